@@ -1,0 +1,54 @@
+"""Deciding how many drafts the target accepts, and which token it adds.
+
+* Greedy (T = 0): accept while the target's argmax equals the draft; the
+  target's argmax at the first mismatch (or after the last draft) is the
+  correction or bonus token. The output is exactly the target's greedy output.
+* Sampling (T > 0): exact rejection sampling (Leviathan et al. 2023; Chen et
+  al. 2023). Draft d_i, drawn from q_i, is accepted with probability
+  min(1, p_i(d_i) / q_i(d_i)); the first rejection is replaced by a draw from
+  norm(max(0, p_i - q_i)); if all k are accepted, a bonus token is drawn from
+  p_{k+1}. Every emitted token is then distributed exactly as the target's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specwire.sampling import SamplingParams, SparseDistribution, sample_dense, target_distribution
+
+
+def accept_greedy(target_choices: Sequence[int], drafts: Sequence[int]) -> tuple[int, int]:
+    """``target_choices`` holds the target's argmax at each of the k + 1 positions."""
+    n = 0
+    while n < len(drafts) and target_choices[n] == drafts[n]:
+        n += 1
+    return n, int(target_choices[n])
+
+
+def residual_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm(max(0, p - q)); p itself in the measure-zero case where nothing is left."""
+    residual = np.maximum(p - q, 0.0)
+    total = residual.sum()
+    return residual / total if total > 0 else p
+
+
+def accept_sampled(
+    target_logits: np.ndarray,
+    drafts: Sequence[int],
+    dists: Sequence[SparseDistribution],
+    params: SamplingParams,
+    rng: np.random.Generator,
+) -> tuple[int, int]:
+    """Rejection-sample k drafts against the target's k + 1 logits rows."""
+    for i, (token, q) in enumerate(zip(drafts, dists)):
+        p = target_distribution(target_logits[i], params)
+        q_token = q.prob(token)
+        if q_token <= 0.0:  # cannot happen for a token drawn from q; reject it outright
+            return i, sample_dense(p, rng)
+        if rng.random() * q_token < p[token]:
+            continue
+        return i, sample_dense(residual_distribution(p, q.dense(p.size)), rng)
+    p_bonus = target_distribution(target_logits[len(drafts)], params)
+    return len(drafts), sample_dense(p_bonus, rng)

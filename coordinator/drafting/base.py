@@ -1,0 +1,42 @@
+"""The draft-source interface the speculative decoding engine speaks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from specwire.drafter import DraftBlock
+from specwire.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The target's verdict on the previous proposal: drafts accepted, then its own token."""
+
+    accepted: int
+    token: int
+
+
+class DraftSource(Protocol):
+    """Proposes draft tokens for one generation at a time.
+
+    ``start`` begins a session with the prompt; each ``propose`` first applies
+    the outcome of the previous proposal (``None`` on the first call) and then
+    drafts ``k`` tokens. One ``propose`` is one round: for a remote source it
+    is one message each way.
+    """
+
+    name: str
+
+    def start(self, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Begin a session: the draft side prefills the prompt."""
+        ...
+
+    def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
+        """Apply ``outcome`` to the draft state, then draft ``k`` tokens."""
+        ...
+
+    def close(self) -> None:
+        """End the session and free its state; safe to call twice."""
+        ...

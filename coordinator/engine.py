@@ -1,0 +1,201 @@
+"""The speculative decoding engine: one loop for local drafting, remote drafting and AR.
+
+Each round:
+
+1. ask the draft source for k drafts (a remote source makes one call);
+2. run the target once over [last token, d_1 .. d_k], k + 1 positions in one
+   batched forward pass;
+3. accept a prefix of the drafts and take the target's correction, or its
+   bonus token when all k were accepted (``coordinator.acceptance``);
+4. trim the k - n rejected positions from the target's KV cache with mlx-lm's
+   ``trim_prompt_cache``; the draft source trims its own on the next round.
+
+k = 0, or no draft source, is plain autoregressive decoding through the same
+code. Generation stops at an EOS token (not emitted) or at ``max_tokens``.
+The engine keeps a record per round for the benchmarks.
+
+Model compute runs on the calling thread; callers keep all MLX work of a
+process on one thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+from coordinator.acceptance import accept_greedy, accept_sampled
+from coordinator.drafting.base import DraftSource, Outcome
+from specwire.drafter import DraftBlock, prefill
+from specwire.errors import InvalidArgumentError, UnsupportedModelError
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+
+MAX_K = 32
+
+
+@dataclass
+class RoundRecord:
+    """What one round did and cost; times are ``perf_counter_ns`` on this machine."""
+
+    k: int
+    accepted: int
+    tokens: list[int]
+    draft_ns: int
+    verify_ns: int
+    end_ns: int
+    draft: DraftBlock
+
+    @property
+    def drafted(self) -> int:
+        """Drafts proposed this round."""
+        return len(self.draft.tokens)
+
+
+@dataclass
+class GenerationResult:
+    """The tokens one generation produced, and everything measured on the way."""
+
+    prompt_tokens: int
+    tokens: list[int]
+    finish_reason: str
+    start_ns: int
+    prefill_end_ns: int
+    end_ns: int
+    token_ns: list[int] = field(default_factory=list)
+    rounds: list[RoundRecord] = field(default_factory=list)
+
+    @property
+    def ttft_s(self) -> float:
+        """Seconds from the start (prefill included) to the first token."""
+        return (self.token_ns[0] - self.start_ns) / 1e9 if self.token_ns else float("nan")
+
+    @property
+    def decode_tps(self) -> float:
+        """Generated tokens per second of decoding (after prefill)."""
+        elapsed = (self.end_ns - self.prefill_end_ns) / 1e9
+        return len(self.tokens) / elapsed if elapsed > 0 else float("nan")
+
+    @property
+    def drafted(self) -> int:
+        """Draft tokens proposed over the whole generation."""
+        return sum(r.drafted for r in self.rounds)
+
+    @property
+    def accepted(self) -> int:
+        """Draft tokens the target accepted over the whole generation."""
+        return sum(r.accepted for r in self.rounds)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts over proposed drafts (NaN without drafts)."""
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean drafts accepted per round that drafted."""
+        drafting = [r for r in self.rounds if r.drafted]
+        return sum(r.accepted for r in drafting) / len(drafting) if drafting else float("nan")
+
+    def inter_token_s(self) -> np.ndarray:
+        """Gaps between consecutive emitted tokens, in seconds (bursts show as zeros)."""
+        return np.diff(np.asarray(self.token_ns, dtype=np.int64)) / 1e9
+
+
+class SpeculativeDecoder:
+    """Generates with a target model, drafting through an optional draft source."""
+
+    def __init__(self, target: LoadedModel, source: DraftSource | None = None) -> None:
+        self.target = target
+        self.source = source
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int,
+        k: int,
+        params: SamplingParams,
+        on_tokens: Callable[[list[int]], None] | None = None,
+    ) -> GenerationResult:
+        """Generate up to ``max_tokens`` tokens after ``prompt``."""
+        self._check(prompt, k)
+        max_tokens = min(max_tokens, self.target.context_length - len(prompt))
+        source = self.source if k > 0 else None
+        start = time.perf_counter_ns()
+        if source is not None:
+            source.start(prompt, params)
+        try:
+            result = self._decode(prompt, max_tokens, k, params, source, start, on_tokens)
+        finally:
+            if source is not None:
+                source.close()
+        return result
+
+    def _check(self, prompt: Sequence[int], k: int) -> None:
+        if not prompt:
+            raise InvalidArgumentError("the prompt must hold at least one token")
+        if not 0 <= k <= MAX_K:
+            raise InvalidArgumentError(f"k must be within 0..{MAX_K}, got {k}")
+        if len(prompt) >= self.target.context_length:
+            raise InvalidArgumentError(
+                f"the prompt has {len(prompt)} tokens; the target's context holds {self.target.context_length}"
+            )
+
+    def _decode(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        k: int,
+        params: SamplingParams,
+        source: DraftSource | None,
+        start: int,
+        on_tokens: Callable[[list[int]], None] | None,
+    ) -> GenerationResult:
+        model = self.target.model
+        cache = make_prompt_cache(model)
+        if not can_trim_prompt_cache(cache):
+            raise UnsupportedModelError(f"{self.target.spec}: its KV cache cannot be trimmed, so it cannot verify drafts")
+        prefill(model, cache, list(prompt[:-1]))
+        result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
+        rng = np.random.default_rng([params.seed, 1])
+        pending, outcome = int(prompt[-1]), None
+        while len(result.tokens) < max_tokens:
+            k_round = min(k, max_tokens - len(result.tokens) - 1)
+            t0 = time.perf_counter_ns()
+            block = source.propose(k_round, outcome) if source else DraftBlock([], None, 0, 0)
+            t1 = time.perf_counter_ns()
+            accepted, token = self._verify(cache, pending, block, params, rng)
+            t2 = time.perf_counter_ns()
+            emitted = [*block.tokens[:accepted], token]
+            stop = next((i for i, t in enumerate(emitted) if t in self.target.eos_token_ids), None)
+            if stop is not None:
+                emitted = emitted[:stop]
+                result.finish_reason = "eos"
+            result.tokens.extend(emitted)
+            result.token_ns.extend([t2] * len(emitted))
+            result.rounds.append(RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block))
+            if emitted and on_tokens is not None:
+                on_tokens(emitted)
+            if stop is not None:
+                break
+            pending, outcome = token, Outcome(accepted, token)
+        result.end_ns = time.perf_counter_ns()
+        return result
+
+    def _verify(
+        self, cache: list, pending: int, block: DraftBlock, params: SamplingParams, rng: np.random.Generator
+    ) -> tuple[int, int]:
+        drafts = block.tokens
+        logits = self.target.model(mx.array([[pending, *drafts]]), cache=cache)[0]
+        if params.greedy:
+            accepted, token = accept_greedy(mx.argmax(logits, axis=-1).tolist(), drafts)
+        else:
+            rows = np.array(logits.astype(mx.float32))
+            accepted, token = accept_sampled(rows, drafts, block.dists or [], params, rng)
+        trim_prompt_cache(cache, len(drafts) - accepted)
+        return accepted, token

