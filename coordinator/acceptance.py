@@ -42,7 +42,7 @@ def accept_sampled(
     rng: np.random.Generator,
 ) -> tuple[int, int]:
     """Rejection-sample k drafts against the target's k + 1 logits rows."""
-    for i, (token, q) in enumerate(zip(drafts, dists)):
+    for i, (token, q) in enumerate(zip(drafts, dists, strict=True)):
         p = target_distribution(target_logits[i], params)
         q_token = q.prob(token)
         if q_token <= 0.0:  # cannot happen for a token drawn from q; reject it outright

@@ -143,7 +143,8 @@ class SpeculativeDecoder:
             raise InvalidArgumentError(f"k must be within 0..{MAX_K}, got {k}")
         if len(prompt) >= self.target.context_length:
             raise InvalidArgumentError(
-                f"the prompt has {len(prompt)} tokens; the target's context holds {self.target.context_length}"
+                f"the prompt has {len(prompt)} tokens; "
+                f"the target's context holds {self.target.context_length}"
             )
 
     def _decode(
@@ -159,7 +160,9 @@ class SpeculativeDecoder:
         model = self.target.model
         cache = make_prompt_cache(model)
         if not can_trim_prompt_cache(cache):
-            raise UnsupportedModelError(f"{self.target.spec}: its KV cache cannot be trimmed, so it cannot verify drafts")
+            raise UnsupportedModelError(
+                f"{self.target.spec}: its KV cache cannot be trimmed, so it cannot verify drafts"
+            )
         prefill(model, cache, list(prompt[:-1]))
         result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
         rng = np.random.default_rng([params.seed, 1])
@@ -178,7 +181,9 @@ class SpeculativeDecoder:
                 result.finish_reason = "eos"
             result.tokens.extend(emitted)
             result.token_ns.extend([t2] * len(emitted))
-            result.rounds.append(RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block))
+            result.rounds.append(
+                RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block)
+            )
             if emitted and on_tokens is not None:
                 on_tokens(emitted)
             if stop is not None:
@@ -188,12 +193,17 @@ class SpeculativeDecoder:
         return result
 
     def _verify(
-        self, cache: list, pending: int, block: DraftBlock, params: SamplingParams, rng: np.random.Generator
+        self,
+        cache: list,
+        pending: int,
+        block: DraftBlock,
+        params: SamplingParams,
+        rng: np.random.Generator,
     ) -> tuple[int, int]:
         drafts = block.tokens
         logits = self.target.model(mx.array([[pending, *drafts]]), cache=cache)[0]
         if params.greedy:
-            accepted, token = accept_greedy(mx.argmax(logits, axis=-1).tolist(), drafts)
+            accepted, token = accept_greedy(np.array(mx.argmax(logits, axis=-1)).tolist(), drafts)
         else:
             rows = np.array(logits.astype(mx.float32))
             accepted, token = accept_sampled(rows, drafts, block.dists or [], params, rng)

@@ -44,7 +44,7 @@ class DraftBlock:
 
 
 def prefill(model: nn.Module, cache: list, tokens: Sequence[int], step: int = PREFILL_STEP) -> int:
-    """Run ``tokens`` through ``model`` into ``cache`` in chunks; returns the forward passes used."""
+    """Run ``tokens`` through ``model`` into ``cache`` in chunks; returns forward passes used."""
     passes = 0
     for start in range(0, len(tokens), step):
         model(mx.array([list(tokens[start : start + step])]), cache=cache)
@@ -81,7 +81,8 @@ class Drafter:
         """Record the target's verdict on the last block: ``accepted`` drafts, then ``token``."""
         if not 0 <= accepted <= len(self.last_drafts):
             raise InvalidArgumentError(
-                f"accepted count {accepted} is outside 0..{len(self.last_drafts)} (drafts in the last round)"
+                f"accepted count {accepted} is outside 0..{len(self.last_drafts)} "
+                "(the drafts of the last round)"
             )
         kept = min(accepted, len(self.fed_drafts))
         trim_prompt_cache(self.cache, len(self.fed_drafts) - kept)
@@ -118,7 +119,7 @@ class Drafter:
             out.append(token)
             if i + 1 < k:
                 y = token[None]
-        return [int(t) for t in mx.concatenate(out).tolist()]
+        return np.array(mx.concatenate(out)).astype(int).tolist()
 
     def _draft_sampled(self, feed: list[int], k: int) -> tuple[list[int], list[SparseDistribution]]:
         tokens: list[int] = []

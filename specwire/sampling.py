@@ -77,7 +77,7 @@ def softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def _keep_top(order: np.ndarray, probs: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
-    """Ids to keep, most probable first: at most ``top_k``, then the smallest prefix reaching ``top_p``."""
+    """Ids to keep, most probable first: at most ``top_k``, then the prefix reaching ``top_p``."""
     if top_k:
         order = order[:top_k]
     if top_p < 1.0:
@@ -87,7 +87,7 @@ def _keep_top(order: np.ndarray, probs: np.ndarray, top_k: int, top_p: float) ->
 
 
 def _descending(probs: np.ndarray, limit: int) -> np.ndarray:
-    """Ids sorted by probability, highest first; ties broken by lower id. Only ``limit`` are needed."""
+    """Ids by probability, highest first, ties to the lower id; only the first ``limit`` matter."""
     if 0 < limit < probs.size:
         part = np.argpartition(-probs, limit - 1)[:limit]
         return part[np.lexsort((part, -probs[part]))]
@@ -122,7 +122,11 @@ def sample_sparse(dist: SparseDistribution, rng: np.random.Generator) -> int:
 def sample_dense(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one id from a dense distribution (inverse CDF; robust to rounding)."""
     cumulative = np.cumsum(probs)
-    return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), probs.size - 1))
+    return int(
+        min(
+            np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), probs.size - 1
+        )
+    )
 
 
 def choose_draft_token(

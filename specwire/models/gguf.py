@@ -35,7 +35,11 @@ _BLOCK_TENSORS = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
-_TOP_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_TOP_TENSORS = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
 
 
 def _scalar(metadata: dict[str, Any], key: str, default: Any = None) -> Any:
@@ -53,7 +57,9 @@ def check_tensor_types(path: Path) -> None:
             )
 
 
-def model_args(metadata: dict[str, Any], weights: dict[str, mx.array], path: Path) -> dict[str, Any]:
+def model_args(
+    metadata: dict[str, Any], weights: dict[str, mx.array], path: Path
+) -> dict[str, Any]:
     """Translate GGUF llama metadata into mlx-lm ``ModelArgs`` fields."""
     arch = _scalar(metadata, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
@@ -75,7 +81,9 @@ def model_args(metadata: dict[str, Any], weights: dict[str, mx.array], path: Pat
     head_dim = int(_scalar(metadata, "llama.attention.key_length", hidden // n_heads))
     rope_dims = int(_scalar(metadata, "llama.rope.dimension_count", head_dim))
     if rope_dims != head_dim:
-        raise UnsupportedModelError(f"{path}: partial rotary embeddings ({rope_dims} of {head_dim}) are not supported")
+        raise UnsupportedModelError(
+            f"{path}: partial rotary embeddings ({rope_dims} of {head_dim}) are not supported"
+        )
     args: dict[str, Any] = {
         "model_type": "llama",
         "hidden_size": hidden,
@@ -93,9 +101,14 @@ def model_args(metadata: dict[str, Any], weights: dict[str, mx.array], path: Pat
     }
     scaling = _scalar(metadata, "llama.rope.scaling.type")
     if scaling == "linear":
-        args["rope_scaling"] = {"type": "linear", "factor": float(_scalar(metadata, "llama.rope.scaling.factor"))}
+        args["rope_scaling"] = {
+            "type": "linear",
+            "factor": float(_scalar(metadata, "llama.rope.scaling.factor")),
+        }
     elif scaling not in (None, "none"):
-        raise UnsupportedModelError(f"{path}: rope scaling {scaling!r} is not supported; supported: linear")
+        raise UnsupportedModelError(
+            f"{path}: rope scaling {scaling!r} is not supported; supported: linear"
+        )
     return args
 
 
@@ -116,10 +129,14 @@ def _mlx_name(gguf_name: str, path: Path) -> str:
         return f"model.layers.{parts[1]}.{_BLOCK_TENSORS[parts[2]]}.{parts[3]}"
     if len(parts) == 2 and parts[0] in _TOP_TENSORS:
         return f"{_TOP_TENSORS[parts[0]]}.{parts[1]}"
-    raise UnsupportedModelError(f"{path}: tensor {gguf_name!r} has no place in the llama architecture")
+    raise UnsupportedModelError(
+        f"{path}: tensor {gguf_name!r} has no place in the llama architecture"
+    )
 
 
-def translate_weights(weights: dict[str, mx.array], args: dict[str, Any], path: Path) -> dict[str, mx.array]:
+def translate_weights(
+    weights: dict[str, mx.array], args: dict[str, Any], path: Path
+) -> dict[str, mx.array]:
     """Rename GGUF tensors to mlx-lm names and undo the Q/K permutation."""
     heads = {"attn_q": args["num_attention_heads"], "attn_k": args["num_key_value_heads"]}
     out = {}
@@ -157,11 +174,15 @@ def load_gguf(path: Path) -> tuple[nn.Module, dict[str, Any], dict[str, Any]]:
     if bits:
         nn.quantize(
             model,
-            class_predicate=lambda p, m: {"group_size": GROUP_SIZE, "bits": bits[p]} if p in bits else False,
+            class_predicate=lambda p, m: (
+                {"group_size": GROUP_SIZE, "bits": bits[p]} if p in bits else False
+            ),
         )
     try:
         model.load_weights(list(weights.items()), strict=True)
     except ValueError as err:
-        raise ModelFormatError(f"{path}: tensors do not fit the llama architecture ({err})") from err
+        raise ModelFormatError(
+            f"{path}: tensors do not fit the llama architecture ({err})"
+        ) from err
     mx.eval(model.parameters())
     return model, args, metadata

@@ -37,9 +37,7 @@ def _gpt2() -> pre_tokenizers.PreTokenizer:
 
 
 def _digits_then_gpt2() -> pre_tokenizers.PreTokenizer:
-    return pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), _gpt2()]
-    )
+    return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), _gpt2()])
 
 
 def _llama3() -> pre_tokenizers.PreTokenizer:
@@ -121,7 +119,9 @@ def build_tokenizer(metadata: dict[str, Any], source: str) -> TokenizerWrapper:
     eos = _meta_int(metadata, "tokenizer.ggml.eos_token_id")
     if bos is not None and _meta_bool(metadata, "tokenizer.ggml.add_bos_token", False):
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B", special_tokens=[(tokens[bos], bos)]
+            single=f"{tokens[bos]} $A",
+            pair=f"{tokens[bos]} $A $B",
+            special_tokens=[(tokens[bos], bos)],
         )
 
     named = {

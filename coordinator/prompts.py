@@ -1,0 +1,56 @@
+"""The built-in prompt set: code, math and text, as in the paper's benchmarks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from specwire.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One benchmark prompt and its category (code, math or text)."""
+
+    category: str
+    text: str
+
+
+BUILTIN_PROMPTS = (
+    Prompt("code", "Write a Python function that returns the factorial of n."),
+    Prompt("code", 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'),
+    Prompt("math", "What is 17 multiplied by 23? Show your steps."),
+    Prompt("math", "Solve for x: 3x + 7 = 22."),
+    Prompt("text", "Write a short story about a lighthouse keeper."),
+    Prompt("text", "Explain why the sky is blue in two sentences."),
+)
+
+
+def load_prompts(path: Path | None) -> tuple[Prompt, ...]:
+    """The built-in set, or prompts from a file.
+
+    The file holds one prompt per line: plain text, or a JSON object with
+    ``text`` and optionally ``category``.
+    """
+    if path is None:
+        return BUILTIN_PROMPTS
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except OSError as err:
+        raise InvalidArgumentError(f"cannot read prompts file {path}: {err.strerror}") from err
+    prompts = []
+    for n, line in enumerate(lines, 1):
+        if line.lstrip().startswith("{"):
+            try:
+                item = json.loads(line)
+                prompts.append(Prompt(str(item.get("category", "text")), str(item["text"])))
+            except (json.JSONDecodeError, KeyError, AttributeError) as err:
+                raise InvalidArgumentError(
+                    f"{path}:{n}: expected a JSON object with a 'text' field"
+                ) from err
+        else:
+            prompts.append(Prompt("text", line))
+    if not prompts:
+        raise InvalidArgumentError(f"{path} holds no prompts")
+    return tuple(prompts)

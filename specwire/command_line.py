@@ -1,0 +1,88 @@
+"""What both command lines share: logging setup, error reporting and exit codes.
+
+A command exits 0 only when it did what it said. A ``SpecwireError`` (bad
+input, missing model, incompatible peer) prints one ``error:`` line and exits
+1; Ctrl-C exits 130. No traceback reaches the user for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+from specwire.errors import SpecwireError
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows defaults in --help and keeps description paragraphs as written."""
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """Options every subcommand takes."""
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="verbosity of log lines on stderr",
+    )
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr with timestamps, at ``level``."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run_command(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    handlers: dict[str, Callable[[argparse.Namespace], int]],
+) -> int:
+    """Parse ``argv``, run the chosen subcommand, and turn domain errors into exit codes."""
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return 2
+    configure_logging(args.log_level)
+    try:
+        return handlers[args.command](args)
+    except SpecwireError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def build_command_parser(
+    prog: str, description: str, commands: Sequence[ModuleType]
+) -> argparse.ArgumentParser:
+    """A parser with one subcommand per module; each module has NAME, HELP and add_arguments."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=HelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in commands:
+        sp = sub.add_parser(
+            module.NAME, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter
+        )
+        module.add_arguments(sp)
+        add_common_options(sp)
+    return parser
+
+
+def command_main(
+    prog: str, description: str, commands: Sequence[ModuleType], argv: Sequence[str] | None
+) -> int:
+    """Parse and run one of ``commands`` (modules with NAME, HELP, add_arguments and run)."""
+    parser = build_command_parser(prog, description, commands)
+    return run_command(parser, argv, {m.NAME: m.run for m in commands})

@@ -1,0 +1,120 @@
+"""At T > 0, speculative decoding samples exactly from the target's distribution.
+
+Tiny random-weight models keep this fast. The SD engine generates two tokens
+thousands of times (one seed each); a chi-square test compares the joint
+distribution of (t1, t2) with the target's exact one, computed by enumerating
+its conditionals. The same test must fail when the residual step samples
+from p instead of norm(max(0, p - q)). Seeds are fixed, so each run is
+reproducible.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+import coordinator.acceptance as acceptance
+from coordinator.drafting.local import LocalDraftSource
+from coordinator.engine import SpeculativeDecoder
+from specwire.models import LoadedModel
+from specwire.sampling import (
+    SamplingParams,
+    SparseDistribution,
+    draft_distribution,
+    target_distribution,
+)
+from tests.support.tiny_models import as_loaded, tiny_llama
+
+PROMPT = [2, 5, 1]
+P_VALUE_FLOOR = 0.001
+MIN_EXPECTED = 5.0
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[LoadedModel, LoadedModel]:
+    target, args = tiny_llama(0)
+    draft, _ = tiny_llama(1)
+    return as_loaded(target, args, "tiny-target"), as_loaded(draft, args, "tiny-draft")
+
+
+def exact_joint(target: LoadedModel, params: SamplingParams) -> np.ndarray:
+    """P(t1, t2 | prompt) under the target's own sampling distribution."""
+
+    def p_next(context: list[int]) -> np.ndarray:
+        return target_distribution(np.array(target.model(mx.array([context]))[0, -1]), params)
+
+    p1 = p_next(PROMPT)
+    return np.stack([p1[a] * p_next([*PROMPT, a]) for a in range(p1.size)])
+
+
+def sd_joint_counts(
+    pair: tuple[LoadedModel, LoadedModel], k: int, runs: int, **sampling: float
+) -> np.ndarray:
+    target, draft = pair
+    decoder = SpeculativeDecoder(target, LocalDraftSource(draft))
+    vocab = target.vocab_size
+    counts = np.zeros((vocab, vocab))
+    for seed in range(runs):
+        result = decoder.generate(
+            PROMPT, max_tokens=2, k=k, params=SamplingParams(seed=seed, **sampling)
+        )  # type: ignore[arg-type]
+        counts[result.tokens[0], result.tokens[1]] += 1
+    return counts
+
+
+def chi_square_p(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Goodness of fit, pooling cells expected fewer than MIN_EXPECTED times into one."""
+    observed, expected = counts.ravel(), probs.ravel() * counts.sum()
+    big = expected >= MIN_EXPECTED
+    obs, exp = observed[big], expected[big]
+    pooled_obs, pooled_exp = observed[~big].sum(), expected[~big].sum()
+    if pooled_exp > 0:
+        obs, exp = np.append(obs, pooled_obs), np.append(exp, pooled_exp)
+    elif pooled_obs > 0:
+        return 0.0  # outcomes the target gives probability zero
+    return float(chisquare(obs, exp).pvalue)
+
+
+@pytest.mark.parametrize(
+    ("k", "sampling"),
+    [
+        (2, {"temperature": 1.0, "draft_top_k": 4}),
+        (1, {"temperature": 0.7, "top_p": 0.9, "draft_top_k": 3}),
+    ],
+)
+def test_sd_output_is_distributed_as_target(
+    pair: tuple[LoadedModel, LoadedModel], k: int, sampling: dict
+) -> None:
+    counts = sd_joint_counts(pair, k, 3000, **sampling)
+    assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) >= P_VALUE_FLOOR
+
+
+def test_check_fails_when_residual_is_replaced_by_p(
+    pair: tuple[LoadedModel, LoadedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sampling = {"temperature": 1.0, "draft_top_k": 4}
+    monkeypatch.setattr(acceptance, "residual_distribution", lambda p, q: p)
+    counts = sd_joint_counts(pair, 2, 1500, **sampling)
+    assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) < P_VALUE_FLOOR
+
+
+def _first_token_counts(p: np.ndarray, q: SparseDistribution, runs: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    logits = np.log(np.stack([p, p]))
+    params = SamplingParams(temperature=1.0, draft_top_k=p.size)
+    counts = np.zeros(p.size)
+    for _ in range(runs):
+        draft = int(rng.choice(q.ids, p=q.probs))
+        n, token = acceptance.accept_sampled(logits, [draft], [q], params, rng)
+        counts[draft if n == 1 else token] += 1
+    return counts
+
+
+def test_single_rejection_step_reproduces_p_exactly() -> None:
+    p = np.array([0.5, 0.2, 0.2, 0.1])
+    q = draft_distribution(
+        np.log(np.array([0.1, 0.6, 0.2, 0.1])), SamplingParams(temperature=1.0, draft_top_k=3)
+    )
+    assert chi_square_p(_first_token_counts(p, q, 40000), p) >= P_VALUE_FLOOR

@@ -1,0 +1,60 @@
+"""Models in mlx-lm's own format load through the same ``load_model``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx_lm.utils import save_config, save_model
+
+from specwire.errors import ModelNotFoundError
+from specwire.models import LoadedModel, load_model
+from tests.support.tiny_models import tiny_llama
+
+
+def save_tiny(path: Path, tokenizer: object, quantize: bool = False) -> nn.Module:
+    """Save a random tiny llama with the default model's tokenizer, as mlx-lm does."""
+    model, args = tiny_llama(3, vocab_size=49152, hidden_size=64)
+    config = dict(args)
+    if quantize:
+        nn.quantize(model, group_size=32, bits=4)
+        config["quantization"] = {"group_size": 32, "bits": 4}
+    save_model(path, model)
+    save_config(config, config_path=path / "config.json")
+    tokenizer.save_pretrained(str(path))  # type: ignore[attr-defined]
+    return model
+
+
+def test_mlx_directory_loads_with_same_weights(tmp_path: Path, default_q4: LoadedModel) -> None:
+    original = save_tiny(tmp_path, default_q4.tokenizer)
+    loaded = load_model(str(tmp_path))
+    x = mx.array([[1, 2, 3, 4]])
+    assert mx.array_equal(loaded.model(x), original(x)).item()
+    assert loaded.args["model_type"] == "llama"
+    assert loaded.tokenizer.encode("Hello world") == default_q4.tokenizer.encode("Hello world")
+
+
+def test_same_tokenizer_gives_same_fingerprint_across_formats(
+    tmp_path: Path, default_q4: LoadedModel
+) -> None:
+    save_tiny(tmp_path, default_q4.tokenizer)
+    assert load_model(str(tmp_path)).fingerprint == default_q4.fingerprint
+
+
+def test_quantized_directory_can_be_dequantized(tmp_path: Path, default_q4: LoadedModel) -> None:
+    save_tiny(tmp_path, default_q4.tokenizer, quantize=True)
+    quantized = load_model(str(tmp_path))
+    assert isinstance(quantized.model.layers[0].mlp.up_proj, nn.QuantizedLinear)
+    dense = load_model(f"{tmp_path}@float32")
+    assert type(dense.model.layers[0].mlp.up_proj) is nn.Linear
+    assert dense.precision == "float32"
+    x = mx.array([[5, 6, 7]])
+    assert mx.abs(dense.model(x) - quantized.model(x)).max().item() < 1e-3
+
+
+def test_directory_without_config_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    with pytest.raises(ModelNotFoundError, match="not an mlx-lm model directory"):
+        load_model(str(tmp_path))

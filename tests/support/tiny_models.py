@@ -1,0 +1,47 @@
+"""Tiny random-weight llama models, for fast unit and statistical tests only."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import llama
+
+from specwire.models import LoadedModel
+
+TINY_ARGS = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "vocab_size": 8,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": True,
+}
+
+
+def tiny_llama(seed: int, **overrides: object) -> tuple[nn.Module, dict]:
+    """A llama model with random weights drawn from ``seed``; returns (model, args)."""
+    args = {**TINY_ARGS, **overrides}
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs.from_dict(args))
+    mx.eval(model.parameters())
+    return model, args
+
+
+def as_loaded(
+    model: nn.Module, args: dict, name: str, eos: frozenset[int] = frozenset()
+) -> LoadedModel:
+    """Wrap a tokenizer-less tiny model the way ``load_model`` wraps real ones."""
+    return LoadedModel(
+        model=model,
+        tokenizer=None,
+        args=args,
+        spec=name,
+        path=name,
+        fingerprint="tiny",
+        precision="float32",
+        eos_token_ids=eos,
+    )
