@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from coordinator import generate
+from coordinator import discover, generate
 from specwire.command_line import command_main
 
-COMMANDS = (generate,)
+COMMANDS = (generate, discover)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

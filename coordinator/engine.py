@@ -128,7 +128,7 @@ class SpeculativeDecoder:
         source = self.source if k > 0 else None
         start = time.perf_counter_ns()
         if source is not None:
-            source.start(prompt, params)
+            source.start(prompt, params, min(k, max_tokens - 1))
         try:
             result = self._decode(prompt, max_tokens, k, params, source, start, on_tokens)
         finally:
@@ -181,9 +181,7 @@ class SpeculativeDecoder:
                 result.finish_reason = "eos"
             result.tokens.extend(emitted)
             result.token_ns.extend([t2] * len(emitted))
-            result.rounds.append(
-                RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block)
-            )
+            result.rounds.append(RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block))
             if emitted and on_tokens is not None:
                 on_tokens(emitted)
             if stop is not None:

@@ -6,20 +6,20 @@ import argparse
 import json
 import math
 import sys
+from contextlib import AsyncExitStack
 from typing import Any
 
-from coordinator.drafting.base import DraftSource
-from coordinator.drafting.local import LocalDraftSource
+import anyio
+
 from coordinator.engine import GenerationResult, SpeculativeDecoder
+from coordinator.runtime import coordinator_runtime
+from coordinator.sources import add_worker_arguments, open_draft_source
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel, load_model
 from specwire.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
-from specwire.vocab import ensure_same_vocabulary
 
 NAME = "generate"
-HELP = (
-    "Generate text from a prompt, drafting locally or on a worker, and print tok/s and acceptance."
-)
+HELP = "Generate text from a prompt, drafting locally or on a worker, and print tok/s and acceptance."
 DEFAULT_TARGET = "default@float32"
 DEFAULT_DRAFT = "local:default"
 
@@ -35,16 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--draft",
         default=DEFAULT_DRAFT,
-        help="draft source: local:SPEC, or none for autoregressive decoding",
+        help="draft source: local:SPEC, remote (a worker, see --worker), or none (autoregressive)",
     )
     p.add_argument("--k", type=int, default=4, help="draft tokens per round (0 = autoregressive)")
     p.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate")
-    p.add_argument(
-        "--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)"
-    )
-    p.add_argument(
-        "--top-p", type=float, default=1.0, help="nucleus sampling threshold of the target"
-    )
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold of the target")
     p.add_argument("--top-k", type=int, default=0, help="top-k truncation of the target (0 = off)")
     p.add_argument(
         "--draft-top-k",
@@ -53,12 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="support size of the draft distribution at T > 0",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed for sampling")
-    p.add_argument(
-        "--chat", action="store_true", help="wrap the prompt in the model's chat template"
-    )
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON object instead of streaming text"
-    )
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    add_worker_arguments(p)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -76,25 +69,11 @@ def encode_prompt(model: LoadedModel, text: str, chat: bool) -> list[int]:
     if chat:
         if not tok.has_chat_template:
             raise InvalidArgumentError(f"{model.spec} has no chat template; drop --chat")
-        return list(
-            tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-        )
+        return list(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
     ids = list(tok.encode(text))
     if not ids:
         raise InvalidArgumentError("the prompt is empty")
     return ids
-
-
-def make_draft_source(spec: str, target: LoadedModel) -> DraftSource | None:
-    """Build the draft source a --draft value names, after the vocabulary check."""
-    if spec == "none":
-        return None
-    kind, _, rest = spec.partition(":")
-    if kind == "local" and rest:
-        draft = load_model(rest)
-        ensure_same_vocabulary(target.fingerprint, draft.fingerprint, target.spec, draft.spec)
-        return LocalDraftSource(draft)
-    raise InvalidArgumentError(f"--draft {spec!r}: expected local:SPEC or none")
 
 
 def stats_of(result: GenerationResult, k: int) -> dict[str, Any]:
@@ -129,32 +108,37 @@ def run(args: argparse.Namespace) -> int:
     if args.max_tokens < 1:
         raise InvalidArgumentError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     text = read_prompt(args)
-    target = load_model(args.target)
-    source = make_draft_source(args.draft, target)
-    prompt = encode_prompt(target, text, args.chat)
-    k = args.k if source is not None else 0
-    detok = target.tokenizer.detokenizer
-    detok.reset()
+    return anyio.run(_generate, args, params, text)
 
-    def stream(tokens: list[int]) -> None:
-        for t in tokens:
-            detok.add_token(t)
-        sys.stdout.write(detok.last_segment)
-        sys.stdout.flush()
 
-    decoder = SpeculativeDecoder(target, source)
-    result = decoder.generate(
-        prompt,
-        max_tokens=args.max_tokens,
-        k=k,
-        params=params,
-        on_tokens=None if args.json else stream,
-    )
+async def _generate(args: argparse.Namespace, params: SamplingParams, text: str) -> int:
+    async with coordinator_runtime() as runtime, AsyncExitStack() as stack:
+        target = await runtime.compute.run(load_model, args.target)
+        source = await open_draft_source(args, target, runtime, stack)
+        prompt = encode_prompt(target, text, args.chat)
+        k = args.k if source is not None else 0
+        detok = target.tokenizer.detokenizer
+        detok.reset()
+
+        def stream(tokens: list[int]) -> None:
+            for t in tokens:
+                detok.add_token(t)
+            sys.stdout.write(detok.last_segment)
+            sys.stdout.flush()
+
+        decoder = SpeculativeDecoder(target, source)
+        result = await runtime.compute.run(
+            decoder.generate,
+            prompt,
+            max_tokens=args.max_tokens,
+            k=k,
+            params=params,
+            on_tokens=None if args.json else stream,
+        )
     stats = stats_of(result, k)
     if args.json:
         clean = {
-            key: (None if isinstance(v, float) and not math.isfinite(v) else v)
-            for key, v in stats.items()
+            key: (None if isinstance(v, float) and not math.isfinite(v) else v) for key, v in stats.items()
         }
         out = {
             "text": target.tokenizer.decode(result.tokens),

@@ -46,9 +46,7 @@ def load_prompts(path: Path | None) -> tuple[Prompt, ...]:
                 item = json.loads(line)
                 prompts.append(Prompt(str(item.get("category", "text")), str(item["text"])))
             except (json.JSONDecodeError, KeyError, AttributeError) as err:
-                raise InvalidArgumentError(
-                    f"{path}:{n}: expected a JSON object with a 'text' field"
-                ) from err
+                raise InvalidArgumentError(f"{path}:{n}: expected a JSON object with a 'text' field") from err
         else:
             prompts.append(Prompt("text", line))
     if not prompts:

@@ -67,9 +67,7 @@ def build_command_parser(
     prog: str, description: str, commands: Sequence[ModuleType]
 ) -> argparse.ArgumentParser:
     """A parser with one subcommand per module; each module has NAME, HELP and add_arguments."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=HelpFormatter
-    )
+    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in commands:
         sp = sub.add_parser(

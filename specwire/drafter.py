@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -29,18 +29,24 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from specwire.errors import InvalidArgumentError
 from specwire.sampling import SamplingParams, SparseDistribution, choose_draft_token
+from specwire.timing import CallRecord
 
 PREFILL_STEP = 512
 
 
 @dataclass
 class DraftBlock:
-    """k drafted tokens, the sparse q of each when sampling, and what producing them cost."""
+    """k drafted tokens, the sparse q of each when sampling, and what producing them cost.
+
+    ``calls`` holds one record per remote call that brought the drafts (empty
+    when drafting locally).
+    """
 
     tokens: list[int]
     dists: list[SparseDistribution] | None
     forward_passes: int
     compute_ns: int
+    calls: list[CallRecord] = field(default_factory=list)
 
 
 def prefill(model: nn.Module, cache: list, tokens: Sequence[int], step: int = PREFILL_STEP) -> int:

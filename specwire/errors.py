@@ -31,3 +31,27 @@ class VocabularyMismatchError(SpecwireError):
 
 class InvalidArgumentError(SpecwireError):
     """A request or option is out of range or malformed."""
+
+
+class ProtocolVersionError(SpecwireError):
+    """Coordinator and worker speak different versions of the specwire protocol."""
+
+
+class CapacityError(SpecwireError):
+    """A worker has no free session slot."""
+
+
+class NoWorkerError(SpecwireError):
+    """Discovery found no worker that can draft for this target."""
+
+
+class RemoteWorkerError(SpecwireError):
+    """A worker refused a request, failed, or could not be reached.
+
+    ``code`` is the gRPC status code name (such as ``"UNAVAILABLE"``), so
+    callers can tell a dead worker from a refused request.
+    """
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code

@@ -122,11 +122,7 @@ def sample_sparse(dist: SparseDistribution, rng: np.random.Generator) -> int:
 def sample_dense(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw one id from a dense distribution (inverse CDF; robust to rounding)."""
     cumulative = np.cumsum(probs)
-    return int(
-        min(
-            np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), probs.size - 1
-        )
-    )
+    return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), probs.size - 1))
 
 
 def choose_draft_token(

@@ -33,9 +33,7 @@ def vocabulary_fingerprint(tokenizer: Any) -> str:
     return f"{FINGERPRINT_VERSION}:{digest.hexdigest()[:16]}"
 
 
-def ensure_same_vocabulary(
-    target_fp: str, draft_fp: str, target_name: str, draft_name: str
-) -> None:
+def ensure_same_vocabulary(target_fp: str, draft_fp: str, target_name: str, draft_name: str) -> None:
     """Raise ``VocabularyMismatchError`` unless the two fingerprints are equal."""
     if target_fp != draft_fp:
         raise VocabularyMismatchError(

@@ -6,9 +6,9 @@ import sys
 from collections.abc import Sequence
 
 from specwire.command_line import command_main
-from worker import inspect_model
+from worker import inspect_model, serve
 
-COMMANDS = (inspect_model,)
+COMMANDS = (serve, inspect_model)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

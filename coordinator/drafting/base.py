@@ -29,8 +29,8 @@ class DraftSource(Protocol):
 
     name: str
 
-    def start(self, prompt: Sequence[int], params: SamplingParams) -> None:
-        """Begin a session: the draft side prefills the prompt."""
+    def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
+        """Begin a session: the draft side prefills the prompt; ``k`` is the first round's k."""
         ...
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:

@@ -19,7 +19,7 @@ class LocalDraftSource:
         self.name = f"local:{draft.spec}"
         self._drafter: Drafter | None = None
 
-    def start(self, prompt: Sequence[int], params: SamplingParams) -> None:
+    def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Prefill the prompt into a fresh draft cache."""
         self._drafter = Drafter(self.draft.model, params)
         self._drafter.start(prompt)

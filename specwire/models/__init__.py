@@ -2,6 +2,20 @@
 
 from __future__ import annotations
 
-from specwire.models.loading import DEFAULT_MODEL, LoadedModel, ModelSpec, load_model
+from specwire.models.loading import (
+    DEFAULT_MODEL,
+    LoadedModel,
+    ModelSpec,
+    load_model,
+    load_tokenizer,
+    vocabulary_fingerprint_of,
+)
 
-__all__ = ["DEFAULT_MODEL", "LoadedModel", "ModelSpec", "load_model"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "LoadedModel",
+    "ModelSpec",
+    "load_model",
+    "load_tokenizer",
+    "vocabulary_fingerprint_of",
+]

@@ -57,15 +57,12 @@ def check_tensor_types(path: Path) -> None:
             )
 
 
-def model_args(
-    metadata: dict[str, Any], weights: dict[str, mx.array], path: Path
-) -> dict[str, Any]:
+def model_args(metadata: dict[str, Any], weights: dict[str, mx.array], path: Path) -> dict[str, Any]:
     """Translate GGUF llama metadata into mlx-lm ``ModelArgs`` fields."""
     arch = _scalar(metadata, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise UnsupportedModelError(
-            f"{path}: architecture {arch!r} is not supported; "
-            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"{path}: architecture {arch!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     if _scalar(metadata, "llama.expert_count"):
         raise UnsupportedModelError(f"{path}: mixture-of-experts llama models are not supported")
@@ -106,9 +103,7 @@ def model_args(
             "factor": float(_scalar(metadata, "llama.rope.scaling.factor")),
         }
     elif scaling not in (None, "none"):
-        raise UnsupportedModelError(
-            f"{path}: rope scaling {scaling!r} is not supported; supported: linear"
-        )
+        raise UnsupportedModelError(f"{path}: rope scaling {scaling!r} is not supported; supported: linear")
     return args
 
 
@@ -129,14 +124,10 @@ def _mlx_name(gguf_name: str, path: Path) -> str:
         return f"model.layers.{parts[1]}.{_BLOCK_TENSORS[parts[2]]}.{parts[3]}"
     if len(parts) == 2 and parts[0] in _TOP_TENSORS:
         return f"{_TOP_TENSORS[parts[0]]}.{parts[1]}"
-    raise UnsupportedModelError(
-        f"{path}: tensor {gguf_name!r} has no place in the llama architecture"
-    )
+    raise UnsupportedModelError(f"{path}: tensor {gguf_name!r} has no place in the llama architecture")
 
 
-def translate_weights(
-    weights: dict[str, mx.array], args: dict[str, Any], path: Path
-) -> dict[str, mx.array]:
+def translate_weights(weights: dict[str, mx.array], args: dict[str, Any], path: Path) -> dict[str, mx.array]:
     """Rename GGUF tensors to mlx-lm names and undo the Q/K permutation."""
     heads = {"attn_q": args["num_attention_heads"], "attn_k": args["num_key_value_heads"]}
     out = {}
@@ -174,15 +165,11 @@ def load_gguf(path: Path) -> tuple[nn.Module, dict[str, Any], dict[str, Any]]:
     if bits:
         nn.quantize(
             model,
-            class_predicate=lambda p, m: (
-                {"group_size": GROUP_SIZE, "bits": bits[p]} if p in bits else False
-            ),
+            class_predicate=lambda p, m: {"group_size": GROUP_SIZE, "bits": bits[p]} if p in bits else False,
         )
     try:
         model.load_weights(list(weights.items()), strict=True)
     except ValueError as err:
-        raise ModelFormatError(
-            f"{path}: tensors do not fit the llama architecture ({err})"
-        ) from err
+        raise ModelFormatError(f"{path}: tensors do not fit the llama architecture ({err})") from err
     mx.eval(model.parameters())
     return model, args, metadata

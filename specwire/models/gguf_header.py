@@ -96,6 +96,21 @@ class _Reader:
     def string(self) -> str:
         return self.read(self.unpack("Q")).decode("utf-8", errors="replace")
 
+    def value(self, value_type: int) -> object:
+        if value_type in _SCALAR_FORMATS:
+            return struct.unpack(
+                "<" + _SCALAR_FORMATS[value_type], self.read(struct.calcsize(_SCALAR_FORMATS[value_type]))
+            )[0]
+        if value_type == _STRING:
+            return self.string()
+        if value_type == _ARRAY:
+            item_type, count = self.unpack("I"), self.unpack("Q")
+            if item_type in _SCALAR_FORMATS:
+                fmt = _SCALAR_FORMATS[item_type]
+                return list(struct.unpack(f"<{count}{fmt}", self.read(struct.calcsize(fmt) * count)))
+            return [self.value(item_type) for _ in range(count)]
+        raise ModelFormatError(f"{self.path}: unknown GGUF metadata type {value_type}")
+
     def skip_value(self, value_type: int) -> None:
         if value_type in _SCALAR_FORMATS:
             self.read(struct.calcsize(_SCALAR_FORMATS[value_type]))
@@ -118,16 +133,31 @@ def is_gguf(path: Path) -> bool:
         return f.read(4) == GGUF_MAGIC
 
 
+def _open_header(f: BinaryIO, path: Path) -> tuple[_Reader, int, int]:
+    r = _Reader(f, path)
+    if r.read(4) != GGUF_MAGIC:
+        raise ModelFormatError(f"{path}: not a GGUF file (bad magic bytes)")
+    version = r.unpack("I")
+    if version < 2:
+        raise ModelFormatError(f"{path}: GGUF version {version} is too old (need 2 or later)")
+    return r, r.unpack("Q"), r.unpack("Q")
+
+
+def read_metadata(path: Path) -> dict[str, object]:
+    """Every metadata key and value of a GGUF file (no tensor data is read)."""
+    with open(path, "rb") as f:
+        r, _, n_kv = _open_header(f, path)
+        metadata = {}
+        for _ in range(n_kv):
+            key = r.string()
+            metadata[key] = r.value(r.unpack("I"))
+        return metadata
+
+
 def read_tensor_table(path: Path) -> list[TensorInfo]:
     """Return the tensor table of a GGUF file (names, types, shapes), skipping all data."""
     with open(path, "rb") as f:
-        r = _Reader(f, path)
-        if r.read(4) != GGUF_MAGIC:
-            raise ModelFormatError(f"{path}: not a GGUF file (bad magic bytes)")
-        version = r.unpack("I")
-        if version < 2:
-            raise ModelFormatError(f"{path}: GGUF version {version} is too old (need 2 or later)")
-        n_tensors, n_kv = r.unpack("Q"), r.unpack("Q")
+        r, n_tensors, n_kv = _open_header(f, path)
         for _ in range(n_kv):
             r.string()
             r.skip_value(r.unpack("I"))

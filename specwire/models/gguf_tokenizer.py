@@ -90,8 +90,7 @@ def build_tokenizer(metadata: dict[str, Any], source: str) -> TokenizerWrapper:
     model_kind = metadata.get("tokenizer.ggml.model")
     if model_kind != "gpt2":
         raise UnsupportedModelError(
-            f"{source}: tokenizer model {model_kind!r} is not supported; "
-            "supported: 'gpt2' (byte-level BPE)"
+            f"{source}: tokenizer model {model_kind!r} is not supported; supported: 'gpt2' (byte-level BPE)"
         )
     pre = str(metadata.get("tokenizer.ggml.pre", "default"))
     if pre not in PRE_TOKENIZERS:
@@ -102,7 +101,7 @@ def build_tokenizer(metadata: dict[str, Any], source: str) -> TokenizerWrapper:
     tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
     token_types = metadata.get("tokenizer.ggml.token_type")
-    types = token_types.tolist() if token_types is not None else [1] * len(tokens)
+    types = list(token_types.tolist() if hasattr(token_types, "tolist") else token_types or [1] * len(tokens))
 
     bpe = models.BPE(
         vocab={tok: i for i, tok in enumerate(tokens)},

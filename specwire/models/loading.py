@@ -26,7 +26,7 @@ from mlx.utils import tree_flatten
 
 from specwire.errors import ModelNotFoundError, SpecwireError, UnsupportedModelError
 from specwire.models.gguf import load_gguf
-from specwire.models.gguf_header import is_gguf
+from specwire.models.gguf_header import is_gguf, read_metadata
 from specwire.models.gguf_tokenizer import build_tokenizer
 from specwire.vocab import vocabulary_fingerprint
 
@@ -194,3 +194,26 @@ def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
         precision=precision,
         eos_token_ids=eos,
     )
+
+
+def load_tokenizer(spec: str | ModelSpec) -> Any:
+    """Only the tokenizer of a model spec: cheap even for a large model (no weights are read)."""
+    parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
+    resolved = _resolve(parsed.source)
+    if isinstance(resolved, Path) and resolved.is_file():
+        if not is_gguf(resolved):
+            raise UnsupportedModelError(f"{resolved}: not a GGUF file")
+        return build_tokenizer(read_metadata(resolved), str(resolved))
+    from mlx_lm.utils import load_tokenizer as mlx_load_tokenizer
+
+    try:
+        return mlx_load_tokenizer(resolved)
+    except Exception as err:  # hub and file errors alike: report, do not trace back
+        raise ModelNotFoundError(
+            f"{resolved}: could not load its tokenizer ({type(err).__name__}: {err})"
+        ) from err
+
+
+def vocabulary_fingerprint_of(spec: str | ModelSpec) -> str:
+    """The vocabulary fingerprint of a model spec, from its tokenizer alone."""
+    return vocabulary_fingerprint(load_tokenizer(spec))

@@ -14,9 +14,7 @@ FAST = ["--target", "default", "--max-tokens", "6"]
 
 
 def test_generate_streams_text_and_prints_stats() -> None:
-    out = run_cli(
-        "coordinator", "generate", "--prompt", "The sky is blue because", "--k", "2", *FAST
-    )
+    out = run_cli("coordinator", "generate", "--prompt", "The sky is blue because", "--k", "2", *FAST)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip()
     assert re.search(
@@ -26,9 +24,7 @@ def test_generate_streams_text_and_prints_stats() -> None:
 
 
 def test_generate_json_and_stdin_prompt() -> None:
-    out = run_cli(
-        "coordinator", "generate", "--json", "--draft", "none", *FAST, stdin="Once upon a time"
-    )
+    out = run_cli("coordinator", "generate", "--json", "--draft", "none", *FAST, stdin="Once upon a time")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert len(data["token_ids"]) == 6 and data["text"]
@@ -36,9 +32,7 @@ def test_generate_json_and_stdin_prompt() -> None:
 
 
 def test_missing_model_file_is_one_line_error() -> None:
-    out = run_cli(
-        "coordinator", "generate", "--prompt", "hi", "--target", "/nonexistent/model.gguf"
-    )
+    out = run_cli("coordinator", "generate", "--prompt", "hi", "--target", "/nonexistent/model.gguf")
     assert out.returncode == 1
     assert "not found" in one_error_line(out.stderr)
 
@@ -47,9 +41,7 @@ def test_unsupported_tensor_type_is_one_line_error(tmp_path: Path) -> None:
     model, args = tiny_llama(0, hidden_size=256)
     path = tmp_path / "kquant.gguf"
     write_llama_gguf(model, args, path, type_overrides={"blk.0.attn_v.weight": "Q4_K"})
-    out = run_cli(
-        "coordinator", "generate", "--prompt", "hi", "--target", str(path), "--draft", "none"
-    )
+    out = run_cli("coordinator", "generate", "--prompt", "hi", "--target", str(path), "--draft", "none")
     assert out.returncode == 1
     line = one_error_line(out.stderr)
     assert "blk.0.attn_v.weight" in line and "Q4_K" in line
@@ -75,9 +67,7 @@ def test_mismatched_vocabularies_are_refused(tmp_path: Path) -> None:
 
 
 def test_bad_draft_source_and_bad_k() -> None:
-    out = run_cli(
-        "coordinator", "generate", "--prompt", "hi", "--target", "default", "--draft", "elsewhere"
-    )
+    out = run_cli("coordinator", "generate", "--prompt", "hi", "--target", "default", "--draft", "elsewhere")
     assert out.returncode == 1 and "expected local:SPEC" in one_error_line(out.stderr)
     out = run_cli("coordinator", "generate", "--prompt", "hi", "--target", "default", "--k", "99")
     assert out.returncode == 1 and "k must be within 0..32" in one_error_line(out.stderr)

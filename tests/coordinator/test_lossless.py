@@ -58,9 +58,7 @@ def assert_lossless(target: LoadedModel, prompt: list[int], ar: list[int], sd: l
     if at is None:
         return
     gap = top2_gap(target, prompt + ar[:at])
-    assert gap < TIE_TOLERANCE, (
-        f"SD diverged from AR at token {at} where the target's top-2 gap is {gap:.3g}"
-    )
+    assert gap < TIE_TOLERANCE, f"SD diverged from AR at token {at} where the target's top-2 gap is {gap:.3g}"
     warnings.warn(f"excused divergence at token {at}: top-2 logit gap {gap:.2e}", stacklevel=2)
 
 

@@ -57,9 +57,7 @@ def sd_joint_counts(
     vocab = target.vocab_size
     counts = np.zeros((vocab, vocab))
     for seed in range(runs):
-        result = decoder.generate(
-            PROMPT, max_tokens=2, k=k, params=SamplingParams(seed=seed, **sampling)
-        )  # type: ignore[arg-type]
+        result = decoder.generate(PROMPT, max_tokens=2, k=k, params=SamplingParams(seed=seed, **sampling))  # type: ignore[arg-type]
         counts[result.tokens[0], result.tokens[1]] += 1
     return counts
 

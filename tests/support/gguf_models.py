@@ -91,9 +91,7 @@ def write_llama_gguf(
         kind = (type_overrides or {}).get(target, "F32" if w.ndim == 1 else matrix_type)
         stored = w
         if ".attn_q." in target or ".attn_k." in target:
-            heads = (
-                args["num_attention_heads"] if ".attn_q." in target else args["num_key_value_heads"]
-            )
+            heads = args["num_attention_heads"] if ".attn_q." in target else args["num_key_value_heads"]
             stored = converter_permute(w, heads)
         data, _ = _encode(stored, kind)
         tensors[target] = (data, w.shape, kind)

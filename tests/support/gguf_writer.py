@@ -73,13 +73,9 @@ def quantize_q4_1(w: np.ndarray) -> tuple[bytes, np.ndarray]:
     d = ((hi - lo) / 15.0).astype(np.float16)
     m = lo.astype(np.float16)
     inv = np.where(d == 0, 0, 1.0 / d.astype(np.float32))
-    q = np.clip(np.round((blocks - m.astype(np.float32)[:, None]) * inv[:, None]), 0, 15).astype(
-        np.uint8
-    )
+    q = np.clip(np.round((blocks - m.astype(np.float32)[:, None]) * inv[:, None]), 0, 15).astype(np.uint8)
     packed = _pack_nibbles(q)
-    raw = b"".join(
-        d[i].tobytes() + m[i].tobytes() + packed[16 * i : 16 * i + 16] for i in range(len(q))
-    )
+    raw = b"".join(d[i].tobytes() + m[i].tobytes() + packed[16 * i : 16 * i + 16] for i in range(len(q)))
     decoded = q.astype(np.float32) * d.astype(np.float32)[:, None] + m.astype(np.float32)[:, None]
     return raw, decoded.reshape(w.shape)
 

@@ -31,9 +31,7 @@ def tiny_llama(seed: int, **overrides: object) -> tuple[nn.Module, dict]:
     return model, args
 
 
-def as_loaded(
-    model: nn.Module, args: dict, name: str, eos: frozenset[int] = frozenset()
-) -> LoadedModel:
+def as_loaded(model: nn.Module, args: dict, name: str, eos: frozenset[int] = frozenset()) -> LoadedModel:
     """Wrap a tokenizer-less tiny model the way ``load_model`` wraps real ones."""
     return LoadedModel(
         model=model,

@@ -65,9 +65,7 @@ def test_default_model_stays_quantized(default_q4: LoadedModel) -> None:
     assert isinstance(default_q4.model.layers[0].self_attn.q_proj, nn.QuantizedLinear)
 
 
-def test_dequantized_logits_agree_with_quantized(
-    default_q4: LoadedModel, default_f32: LoadedModel
-) -> None:
+def test_dequantized_logits_agree_with_quantized(default_q4: LoadedModel, default_f32: LoadedModel) -> None:
     ids = default_q4.tokenizer.encode(PASSAGE)[:48]
     a = default_q4.model(mx.array([ids]))[0].astype(mx.float32)
     b = default_f32.model(mx.array([ids]))[0]

@@ -71,7 +71,5 @@ def test_unknown_pretokenizer_is_refused(tmp_path: Path) -> None:
         b"\x07\x00\x00\x00\x00\x00\x00\x00default", b"\x07\x00\x00\x00\x00\x00\x00\x00mystery"
     )
     path.write_bytes(data)
-    with pytest.raises(
-        UnsupportedModelError, match="pre-tokenizer 'mystery' is not supported; supported: "
-    ):
+    with pytest.raises(UnsupportedModelError, match="pre-tokenizer 'mystery' is not supported; supported: "):
         load_model(str(path))

@@ -1,0 +1,76 @@
+"""``coordinator discover``: list the draft workers that answer on Bonjour."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import anyio
+
+from coordinator.discovery import browse
+from coordinator.workers import incompatibility
+from specwire.bonjour import WorkerAdvert, mdns_interfaces
+from specwire.models import vocabulary_fingerprint_of
+
+NAME = "discover"
+HELP = "List draft workers on the LAN (Bonjour) and whether they can draft for the target."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``coordinator discover``."""
+    p.add_argument("--timeout", type=float, default=3.0, help="seconds to listen for workers")
+    p.add_argument(
+        "--interface",
+        help="mDNS interfaces: 'all' or comma-separated IPv4 addresses (env SPECWIRE_MDNS_INTERFACES)",
+    )
+    p.add_argument(
+        "--target", default="default", help="target model spec whose vocabulary workers must share"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def row(advert: WorkerAdvert, fingerprint: str) -> dict[str, object]:
+    """One worker as the table and --json show it."""
+    return {
+        "name": advert.name,
+        "address": advert.address,
+        "label": advert.label,
+        "model": advert.model,
+        "fingerprint": advert.fingerprint,
+        "fingerprint_match": advert.fingerprint == fingerprint,
+        "compatible": incompatibility(advert, fingerprint, "stream") is None,
+        "backends": list(advert.backends),
+        "draft_tok_s": advert.draft_tps,
+        "host": advert.host,
+        "pid": advert.pid,
+        "protocol_version": advert.protocol_version,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``coordinator discover``."""
+    interfaces = mdns_interfaces(args.interface)
+    fingerprint = vocabulary_fingerprint_of(args.target)
+    rows = [row(a, fingerprint) for a in anyio.run(browse, interfaces, args.timeout)]
+    if args.json:
+        print(json.dumps({"target_fingerprint": fingerprint, "workers": rows}, indent=2))
+        return 0
+    if not rows:
+        print(f"no workers answered within {args.timeout:g} s")
+        return 0
+    header = ("NAME", "ADDRESS", "LABEL", "MODEL", "FP MATCH", "DRAFT TOK/S")
+    table = [
+        (
+            r["name"],
+            r["address"],
+            r["label"] or "-",
+            r["model"],
+            "yes" if r["fingerprint_match"] else "no",
+            f"{r['draft_tok_s']:.1f}",
+        )
+        for r in rows
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=False)]
+    for line in (header, *table):
+        print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip())
+    return 0

@@ -1,0 +1,99 @@
+"""Finding workers over Bonjour: a live directory, and one-shot browsing.
+
+``WorkerDirectory`` keeps the set of ``_specwire._tcp`` services current: a
+worker is added when it announces and resolves, updated when its TXT record
+changes, and dropped on its goodbye or when its records expire.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from types import TracebackType
+
+import anyio
+from anyio.abc import TaskGroup
+from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
+from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
+
+from specwire.bonjour import SERVICE_TYPE, WorkerAdvert, instance_name
+
+log = logging.getLogger(__name__)
+RESOLVE_TIMEOUT_MS = 3000
+
+
+class WorkerDirectory:
+    """``async with WorkerDirectory(interfaces) as d``: the workers on Bonjour, kept current."""
+
+    def __init__(self, interfaces: InterfaceChoice | list[str]) -> None:
+        self.interfaces = interfaces
+        self._workers: dict[str, WorkerAdvert] = {}
+        self._changed = anyio.Event()
+        self._zc: AsyncZeroconf | None = None
+        self._browser: AsyncServiceBrowser | None = None
+        self._tg: TaskGroup | None = None
+
+    def workers(self) -> list[WorkerAdvert]:
+        """The workers known now, by name."""
+        return [self._workers[name] for name in sorted(self._workers)]
+
+    async def wait_until(self, predicate: Callable[[list[WorkerAdvert]], bool], timeout: float) -> bool:
+        """Wait until ``predicate(workers)`` holds; False if ``timeout`` passes first."""
+        with anyio.move_on_after(timeout):
+            while not predicate(self.workers()):
+                await self._changed.wait()
+            return True
+        return False
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    def _on_change(
+        self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
+    ) -> None:
+        if state_change is ServiceStateChange.Removed:
+            if self._workers.pop(instance_name(name), None) is not None:
+                log.info("worker %s left", instance_name(name))
+                self._notify()
+        elif self._tg is not None:
+            self._tg.start_soon(self._resolve, name)
+
+    async def _resolve(self, name: str) -> None:
+        assert self._zc is not None
+        info = AsyncServiceInfo(SERVICE_TYPE, name)
+        if not await info.async_request(self._zc.zeroconf, RESOLVE_TIMEOUT_MS):
+            log.info("could not resolve %s", name)
+            return
+        advert = WorkerAdvert.from_txt(
+            name, info.parsed_addresses(IPVersion.V4Only), info.port or 0, dict(info.properties)
+        )
+        self._workers[advert.name] = advert
+        log.info("worker %s at %s", advert.name, advert.address)
+        self._notify()
+
+    async def __aenter__(self) -> WorkerDirectory:
+        self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._browser = AsyncServiceBrowser(self._zc.zeroconf, [SERVICE_TYPE], handlers=[self._on_change])
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._zc is not None and self._tg is not None and self._browser is not None
+        await self._browser.async_cancel()
+        self._tg.cancel_scope.cancel()
+        await self._tg.__aexit__(None, None, None)
+        await self._zc.async_close()
+
+
+async def browse(interfaces: InterfaceChoice | list[str], timeout: float) -> list[WorkerAdvert]:
+    """The workers that answer within ``timeout`` seconds."""
+    async with WorkerDirectory(interfaces) as directory:
+        await anyio.sleep(timeout)
+        return directory.workers()

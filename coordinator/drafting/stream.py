@@ -1,0 +1,215 @@
+"""Remote drafting over the stream protocol: one message each way per round.
+
+The engine runs on the coordinator's compute thread and calls this source
+synchronously; each call crosses once to the event loop (an anyio blocking
+portal), where the gRPC stream lives. ``start`` sends Open and returns at
+once, so the worker prefills and drafts round 0 while the target prefills.
+Each ``propose`` sends one Round (the previous outcome and the next k) and
+reads until the Drafts of that round arrive; replies are matched by seq, so
+drafts that arrive early are simply kept.
+
+Every exchange is recorded as a ``CallRecord`` (client send/receive times,
+client encode/decode time, bytes each way, and the worker's own durations),
+and the source counts its messages so they can be checked against the
+worker's counters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import anyio
+import grpc
+from anyio.from_thread import BlockingPortal
+from google.protobuf.message import DecodeError
+
+from coordinator.drafting.base import Outcome
+from coordinator.rpc_errors import remote_error, timeout_error
+from coordinator.workers import WorkerConnection
+from specwire.drafter import DraftBlock
+from specwire.errors import InvalidArgumentError, RemoteWorkerError
+from specwire.protocol import (
+    DRAFT_METHOD,
+    PROTOCOL_VERSION,
+    dists_from_pb,
+    sampling_to_pb,
+    timing_from_pb,
+)
+from specwire.sampling import SamplingParams
+from specwire.timing import CallRecord
+from specwire.v1 import draft_pb2 as pb
+
+ROUND_TIMEOUT_S = 60.0
+SESSION_TIMEOUT_S = 6 * 3600.0
+CLOSE_TIMEOUT_S = 5.0
+
+
+class StreamDraftSource:
+    """A draft source backed by a worker's DraftWorker.Draft stream."""
+
+    def __init__(
+        self,
+        portal: BlockingPortal,
+        connection: WorkerConnection,
+        fingerprint: str,
+        round_timeout: float = ROUND_TIMEOUT_S,
+    ) -> None:
+        self.portal = portal
+        self.connection = connection
+        self.fingerprint = fingerprint
+        self.round_timeout = round_timeout
+        self.name = f"stream:{connection.name}"
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.sent = 0
+        self.received = 0
+        self.opened: pb.Opened | None = None
+        self.worker_counters = pb.SessionCounters()
+        self._seq = 0
+        self._open_k = 0
+        self._early: dict[int, tuple[pb.Drafts, int, int, int]] = {}
+        self._open_record: tuple[int, int, int] = (0, 0, 0)
+
+    # The engine's interface; called on the compute thread.
+
+    def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
+        """Open a session on the worker; it prefills and drafts k tokens right away."""
+        self.portal.call(self._open, list(prompt), params, k)
+
+    def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
+        """Send the previous outcome and k, and return the worker's drafts."""
+        return self.portal.call(self._propose, k, outcome)
+
+    def close(self) -> None:
+        """End the session; the worker frees its KV cache."""
+        if self._call is not None:
+            self.portal.call(self._close)
+
+    # The event-loop side.
+
+    async def _open(self, prompt: list[int], params: SamplingParams, k: int) -> None:
+        self._reset()
+        self._open_k = k
+        self._call = self.connection.channel.stream_stream(DRAFT_METHOD)(timeout=SESSION_TIMEOUT_S)
+        request = pb.DraftRequest(
+            open=pb.Open(
+                protocol_version=PROTOCOL_VERSION,
+                prompt_tokens=prompt,
+                sampling=sampling_to_pb(params),
+                k=k,
+                vocab_fingerprint=self.fingerprint,
+            )
+        )
+        self._open_record = await self._send(request, "opening a session")
+
+    async def _propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
+        if outcome is None:
+            if k > self._open_k:
+                raise InvalidArgumentError(
+                    f"first round asks for {k} drafts; the session opened with {self._open_k}"
+                )
+            seq, sent = 0, self._open_record
+        else:
+            self._seq += 1
+            seq = self._seq
+            round_msg = pb.Round(seq=seq, accepted=outcome.accepted, token=outcome.token, k=k)
+            sent = await self._send(pb.DraftRequest(round=round_msg), f"round {seq}")
+        drafts, raw_len, deserialize_ns, received_at = await self._receive_drafts(seq)
+        send_ns, serialize_ns, bytes_sent = sent
+        record = CallRecord(
+            kind="open" if seq == 0 else "round",
+            send_ns=send_ns,
+            receive_ns=received_at,
+            serialize_ns=serialize_ns,
+            deserialize_ns=deserialize_ns,
+            bytes_sent=bytes_sent,
+            bytes_received=raw_len,
+            server=timing_from_pb(drafts.timing),
+        )
+        dists = dists_from_pb(drafts)
+        tokens = list(drafts.tokens)[:k]
+        return DraftBlock(
+            tokens=tokens,
+            dists=dists[:k] if dists is not None else None,
+            forward_passes=len(drafts.tokens),
+            compute_ns=drafts.timing.compute_ns,
+            calls=[record],
+        )
+
+    async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int]:
+        """Encode and write one message; returns (send time, encode ns, bytes)."""
+        assert self._call is not None
+        t0 = time.perf_counter_ns()
+        data = request.SerializeToString()
+        t1 = time.perf_counter_ns()
+        try:
+            await self._call.write(data)
+        except grpc.RpcError as err:
+            raise remote_error(err, self.connection.name, action) from err
+        except grpc.aio.UsageError as err:
+            raise await self._ended(action) from err
+        self.sent += 1
+        return t1, t1 - t0, len(data)
+
+    async def _receive_drafts(self, seq: int) -> tuple[pb.Drafts, int, int, int]:
+        """Read until the Drafts of round ``seq`` are in hand (earlier arrivals are kept)."""
+        while seq not in self._early:
+            reply, raw_len, deserialize_ns, received_at = await self._read(f"waiting for round {seq}")
+            kind = reply.WhichOneof("kind")
+            if kind == "opened":
+                self.opened = reply.opened
+            elif kind == "drafts":
+                self._early[reply.drafts.seq] = (reply.drafts, raw_len, deserialize_ns, received_at)
+                self.worker_counters = reply.drafts.counters
+            else:
+                raise RemoteWorkerError(f"worker {self.connection.name} sent an empty reply", "INTERNAL")
+        return self._early.pop(seq)
+
+    async def _read(self, action: str) -> tuple[pb.DraftReply, int, int, int]:
+        assert self._call is not None
+        try:
+            with anyio.fail_after(self.round_timeout):
+                raw = await self._call.read()
+        except TimeoutError as err:
+            self._call.cancel()
+            raise timeout_error(self.connection.name, action, self.round_timeout) from err
+        except grpc.RpcError as err:
+            raise remote_error(err, self.connection.name, action) from err
+        if raw is grpc.aio.EOF:
+            raise await self._ended(action)
+        t0 = time.perf_counter_ns()
+        try:
+            reply = pb.DraftReply.FromString(raw)
+        except DecodeError as err:
+            raise RemoteWorkerError(
+                f"worker {self.connection.name} sent a malformed reply: {err}", "INTERNAL"
+            ) from err
+        t1 = time.perf_counter_ns()
+        self.received += 1
+        return reply, len(raw), t1 - t0, t1
+
+    async def _ended(self, action: str) -> RemoteWorkerError:
+        """The error for a stream the worker closed; its status says why."""
+        assert self._call is not None
+        code = await self._call.code()
+        details = await self._call.details()
+        return RemoteWorkerError(
+            f"worker {self.connection.name} ended the session while {action} ({code.name}): {details}",
+            code.name,
+        )
+
+    async def _close(self) -> None:
+        call, self._call = self._call, None
+        if call is None or call.done():
+            return
+        try:
+            await call.done_writing()
+            with anyio.move_on_after(CLOSE_TIMEOUT_S):
+                await call.code()
+                return
+        except grpc.RpcError:
+            return
+        call.cancel()

@@ -1,0 +1,140 @@
+"""Choosing a worker and connecting to it.
+
+A worker is named on the command line as ``HOST:PORT`` (no discovery) or by
+its Bonjour name, or chosen automatically: among discovered workers that
+speak this protocol version, offer the backend and share the target's
+vocabulary, the one with the highest advertised draft speed. Connecting
+calls Hello, so every connection starts with the worker's identity in hand.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import grpc
+import msgpack
+from zeroconf import InterfaceChoice
+
+from coordinator.discovery import WorkerDirectory
+from coordinator.rpc_errors import remote_error
+from specwire.bonjour import WorkerAdvert
+from specwire.errors import NoWorkerError
+from specwire.protocol import PROTOCOL_VERSION
+from specwire.v1 import draft_pb2 as pb
+from specwire.v1 import draft_pb2_grpc
+
+HELLO_TIMEOUT_S = 10.0
+SETTLE_S = 0.5
+_HOST_PORT = re.compile(r"^\[?[\w.:-]+\]?:\d+$")
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+@dataclass
+class WorkerConnection:
+    """An open channel to a worker, and what the worker said about itself."""
+
+    address: str
+    channel: grpc.aio.Channel
+    hello: pb.HelloReply
+
+    @property
+    def name(self) -> str:
+        """The worker's instance name."""
+        return self.hello.identity.name or self.address
+
+    def model_config(self) -> dict[str, Any]:
+        """The draft model's structure, as the worker's Hello sent it."""
+        return (
+            dict(msgpack.unpackb(self.hello.model.config_msgpack)) if self.hello.model.config_msgpack else {}
+        )
+
+    def identity(self) -> dict[str, Any]:
+        """Name, label, host, pid and boot id: the proof of which process drafted."""
+        ident = self.hello.identity
+        return {
+            "name": ident.name,
+            "label": ident.label,
+            "host": ident.host,
+            "pid": ident.pid,
+            "boot_id": ident.boot_id,
+            "address": self.address,
+        }
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self.channel.close()
+
+
+async def connect(address: str, timeout: float = HELLO_TIMEOUT_S) -> WorkerConnection:
+    """Open a channel to ``address`` and call Hello."""
+    channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    try:
+        hello = await draft_pb2_grpc.DraftWorkerStub(channel).Hello(pb.HelloRequest(), timeout=timeout)
+    except grpc.RpcError as err:
+        await channel.close()
+        raise remote_error(err, address, "saying hello") from err
+    return WorkerConnection(address, channel, hello)
+
+
+def incompatibility(advert: WorkerAdvert, fingerprint: str, backend: str) -> str | None:
+    """Why ``advert`` cannot draft for this target, or None when it can."""
+    if advert.protocol_version != PROTOCOL_VERSION:
+        return f"protocol version {advert.protocol_version}, need {PROTOCOL_VERSION}"
+    if backend not in advert.backends:
+        return f"does not offer the {backend} backend (offers {', '.join(advert.backends) or 'none'})"
+    if advert.fingerprint != fingerprint:
+        return f"vocabulary {advert.fingerprint} differs from the target's {fingerprint}"
+    if not advert.addresses:
+        return "advertises no IPv4 address"
+    return None
+
+
+def choose(
+    adverts: list[WorkerAdvert], fingerprint: str, backend: str, name: str | None = None
+) -> WorkerAdvert:
+    """The fastest compatible worker (or the one named), else ``NoWorkerError`` with every reason."""
+    pool = [a for a in adverts if name is None or a.name == name]
+    usable = [a for a in pool if incompatibility(a, fingerprint, backend) is None]
+    if usable:
+        return max(usable, key=lambda a: a.draft_tps)
+    if name is not None and not pool:
+        raise NoWorkerError(f"no worker named {name!r} answered on Bonjour")
+    reasons = "; ".join(f"{a.name}: {incompatibility(a, fingerprint, backend)}" for a in pool)
+    raise NoWorkerError(
+        "no compatible worker found" + (f" ({reasons})" if reasons else " (none answered on Bonjour)")
+    )
+
+
+def is_address(selector: str) -> bool:
+    """True for ``HOST:PORT`` selectors, which skip discovery."""
+    return bool(_HOST_PORT.match(selector))
+
+
+async def find_worker(
+    selector: str | None,
+    fingerprint: str,
+    backend: str,
+    interfaces: InterfaceChoice | list[str],
+    timeout: float,
+) -> str:
+    """The address to use: ``selector`` itself if it is HOST:PORT, else a discovered worker's."""
+    if selector and is_address(selector):
+        return selector
+
+    def found(workers: list[WorkerAdvert]) -> bool:
+        return any(
+            (selector is None or w.name == selector) and incompatibility(w, fingerprint, backend) is None
+            for w in workers
+        )
+
+    async with WorkerDirectory(interfaces) as directory:
+        if await directory.wait_until(found, timeout) and selector is None:
+            await anyio.sleep(SETTLE_S)  # let the other workers' answers arrive before choosing
+        return choose(directory.workers(), fingerprint, backend, selector).address

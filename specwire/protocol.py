@@ -1,0 +1,87 @@
+"""The stream protocol's constants and the conversions both ends share.
+
+The generated messages live in ``specwire.v1.draft_pb2`` (see proto/). The
+Draft stream is registered without serializers on both ends, so each side
+encodes and decodes its messages here, explicitly, and times it: those
+durations are part of the protocol cost the bench attributes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from specwire.drafter import DraftBlock
+from specwire.errors import InvalidArgumentError
+from specwire.sampling import SamplingParams, SparseDistribution
+from specwire.timing import ServerTiming
+from specwire.v1 import draft_pb2 as pb
+
+PROTOCOL_VERSION = 1
+SERVICE_NAME = "specwire.v1.DraftWorker"
+HELLO_METHOD = f"/{SERVICE_NAME}/Hello"
+DRAFT_METHOD = f"/{SERVICE_NAME}/Draft"
+MAX_K = 32
+
+
+def sampling_to_pb(params: SamplingParams) -> pb.SamplingParams:
+    """Sampling parameters as a protocol message."""
+    return pb.SamplingParams(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        draft_top_k=params.draft_top_k,
+        seed=params.seed,
+    )
+
+
+def sampling_from_pb(msg: pb.SamplingParams) -> SamplingParams:
+    """Sampling parameters from a message; out-of-range values raise ``InvalidArgumentError``."""
+    return SamplingParams(
+        temperature=msg.temperature,
+        top_p=msg.top_p,
+        top_k=msg.top_k,
+        draft_top_k=msg.draft_top_k,
+        seed=msg.seed,
+    )
+
+
+def drafts_to_pb(seq: int, block: DraftBlock) -> pb.Drafts:
+    """The tokens and sparse distributions of a block (timing and counters are added by the caller)."""
+    msg = pb.Drafts(seq=seq, tokens=block.tokens)
+    if block.dists:
+        msg.dist_sizes.extend(d.ids.size for d in block.dists)
+        msg.dist_ids.extend(np.concatenate([d.ids for d in block.dists]).tolist())
+        msg.dist_probs.extend(np.concatenate([d.probs for d in block.dists]).tolist())
+    return msg
+
+
+def dists_from_pb(msg: pb.Drafts) -> list[SparseDistribution] | None:
+    """The sparse distributions of a Drafts message, or None when it carries none (greedy)."""
+    if not msg.dist_sizes:
+        return None
+    sizes = list(msg.dist_sizes)
+    if (
+        len(sizes) != len(msg.tokens)
+        or sum(sizes) != len(msg.dist_ids)
+        or len(msg.dist_ids) != len(msg.dist_probs)
+    ):
+        raise InvalidArgumentError(
+            "malformed Drafts: distribution sizes do not match the ids and probabilities"
+        )
+    ids = np.asarray(msg.dist_ids, dtype=np.int64)
+    probs = np.asarray(msg.dist_probs, dtype=np.float64)
+    bounds = np.cumsum([0, *sizes])
+    return [SparseDistribution(ids[a:b], probs[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+def timing_from_pb(msg: pb.ServerTiming) -> ServerTiming:
+    """Worker durations from a message."""
+    return ServerTiming(
+        deserialize_ns=msg.deserialize_ns,
+        receive_to_start_ns=msg.receive_to_start_ns,
+        compute_ns=msg.compute_ns,
+        serialize_ns=msg.serialize_ns,
+        previous_send_ns=msg.previous_send_ns,
+    )

@@ -1,0 +1,181 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class HelloRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerIdentity(_message.Message):
+    __slots__ = ("name", "label", "host", "pid", "boot_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    label: str
+    host: str
+    pid: int
+    boot_id: str
+    def __init__(self, name: _Optional[str] = ..., label: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., boot_id: _Optional[str] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("spec", "fingerprint", "precision", "vocab_size", "context_length", "config_msgpack")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_MSGPACK_FIELD_NUMBER: _ClassVar[int]
+    spec: str
+    fingerprint: str
+    precision: str
+    vocab_size: int
+    context_length: int
+    config_msgpack: bytes
+    def __init__(self, spec: _Optional[str] = ..., fingerprint: _Optional[str] = ..., precision: _Optional[str] = ..., vocab_size: _Optional[int] = ..., context_length: _Optional[int] = ..., config_msgpack: _Optional[bytes] = ...) -> None: ...
+
+class WorkerCounters(_message.Message):
+    __slots__ = ("sessions_opened", "sessions_active", "forward_passes", "draft_tokens")
+    SESSIONS_OPENED_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    sessions_opened: int
+    sessions_active: int
+    forward_passes: int
+    draft_tokens: int
+    def __init__(self, sessions_opened: _Optional[int] = ..., sessions_active: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ...) -> None: ...
+
+class HelloReply(_message.Message):
+    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    MAX_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    identity: WorkerIdentity
+    model: ModelInfo
+    backends: _containers.RepeatedScalarFieldContainer[str]
+    draft_tokens_per_second: float
+    max_sessions: int
+    counters: WorkerCounters
+    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("temperature", "top_p", "top_k", "draft_top_k", "seed")
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    temperature: float
+    top_p: float
+    top_k: int
+    draft_top_k: int
+    seed: int
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., draft_top_k: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class DraftRequest(_message.Message):
+    __slots__ = ("open", "round")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    open: Open
+    round: Round
+    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ...) -> None: ...
+
+class Open(_message.Message):
+    __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    prompt_tokens: _containers.RepeatedScalarFieldContainer[int]
+    sampling: SamplingParams
+    k: int
+    vocab_fingerprint: str
+    def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ...) -> None: ...
+
+class Round(_message.Message):
+    __slots__ = ("seq", "accepted", "token", "k")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    accepted: int
+    token: int
+    k: int
+    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ...) -> None: ...
+
+class DraftReply(_message.Message):
+    __slots__ = ("opened", "drafts")
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    DRAFTS_FIELD_NUMBER: _ClassVar[int]
+    opened: Opened
+    drafts: Drafts
+    def __init__(self, opened: _Optional[_Union[Opened, _Mapping]] = ..., drafts: _Optional[_Union[Drafts, _Mapping]] = ...) -> None: ...
+
+class Opened(_message.Message):
+    __slots__ = ("identity", "prefill_ns")
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_NS_FIELD_NUMBER: _ClassVar[int]
+    identity: WorkerIdentity
+    prefill_ns: int
+    def __init__(self, identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., prefill_ns: _Optional[int] = ...) -> None: ...
+
+class ServerTiming(_message.Message):
+    __slots__ = ("deserialize_ns", "receive_to_start_ns", "compute_ns", "serialize_ns", "previous_send_ns")
+    DESERIALIZE_NS_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_TO_START_NS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
+    SERIALIZE_NS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_SEND_NS_FIELD_NUMBER: _ClassVar[int]
+    deserialize_ns: int
+    receive_to_start_ns: int
+    compute_ns: int
+    serialize_ns: int
+    previous_send_ns: int
+    def __init__(self, deserialize_ns: _Optional[int] = ..., receive_to_start_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., serialize_ns: _Optional[int] = ..., previous_send_ns: _Optional[int] = ...) -> None: ...
+
+class SessionCounters(_message.Message):
+    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens")
+    MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    messages_received: int
+    messages_sent: int
+    rounds: int
+    forward_passes: int
+    draft_tokens: int
+    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ...) -> None: ...
+
+class Drafts(_message.Message):
+    __slots__ = ("seq", "tokens", "dist_sizes", "dist_ids", "dist_probs", "timing", "counters")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DIST_SIZES_FIELD_NUMBER: _ClassVar[int]
+    DIST_IDS_FIELD_NUMBER: _ClassVar[int]
+    DIST_PROBS_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    dist_sizes: _containers.RepeatedScalarFieldContainer[int]
+    dist_ids: _containers.RepeatedScalarFieldContainer[int]
+    dist_probs: _containers.RepeatedScalarFieldContainer[float]
+    timing: ServerTiming
+    counters: SessionCounters
+    def __init__(self, seq: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., dist_sizes: _Optional[_Iterable[int]] = ..., dist_ids: _Optional[_Iterable[int]] = ..., dist_probs: _Optional[_Iterable[float]] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., counters: _Optional[_Union[SessionCounters, _Mapping]] = ...) -> None: ...

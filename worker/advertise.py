@@ -1,0 +1,89 @@
+"""Announcing a worker over Bonjour, and saying goodbye when it stops.
+
+Registration and unregistration are both awaited to completion (the second
+await waits for the packets to be sent), so a stopping worker really sends
+its goodbye and running browsers drop it at once. Records carry a 120 s TTL,
+so a worker that dies without a goodbye leaves browsers' caches within two
+minutes.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from types import TracebackType
+
+import ifaddr
+from zeroconf import InterfaceChoice, IPVersion
+from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
+
+from specwire.bonjour import SERVICE_TYPE, WorkerAdvert
+
+log = logging.getLogger(__name__)
+RECORD_TTL_S = 120
+
+
+def advertised_addresses(
+    advertise_host: str | None, interfaces: InterfaceChoice | list[str], bind_host: str
+) -> list[str]:
+    """The IPv4 addresses coordinators should connect to."""
+    if advertise_host:
+        return [socket.gethostbyname(advertise_host)]
+    if isinstance(interfaces, list):
+        return list(interfaces)
+    if bind_host not in ("", "0.0.0.0", "::"):
+        return [socket.gethostbyname(bind_host)]
+    found = [
+        ip.ip
+        for adapter in ifaddr.get_adapters()
+        for ip in adapter.ips
+        if isinstance(ip.ip, str) and not ip.ip.startswith("127.")
+    ]
+    return found or ["127.0.0.1"]
+
+
+class Advertiser:
+    """``async with Advertiser(advert, interfaces)``: registered inside, goodbye on exit."""
+
+    def __init__(self, advert: WorkerAdvert, interfaces: InterfaceChoice | list[str]) -> None:
+        self.advert = advert
+        self.interfaces = interfaces
+        self._zc: AsyncZeroconf | None = None
+        self._info: AsyncServiceInfo | None = None
+
+    @property
+    def name(self) -> str:
+        """The registered instance name (Bonjour may have renamed it on a conflict)."""
+        if self._info is None:
+            return self.advert.name
+        return self._info.name[: -len(SERVICE_TYPE) - 1]
+
+    async def __aenter__(self) -> Advertiser:
+        self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
+        host_label = socket.gethostname().split(".")[0] or "specwire"
+        self._info = AsyncServiceInfo(
+            SERVICE_TYPE,
+            f"{self.advert.name}.{SERVICE_TYPE}",
+            addresses=[socket.inet_aton(a) for a in self.advert.addresses],
+            port=self.advert.port,
+            properties=self.advert.txt(),
+            server=f"{host_label}.local.",
+            host_ttl=RECORD_TTL_S,
+            other_ttl=RECORD_TTL_S,
+        )
+        await (await self._zc.async_register_service(self._info, allow_name_change=True))
+        log.info("advertised %s on %s", self.name, self.advert.addresses)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._zc is not None and self._info is not None
+        try:
+            await (await self._zc.async_unregister_service(self._info))
+            log.info("sent Bonjour goodbye for %s", self.name)
+        finally:
+            await self._zc.async_close()

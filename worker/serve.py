@@ -1,0 +1,178 @@
+"""``worker serve``: load a draft model, serve it over gRPC, announce it over Bonjour.
+
+Start-up loads the model, measures the local draft speed over a short greedy
+warm-up (published in Hello and in the TXT record), starts a grpc.aio server
+with the DraftWorker service, the standard health service and reflection,
+prints one ready line on stdout, and registers on Bonjour. SIGINT or SIGTERM
+stops it cleanly: the Bonjour goodbye goes out first, open sessions end with
+UNAVAILABLE, then the server stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import socket
+import time
+from contextlib import AsyncExitStack
+
+import anyio
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from specwire.bonjour import WorkerAdvert, mdns_interfaces
+from specwire.compute import ComputeThread
+from specwire.drafter import Drafter
+from specwire.errors import InvalidArgumentError
+from specwire.models import DEFAULT_MODEL, LoadedModel, load_model
+from specwire.protocol import PROTOCOL_VERSION, SERVICE_NAME
+from specwire.sampling import SamplingParams
+from worker.advertise import Advertiser, advertised_addresses
+from worker.stream_service import DraftService, WorkerInfo
+
+NAME = "serve"
+HELP = "Serve a draft model over gRPC and announce it over Bonjour."
+BACKENDS = ("stream",)
+WARMUP_TEXT = "The quick brown fox jumps over the lazy dog."
+SHUTDOWN_GRACE_S = 2.0
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``worker serve``."""
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help="draft model spec: default, FILE.gguf, DIR or HF id"
+    )
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="port to listen on (0 = any free port, printed at start)",
+    )
+    p.add_argument("--name", help="Bonjour instance name (default: HOSTNAME-PORT)")
+    p.add_argument("--label", default="", help='free text shown to coordinators, such as "M1 Max"')
+    p.add_argument(
+        "--interface",
+        help="mDNS interfaces: 'all' or comma-separated IPv4 addresses (env SPECWIRE_MDNS_INTERFACES)",
+    )
+    p.add_argument("--no-advertise", action="store_true", help="do not announce over Bonjour")
+    p.add_argument(
+        "--advertise-host", help="address to advertise instead of the listening one (e.g. a relay)"
+    )
+    p.add_argument("--advertise-port", type=int, help="port to advertise instead of the listening one")
+    p.add_argument("--max-sessions", type=int, default=8, help="most concurrent sessions")
+    p.add_argument("--backends", default=",".join(BACKENDS), help="drafting backends to offer")
+    p.add_argument(
+        "--warmup-tokens",
+        type=int,
+        default=8,
+        help="tokens drafted to measure the local draft speed",
+    )
+    p.add_argument("--json", action="store_true", help="print the ready line as JSON")
+
+
+def measure_draft_speed(model: LoadedModel, tokens: int) -> float:
+    """Greedy draft tokens per second at batch 1, after a short warm-up."""
+    prompt = list(model.tokenizer.encode(WARMUP_TEXT)) if model.tokenizer is not None else [0, 1, 2, 3]
+    drafter = Drafter(model.model, SamplingParams())
+    drafter.start(prompt)
+    drafter.draft(2)
+    drafter.apply(2, prompt[0])
+    t0 = time.perf_counter()
+    drafter.draft(tokens)
+    return tokens / (time.perf_counter() - t0)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``worker serve`` until SIGINT or SIGTERM."""
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    unknown = set(backends) - set(BACKENDS)
+    if unknown or not backends:
+        raise InvalidArgumentError(f"--backends: unknown {sorted(unknown)}; available: {', '.join(BACKENDS)}")
+    if args.max_sessions < 1:
+        raise InvalidArgumentError("--max-sessions must be at least 1")
+    interfaces = mdns_interfaces(args.interface)
+    anyio.run(_serve, args, backends, interfaces)
+    return 0
+
+
+async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces: object) -> None:
+    compute = ComputeThread()
+    try:
+        model = await compute.run(load_model, args.model)
+        tps = await compute.run(measure_draft_speed, model, args.warmup_tokens)
+        server = grpc.aio.server()
+        port = server.add_insecure_port(f"{args.host}:{args.port}")
+        if port == 0:
+            raise InvalidArgumentError(f"cannot listen on {args.host}:{args.port}")
+        name = args.name or f"{socket.gethostname().split('.')[0]}-{port}"
+        info = WorkerInfo(name, args.label, backends, tps, args.max_sessions)
+        service = DraftService(model, info, compute)
+        server.add_generic_rpc_handlers([service.handler()])
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+        )
+        await server.start()
+        for svc in ("", SERVICE_NAME):
+            await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
+        async with AsyncExitStack() as stack:
+            advert = WorkerAdvert(
+                name=name,
+                addresses=tuple(advertised_addresses(args.advertise_host, interfaces, args.host)),  # type: ignore[arg-type]
+                port=args.advertise_port or port,
+                protocol_version=PROTOCOL_VERSION,
+                backends=backends,
+                model=model.spec,
+                fingerprint=model.fingerprint,
+                label=args.label,
+                draft_tps=tps,
+                host=info.host,
+                pid=info.pid,
+            )
+            if not args.no_advertise:
+                advertiser = await stack.enter_async_context(Advertiser(advert, interfaces))  # type: ignore[arg-type]
+                advert = WorkerAdvert(**{**advert.__dict__, "name": advertiser.name})
+            _print_ready(args, advert, port, model)
+            await _wait_for_signal()
+            log.info("stopping: Bonjour goodbye, then sessions, then the server")
+            await health_servicer.enter_graceful_shutdown()
+        await service.shutdown()
+        await server.stop(SHUTDOWN_GRACE_S)
+    finally:
+        compute.close()
+
+
+async def _wait_for_signal() -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received signal %s", signal.Signals(signum).name)
+            return
+
+
+def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, model: LoadedModel) -> None:
+    ready = {
+        "event": "ready",
+        "name": advert.name,
+        "host": args.host,
+        "port": port,
+        "advertised": advert.address if not args.no_advertise else None,
+        "model": model.spec,
+        "fingerprint": model.fingerprint,
+        "draft_tok_s": round(advert.draft_tps, 2),
+        "pid": advert.pid,
+    }
+    if args.json:
+        print(json.dumps(ready), flush=True)
+    else:
+        print(
+            f"worker {advert.name} listening on {args.host}:{port} "
+            f"(model {model.spec}, vocabulary {model.fingerprint}, {advert.draft_tps:.1f} draft tok/s)",
+            flush=True,
+        )
