@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 from coordinator import discover, generate
-from specwire.command_line import command_main
+from specwire.command_line import command_main, exit_process
 
 COMMANDS = (generate, discover)
 
@@ -21,5 +20,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
 
+def run() -> None:
+    """Console-script entry point: run, then leave (see ``exit_process``)."""
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from anyio.from_thread import BlockingPortal
 
-from specwire.compute import ComputeThread
+from specwire.compute import ComputeThread, compute_thread
 
 
 @dataclass
@@ -26,10 +26,6 @@ class Runtime:
 
 @asynccontextmanager
 async def coordinator_runtime() -> AsyncIterator[Runtime]:
-    """Start the compute thread and the portal; stop both on exit."""
-    compute = ComputeThread()
-    try:
-        async with BlockingPortal() as portal:
-            yield Runtime(compute, portal)
-    finally:
-        compute.close()
+    """The process's compute thread, and a portal into this event loop for its duration."""
+    async with BlockingPortal() as portal:
+        yield Runtime(compute_thread(), portal)

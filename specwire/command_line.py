@@ -8,7 +8,9 @@ input, missing model, incompatible peer) prints one ``error:`` line and exits
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -55,12 +57,26 @@ def run_command(
     configure_logging(args.log_level)
     try:
         return handlers[args.command](args)
-    except SpecwireError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as err:
+        domain = domain_error(err)
+        if domain is None:
+            raise
+        print(f"error: {domain}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def domain_error(err: BaseException) -> SpecwireError | None:
+    """The ``SpecwireError`` behind ``err``, looking inside task-group exception groups."""
+    if isinstance(err, SpecwireError):
+        return err
+    for inner in getattr(err, "exceptions", ()):
+        found = domain_error(inner)
+        if found is not None:
+            return found
+    return None
 
 
 def build_command_parser(
@@ -84,3 +100,18 @@ def command_main(
     """Parse and run one of ``commands`` (modules with NAME, HELP, add_arguments and run)."""
     parser = build_command_parser(prog, description, commands)
     return run_command(parser, argv, {m.NAME: m.run for m in commands})
+
+
+def exit_process(code: int) -> None:
+    """Flush output and end the process with ``code``, skipping interpreter finalization.
+
+    MLX keeps thread-local compile caches on the compute thread whose
+    destructors need the GIL; if finalization catches that thread between
+    jobs, the process aborts. Command lines are done when they return, so
+    they leave through ``os._exit`` once everything is flushed.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)

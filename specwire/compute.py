@@ -2,43 +2,76 @@
 
 Both roles run asyncio (grpc.aio, AsyncZeroconf) on the main thread and keep
 model compute off it, so a forward pass never stalls network I/O. MLX work
-goes to one dedicated thread per process: MLX streams are per thread on some
-backends, and one thread also serialises sessions on the single GPU (or CPU)
-the way the hardware would anyway.
+goes to one thread per process: MLX streams are per thread on some backends,
+and one thread also serialises sessions on the single GPU (or CPU) the way
+the hardware would anyway.
+
+The thread is a daemon that lives as long as the process. It must never run
+its thread-exit destructors while the interpreter shuts down: MLX keeps
+thread-local compile caches whose destructors take the GIL, and running them
+during finalization aborts the process ("terminate called without an active
+exception"). So the thread is never stopped, and the command lines leave
+through ``specwire.command_line.exit_process``, which skips finalization.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from concurrent.futures import Future
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
+_Job = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], "Future[Any]"]
+
 
 class ComputeThread:
-    """A single worker thread; ``await compute.run(fn, *args)`` runs ``fn`` there."""
+    """One daemon thread running submitted functions in order."""
 
     def __init__(self, name: str = "mlx-compute") -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, args, kwargs, future = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as err:  # handed to the awaiting caller, not swallowed
+                future.set_exception(err)
+            else:
+                future.set_result(result)
+
+    def submit(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        """Queue ``fn(*args, **kwargs)``; returns its future."""
+        future: Future[T] = Future()
+        self._jobs.put((fn, args, kwargs, future))
+        return future
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn(*args, **kwargs)`` on the compute thread and await its result.
+        """Run ``fn`` on the compute thread and await its result.
 
-        Cancelling the awaiting task does not interrupt ``fn``; it finishes on
-        the thread and its result is dropped.
+        Cancelling the awaiting task does not interrupt ``fn`` once it runs;
+        it finishes on the thread and its result is dropped.
         """
-        future = self._executor.submit(fn, *args, **kwargs)
-        return await asyncio.wrap_future(future)
+        return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
 
-    def close(self) -> None:
-        """Let queued work finish, then stop the thread."""
-        self._executor.shutdown(wait=True)
 
-    def __enter__(self) -> ComputeThread:
-        return self
+_shared: ComputeThread | None = None
+_shared_lock = threading.Lock()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+
+def compute_thread() -> ComputeThread:
+    """The process's compute thread, started on first use."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = ComputeThread()
+        return _shared

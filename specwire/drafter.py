@@ -103,7 +103,7 @@ class Drafter:
         t0 = time.perf_counter_ns()
         if k == 0:
             self.last_drafts = []
-            return DraftBlock([], None if self.params.greedy else [], 0, 0)
+            return DraftBlock([], None, 0, 0)
         feed = self.context[self.n_cached :]
         if self.params.greedy:
             tokens, dists = self._draft_greedy(feed, k), None

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
-from specwire.command_line import command_main
+from specwire.command_line import command_main, exit_process
 from worker import inspect_model, serve
 
 COMMANDS = (serve, inspect_model)
@@ -16,5 +15,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return command_main("worker", "Serve a draft model to coordinators on the LAN.", COMMANDS, argv)
 
 
+def run() -> None:
+    """Console-script entry point: run, then leave (see ``exit_process``)."""
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

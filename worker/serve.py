@@ -24,7 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from specwire.bonjour import WorkerAdvert, mdns_interfaces
-from specwire.compute import ComputeThread
+from specwire.compute import compute_thread
 from specwire.drafter import Drafter
 from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL, LoadedModel, load_model
@@ -102,58 +102,49 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces: object) -> None:
-    compute = ComputeThread()
-    try:
-        model = await compute.run(load_model, args.model)
-        tps = await compute.run(measure_draft_speed, model, args.warmup_tokens)
-        server = grpc.aio.server()
-        port = server.add_insecure_port(f"{args.host}:{args.port}")
-        if port == 0:
-            raise InvalidArgumentError(f"cannot listen on {args.host}:{args.port}")
-        name = args.name or f"{socket.gethostname().split('.')[0]}-{port}"
-        info = WorkerInfo(name, args.label, backends, tps, args.max_sessions)
-        service = DraftService(model, info, compute)
-        server.add_generic_rpc_handlers([service.handler()])
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    compute = compute_thread()
+    model = await compute.run(load_model, args.model)
+    tps = await compute.run(measure_draft_speed, model, args.warmup_tokens)
+    server = grpc.aio.server()
+    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    if port == 0:
+        raise InvalidArgumentError(f"cannot listen on {args.host}:{args.port}")
+    name = args.name or f"{socket.gethostname().split('.')[0]}-{port}"
+    info = WorkerInfo(name, args.label, backends, tps, args.max_sessions)
+    service = DraftService(model, info, compute)
+    server.add_generic_rpc_handlers([service.handler()])
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    await server.start()
+    for svc in ("", SERVICE_NAME):
+        await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
+    async with AsyncExitStack() as stack:
+        advert = WorkerAdvert(
+            name=name,
+            addresses=tuple(advertised_addresses(args.advertise_host, interfaces, args.host)),  # type: ignore[arg-type]
+            port=args.advertise_port or port,
+            protocol_version=PROTOCOL_VERSION,
+            backends=backends,
+            model=model.spec,
+            fingerprint=model.fingerprint,
+            label=args.label,
+            draft_tps=tps,
+            host=info.host,
+            pid=info.pid,
         )
-        await server.start()
-        for svc in ("", SERVICE_NAME):
-            await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
-        async with AsyncExitStack() as stack:
-            advert = WorkerAdvert(
-                name=name,
-                addresses=tuple(advertised_addresses(args.advertise_host, interfaces, args.host)),  # type: ignore[arg-type]
-                port=args.advertise_port or port,
-                protocol_version=PROTOCOL_VERSION,
-                backends=backends,
-                model=model.spec,
-                fingerprint=model.fingerprint,
-                label=args.label,
-                draft_tps=tps,
-                host=info.host,
-                pid=info.pid,
-            )
-            if not args.no_advertise:
-                advertiser = await stack.enter_async_context(Advertiser(advert, interfaces))  # type: ignore[arg-type]
-                advert = WorkerAdvert(**{**advert.__dict__, "name": advertiser.name})
+        if not args.no_advertise:
+            advertiser = await stack.enter_async_context(Advertiser(advert, interfaces))  # type: ignore[arg-type]
+            advert = WorkerAdvert(**{**advert.__dict__, "name": advertiser.name})
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             _print_ready(args, advert, port, model)
-            await _wait_for_signal()
-            log.info("stopping: Bonjour goodbye, then sessions, then the server")
-            await health_servicer.enter_graceful_shutdown()
-        await service.shutdown()
-        await server.stop(SHUTDOWN_GRACE_S)
-    finally:
-        compute.close()
-
-
-async def _wait_for_signal() -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("received signal %s", signal.Signals(signum).name)
-            return
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                break
+        log.info("stopping: Bonjour goodbye, then sessions, then the server")
+        await health_servicer.enter_graceful_shutdown()
+    await service.shutdown()
+    await server.stop(SHUTDOWN_GRACE_S)
 
 
 def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, model: LoadedModel) -> None:

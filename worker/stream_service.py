@@ -22,7 +22,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import cast
 
 import anyio
 import grpc
@@ -30,6 +29,7 @@ import msgpack
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from google.protobuf.message import DecodeError
 
+from specwire.compute import ComputeThread
 from specwire.drafter import DraftBlock
 from specwire.errors import CapacityError, InvalidArgumentError, SpecwireError
 from specwire.models import LoadedModel
@@ -41,7 +41,6 @@ from worker.status import status_for
 log = logging.getLogger(__name__)
 
 INBOX_SIZE = 16
-_SHUTDOWN = object()
 
 
 @dataclass(frozen=True)
@@ -67,13 +66,13 @@ class WorkerInfo:
 class DraftService:
     """Serves one draft model to many concurrent sessions."""
 
-    def __init__(self, model: LoadedModel, info: WorkerInfo, compute: object) -> None:
+    def __init__(self, model: LoadedModel, info: WorkerInfo, compute: ComputeThread) -> None:
         self.model = model
         self.info = info
         self.compute = compute
         self.totals = WorkerCounters()
         self.shutting_down = anyio.Event()
-        self._inboxes: set[MemoryObjectSendStream[object]] = set()
+        self._sessions: set[anyio.CancelScope] = set()
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The gRPC handler of the DraftWorker service."""
@@ -118,8 +117,8 @@ class DraftService:
     async def shutdown(self) -> None:
         """End every open session with UNAVAILABLE; new sessions are refused."""
         self.shutting_down.set()
-        for inbox in list(self._inboxes):
-            inbox.send_nowait(_SHUTDOWN)
+        for scope in list(self._sessions):
+            scope.cancel()
 
     async def draft(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
         """One session: read messages, draft, reply, until the stream ends."""
@@ -144,30 +143,43 @@ class DraftService:
             context.set_details(str(err))
 
     async def _run_session(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
-        send, receive = anyio.create_memory_object_stream[object](INBOX_SIZE)
-        self._inboxes.add(send)
-        try:
+        send, receive = anyio.create_memory_object_stream[tuple[int, bytes]](INBOX_SIZE)
+        error: BaseException | None = None
+        with receive:
             async with anyio.create_task_group() as tg:
+                self._sessions.add(tg.cancel_scope)
                 tg.start_soon(_read_requests, requests, send)
                 try:
                     await _SessionLoop(self, context).run(receive)
+                except (SpecwireError, _Unavailable) as err:
+                    error = err  # re-raised below, outside the task group, unwrapped
                 finally:
+                    self._sessions.discard(tg.cancel_scope)
                     tg.cancel_scope.cancel()
-        finally:
-            self._inboxes.discard(send)
-            send.close()
-            receive.close()
+        if self.shutting_down.is_set() and error is None:
+            error = _Unavailable(f"worker {self.info.name} is shutting down; the session was ended")
+        if error is not None:
+            raise error
 
 
 class _Unavailable(Exception):
     """The worker is going away; the session ends with UNAVAILABLE."""
 
 
-async def _read_requests(requests: AsyncIterator[bytes], inbox: MemoryObjectSendStream[object]) -> None:
-    """Move raw messages into the inbox as they arrive, stamped with their arrival time."""
-    async with inbox.clone() as out:
-        async for raw in requests:
-            await out.send((time.perf_counter_ns(), raw))
+async def _read_requests(
+    requests: AsyncIterator[bytes], inbox: MemoryObjectSendStream[tuple[int, bytes]]
+) -> None:
+    """Move raw messages into the inbox as they arrive, stamped with their arrival time.
+
+    The inbox closes when the coordinator half-closes the stream; a broken
+    stream ends the session the same way (gRPC reports it to the client).
+    """
+    async with inbox:
+        try:
+            async for raw in requests:
+                await inbox.send((time.perf_counter_ns(), raw))
+        except (grpc.RpcError, anyio.BrokenResourceError, anyio.ClosedResourceError) as err:
+            log.info("session stream ended: %s", err)
 
 
 class _SessionLoop:
@@ -181,11 +193,8 @@ class _SessionLoop:
         self.sent = 0
         self.last_send_ns = 0
 
-    async def run(self, inbox: MemoryObjectReceiveStream[object]) -> None:
-        async for item in inbox:
-            if item is _SHUTDOWN:
-                raise _Unavailable(f"worker {self.service.info.name} is shutting down; the session was ended")
-            arrived, raw = cast(tuple[int, bytes], item)
+    async def run(self, inbox: MemoryObjectReceiveStream[tuple[int, bytes]]) -> None:
+        async for arrived, raw in inbox:
             self.received += 1
             t0 = time.perf_counter_ns()
             request = _parse(raw)
@@ -202,12 +211,12 @@ class _SessionLoop:
         session = DraftSession(service.model, request.open, service.totals)
         self.session = session
         service.totals.sessions_opened += 1
-        prefill_ns = await service.compute.run(session.prefill)  # type: ignore[attr-defined]
+        prefill_ns = await service.compute.run(session.prefill)
         await self._write(
             pb.DraftReply(opened=pb.Opened(identity=service.info.identity(), prefill_ns=prefill_ns))
         )
         start = time.perf_counter_ns()
-        block = await service.compute.run(session.first_drafts)  # type: ignore[attr-defined]
+        block = await service.compute.run(session.first_drafts)
         await self._reply(block, 0, arrived, start, deserialize_ns)
 
     async def _round(self, request: pb.DraftRequest, arrived: int, deserialize_ns: int) -> None:
@@ -215,7 +224,7 @@ class _SessionLoop:
             raise InvalidArgumentError("after Open, every message of a session must be a Round")
         assert self.session is not None
         start = time.perf_counter_ns()
-        block = await self.service.compute.run(self.session.round, request.round)  # type: ignore[attr-defined]
+        block = await self.service.compute.run(self.session.round, request.round)
         await self._reply(block, request.round.seq, arrived, start, deserialize_ns)
 
     async def _reply(

@@ -16,6 +16,7 @@ worker's counters.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 
@@ -142,14 +143,15 @@ class StreamDraftSource:
     async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int]:
         """Encode and write one message; returns (send time, encode ns, bytes)."""
         assert self._call is not None
+        if self._call.done():  # the worker already ended the session; say why
+            raise await self._ended(action)
         t0 = time.perf_counter_ns()
         data = request.SerializeToString()
         t1 = time.perf_counter_ns()
         try:
             await self._call.write(data)
-        except grpc.RpcError as err:
-            raise remote_error(err, self.connection.name, action) from err
-        except grpc.aio.UsageError as err:
+        except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as err:
+            # A write fails when the stream is over; the status the worker sent says why.
             raise await self._ended(action) from err
         self.sent += 1
         return t1, t1 - t0, len(data)
@@ -192,10 +194,17 @@ class StreamDraftSource:
         return reply, len(raw), t1 - t0, t1
 
     async def _ended(self, action: str) -> RemoteWorkerError:
-        """The error for a stream the worker closed; its status says why."""
+        """The error for a stream that is over: the status the worker sent, read off the stream."""
         assert self._call is not None
-        code = await self._call.code()
-        details = await self._call.details()
+        try:
+            with anyio.fail_after(CLOSE_TIMEOUT_S):
+                while await self._call.read() is not grpc.aio.EOF:
+                    pass
+                code, details = await self._call.code(), await self._call.details()
+        except grpc.RpcError as err:
+            return remote_error(err, self.connection.name, action)
+        except TimeoutError:
+            return timeout_error(self.connection.name, action, CLOSE_TIMEOUT_S)
         return RemoteWorkerError(
             f"worker {self.connection.name} ended the session while {action} ({code.name}): {details}",
             code.name,

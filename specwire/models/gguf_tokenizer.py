@@ -100,8 +100,8 @@ def build_tokenizer(metadata: dict[str, Any], source: str) -> TokenizerWrapper:
         )
     tokens: list[str] = list(metadata["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
-    token_types = metadata.get("tokenizer.ggml.token_type")
-    types = list(token_types.tolist() if hasattr(token_types, "tolist") else token_types or [1] * len(tokens))
+    token_types: Any = metadata.get("tokenizer.ggml.token_type", [1] * len(tokens))
+    types = list(token_types.tolist() if hasattr(token_types, "tolist") else token_types)
 
     bpe = models.BPE(
         vocab={tok: i for i, tok in enumerate(tokens)},

@@ -18,18 +18,8 @@ from coordinator.drafting.local import LocalDraftSource
 from coordinator.engine import SpeculativeDecoder
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
+from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 
-MAX_TOKENS = 12
-# Completion-style prompts: short (prefill is slow on the CPU backend) and
-# each continues for all MAX_TOKENS tokens rather than stopping at EOS.
-PROMPTS = [
-    "def factorial(n):\n    ",
-    "import numpy as np\n\ndef mean(xs):\n",
-    "Question: What is 17 multiplied by 23?\nAnswer:",
-    "To solve 3x + 7 = 22, we",
-    "Once upon a time, a lighthouse keeper",
-    "The sky is blue because",
-]
 TIE_TOLERANCE = 1e-4
 PAIRS = {
     "f32-target/q4-draft": ("default_f32", "default_q4"),
@@ -66,21 +56,6 @@ def assert_lossless(target: LoadedModel, prompt: list[int], ar: list[int], sd: l
 def pair(request: pytest.FixtureRequest) -> tuple[str, LoadedModel, LoadedModel]:
     target_name, draft_name = PAIRS[request.param]
     return request.param, request.getfixturevalue(target_name), request.getfixturevalue(draft_name)
-
-
-_AR_CACHE: dict[tuple[str, str], list[int]] = {}
-
-
-def ar_tokens(target: LoadedModel, prompt: list[int]) -> list[int]:
-    """The target's own greedy output, computed once per (target, prompt)."""
-    key = (target.spec, str(prompt))
-    if key not in _AR_CACHE:
-        result = SpeculativeDecoder(target).generate(
-            prompt, max_tokens=MAX_TOKENS, k=0, params=SamplingParams()
-        )
-        assert result.drafted == 0 and len(result.tokens) == MAX_TOKENS
-        _AR_CACHE[key] = result.tokens
-    return _AR_CACHE[key]
 
 
 @pytest.mark.slow

@@ -1,0 +1,98 @@
+"""Bonjour discovery on 127.0.0.1 with real workers."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import grpc
+import pytest
+
+from coordinator.discovery import WorkerDirectory
+from coordinator.drafting.base import Outcome
+from coordinator.drafting.stream import StreamDraftSource
+from coordinator.runtime import coordinator_runtime
+from coordinator.workers import connect
+from specwire.errors import RemoteWorkerError
+from specwire.models import LoadedModel
+from specwire.protocol import DRAFT_METHOD
+from specwire.sampling import SamplingParams
+from specwire.v1 import draft_pb2 as pb
+from tests.support.cli import run_cli
+from tests.support.messages import open_request
+from tests.support.workers import WorkerProcess, running_worker
+
+pytestmark = pytest.mark.anyio
+LOOPBACK = ["127.0.0.1"]
+
+
+async def test_discover_lists_worker_with_txt_matching_what_it_serves(worker: WorkerProcess) -> None:
+    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    listed = {w["name"]: w for w in json.loads(out.stdout)["workers"]}
+    assert worker.name in listed
+    row = listed[worker.name]
+    connection = await connect(row["address"])
+    try:
+        hello = connection.hello
+    finally:
+        await connection.close()
+    assert row["address"] == worker.address
+    assert row["fingerprint"] == hello.model.fingerprint and row["fingerprint_match"] is True
+    assert row["model"] == hello.model.spec
+    assert row["label"] == hello.identity.label == "M1 Max (test)"
+    assert row["backends"] == list(hello.backends)
+    assert row["pid"] == hello.identity.pid == worker.pid
+    assert row["draft_tok_s"] == pytest.approx(hello.draft_tokens_per_second, abs=0.01)
+    assert row["protocol_version"] == hello.protocol_version == 1
+
+
+async def test_discover_table_output(worker: WorkerProcess) -> None:
+    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "2")
+    assert out.returncode == 0
+    header, *rows = out.stdout.splitlines()
+    assert header.split()[:3] == ["NAME", "ADDRESS", "LABEL"]
+    mine = [r for r in rows if r.startswith(worker.name + " ")]
+    assert len(mine) == 1 and worker.address in mine[0] and " yes " in mine[0]
+
+
+async def test_sigterm_ends_sessions_and_leaves_running_browser(default_q4: LoadedModel) -> None:
+    with running_worker("--name", "short-lived") as w:
+        async with WorkerDirectory(LOOPBACK) as directory:
+            assert await directory.wait_until(lambda ws: any(x.name == "short-lived" for x in ws), 15)
+            async with grpc.aio.insecure_channel(w.address) as channel:
+                call = channel.stream_stream(DRAFT_METHOD)(timeout=60)
+                await call.write(
+                    open_request(default_q4.fingerprint, default_q4.tokenizer.encode("Hello there"))
+                )
+                kinds = [pb.DraftReply.FromString(await call.read()).WhichOneof("kind") for _ in range(2)]
+                assert kinds == ["opened", "drafts"]
+                w.process.send_signal(signal.SIGTERM)  # while the session waits for its next round
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call.read()
+                assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert "shutting down" in (err.value.details() or "")
+            assert w.process.wait(30) == 0
+            assert await directory.wait_until(lambda ws: all(x.name != "short-lived" for x in ws), 15)
+
+
+async def test_drafting_from_a_stopped_worker_names_it(default_q4: LoadedModel) -> None:
+    with running_worker("--name", "goes-away") as w:
+        async with coordinator_runtime() as runtime:
+            connection = await connect(w.address)
+            source = StreamDraftSource(runtime.portal, connection, default_q4.fingerprint)
+            await runtime.compute.run(
+                source.start, default_q4.tokenizer.encode("Hello there"), SamplingParams(), 2
+            )
+            first = await runtime.compute.run(source.propose, 2, None)
+            assert w.stop(signal.SIGTERM) == 0
+            with pytest.raises(RemoteWorkerError, match="worker goes-away"):
+                await runtime.compute.run(source.propose, 2, Outcome(accepted=2, token=first.tokens[0]))
+            await connection.close()
+
+
+async def test_unreachable_worker_is_a_clear_error() -> None:
+    with pytest.raises(RemoteWorkerError) as err:
+        await connect("127.0.0.1:1", timeout=3)
+    assert err.value.code == grpc.StatusCode.UNAVAILABLE.name
+    assert "unreachable" in str(err.value)

@@ -1,0 +1,101 @@
+"""``coordinator generate --draft remote`` against real workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+from tests.support.cli import one_error_line, run_cli
+from tests.support.prompts import PROMPTS
+from tests.support.remote import generate_remote
+from tests.support.workers import WorkerProcess
+
+MAX_TOKENS = 8
+
+
+def test_remote_picks_discovered_worker_and_is_lossless(
+    worker: WorkerProcess, default_q4: LoadedModel
+) -> None:
+    args = ["--prompt", PROMPTS[5], "--target", "default", "--max-tokens", str(MAX_TOKENS), "--json"]
+    remote = run_cli("coordinator", "generate", "--draft", "remote", "--interface", "127.0.0.1", *args)
+    assert remote.returncode == 0, remote.stderr
+    ar = run_cli("coordinator", "generate", "--draft", "none", *args)
+    assert json.loads(remote.stdout)["token_ids"] == json.loads(ar.stdout)["token_ids"]
+    assert json.loads(remote.stdout)["stats"]["acceptance_rate"] is not None
+
+
+def test_named_worker_that_does_not_exist() -> None:
+    out = run_cli(
+        "coordinator",
+        "generate",
+        "--prompt",
+        "hi",
+        "--target",
+        "default",
+        "--draft",
+        "remote",
+        "--worker",
+        "no-such-worker",
+        "--interface",
+        "127.0.0.1",
+        "--discover-timeout",
+        "1",
+    )
+    assert out.returncode == 1
+    assert "no worker named 'no-such-worker'" in one_error_line(out.stderr)
+
+
+def test_dead_address_is_a_clear_error() -> None:
+    out = run_cli(
+        "coordinator",
+        "generate",
+        "--prompt",
+        "hi",
+        "--target",
+        "default",
+        "--draft",
+        "remote",
+        "--worker",
+        "127.0.0.1:1",
+    )
+    assert out.returncode == 1
+    assert "unreachable" in one_error_line(out.stderr)
+
+
+@pytest.mark.anyio
+async def test_four_concurrent_sessions_match_their_solo_runs(
+    worker: WorkerProcess, default_q4: LoadedModel
+) -> None:
+    prompts = PROMPTS[:4]
+    solo = await generate_remote(
+        worker.address,
+        default_q4,
+        [default_q4.tokenizer.encode(p) for p in prompts],
+        3,
+        MAX_TOKENS,
+        SamplingParams(),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "coordinator.cli",
+        "generate",
+        "--draft",
+        "remote",
+        "--worker",
+        worker.address,
+    ]
+    command += ["--target", "default", "--k", "3", "--max-tokens", str(MAX_TOKENS), "--json", "--prompt"]
+    processes = [
+        subprocess.Popen([*command, p], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for p in prompts
+    ]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for process, (stdout, stderr), alone in zip(processes, outputs, solo, strict=True):
+        assert process.returncode == 0, stderr
+        assert json.loads(stdout)["token_ids"] == alone.result.tokens

@@ -1,0 +1,25 @@
+"""Raw protocol messages for tests that speak to a worker below the draft-source layer."""
+
+from __future__ import annotations
+
+from specwire.protocol import PROTOCOL_VERSION, sampling_to_pb
+from specwire.sampling import SamplingParams
+from specwire.v1 import draft_pb2 as pb
+
+
+def open_request(fingerprint: str, prompt: list[int] | None = None, k: int = 2) -> bytes:
+    """An encoded Open message (greedy sampling)."""
+    return pb.DraftRequest(
+        open=pb.Open(
+            protocol_version=PROTOCOL_VERSION,
+            prompt_tokens=prompt or [1, 2, 3],
+            sampling=sampling_to_pb(SamplingParams()),
+            k=k,
+            vocab_fingerprint=fingerprint,
+        )
+    ).SerializeToString()
+
+
+def round_request(seq: int, accepted: int, token: int, k: int) -> bytes:
+    """An encoded Round message."""
+    return pb.DraftRequest(round=pb.Round(seq=seq, accepted=accepted, token=token, k=k)).SerializeToString()

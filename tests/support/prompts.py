@@ -1,0 +1,33 @@
+"""Completion prompts for behaviour tests, and the target's own greedy output for each."""
+
+from __future__ import annotations
+
+from coordinator.engine import SpeculativeDecoder
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+
+MAX_TOKENS = 12
+# Completion-style prompts: short (prefill is slow on the CPU backend) and
+# each continues for all MAX_TOKENS tokens rather than stopping at EOS.
+PROMPTS = [
+    "def factorial(n):\n    ",
+    "import numpy as np\n\ndef mean(xs):\n",
+    "Question: What is 17 multiplied by 23?\nAnswer:",
+    "To solve 3x + 7 = 22, we",
+    "Once upon a time, a lighthouse keeper",
+    "The sky is blue because",
+]
+
+_AR: dict[tuple[str, str, int], list[int]] = {}
+
+
+def ar_tokens(target: LoadedModel, prompt: list[int], max_tokens: int = MAX_TOKENS) -> list[int]:
+    """The target's own greedy output (k = 0), computed once per target, prompt and length."""
+    key = (target.spec, str(prompt), max_tokens)
+    if key not in _AR:
+        result = SpeculativeDecoder(target).generate(
+            prompt, max_tokens=max_tokens, k=0, params=SamplingParams()
+        )
+        assert result.drafted == 0
+        _AR[key] = result.tokens
+    return _AR[key]

@@ -1,0 +1,135 @@
+"""The stream protocol against a real ``worker serve`` subprocess and the real default model."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from coordinator.drafting.local import LocalDraftSource
+from coordinator.engine import SpeculativeDecoder
+from specwire.models import LoadedModel
+from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
+from specwire.sampling import SamplingParams
+from specwire.v1 import draft_pb2 as pb
+from specwire.v1 import draft_pb2_grpc
+from tests.support.messages import open_request, round_request
+from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
+from tests.support.remote import generate_remote
+from tests.support.workers import WorkerProcess
+
+pytestmark = pytest.mark.anyio
+
+
+def check_message_counts(run) -> None:  # type: ignore[no-untyped-def]
+    """One message each way per round, counted by both ends."""
+    rounds = len(run.result.rounds)
+    assert run.worker_counters.rounds == rounds
+    # Requests: the Open (which asks for round 0) and one Round per later round.
+    assert run.client_sent == rounds == run.worker_counters.messages_received
+    # Replies: Opened, then one Drafts per round; the worker counts what it sent before the last.
+    assert run.client_received == rounds + 1 == run.worker_counters.messages_sent + 1
+
+
+async def test_remote_drafting_is_lossless_and_matches_local(
+    worker: WorkerProcess, default_f32: LoadedModel, default_q4: LoadedModel
+) -> None:
+    prompts = [default_f32.tokenizer.encode(p) for p in PROMPTS]
+    runs = await generate_remote(worker.address, default_f32, prompts, 4, MAX_TOKENS, SamplingParams())
+    local = SpeculativeDecoder(default_f32, LocalDraftSource(default_q4))
+    for prompt, run in zip(prompts, runs, strict=True):
+        expected = local.generate(prompt, max_tokens=MAX_TOKENS, k=4, params=SamplingParams())
+        assert run.result.tokens == ar_tokens(default_f32, prompt) == expected.tokens
+        assert [r.accepted for r in run.result.rounds] == [r.accepted for r in expected.rounds]
+        assert [r.draft.tokens for r in run.result.rounds] == [r.draft.tokens for r in expected.rounds]
+        check_message_counts(run)
+        assert all(len(r.draft.calls) == 1 for r in run.result.rounds)
+    assert runs[0].hello.identity.pid == worker.pid
+
+
+async def test_sampled_drafts_travel_exactly(worker: WorkerProcess, default_q4: LoadedModel) -> None:
+    # Same seed, same draft model: the worker's sampled drafts and their sparse
+    # q must equal local drafting's, so the rejection sampling sees the same numbers.
+    params = SamplingParams(temperature=0.9, top_p=0.95, seed=11)
+    prompt = default_q4.tokenizer.encode(PROMPTS[4])
+    (run,) = await generate_remote(worker.address, default_q4, [prompt], 3, 8, params)
+    local = SpeculativeDecoder(default_q4, LocalDraftSource(default_q4)).generate(
+        prompt, max_tokens=8, k=3, params=params
+    )
+    assert run.result.tokens == local.tokens
+    for remote_round, local_round in zip(run.result.rounds, local.rounds, strict=True):
+        assert remote_round.draft.tokens == local_round.draft.tokens
+        if not local_round.draft.tokens:  # the last round may draft nothing
+            assert remote_round.draft.dists is None and local_round.draft.dists is None
+            continue
+        assert remote_round.draft.dists is not None and local_round.draft.dists is not None
+        for a, b in zip(remote_round.draft.dists, local_round.draft.dists, strict=True):
+            assert a.ids.tolist() == b.ids.tolist() and a.probs.tolist() == b.probs.tolist()
+    check_message_counts(run)
+
+
+async def _session_status(address: str, *messages: bytes) -> grpc.aio.AioRpcError:
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = channel.stream_stream(DRAFT_METHOD)(timeout=60)
+        for m in messages:
+            await call.write(m)
+        await call.done_writing()
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in call:
+                pass
+            raise grpc.aio.AioRpcError(await call.code(), None, None, await call.details())
+        return err.value
+
+
+async def _hello(address: str) -> pb.HelloReply:
+    async with grpc.aio.insecure_channel(address) as channel:
+        return await draft_pb2_grpc.DraftWorkerStub(channel).Hello(pb.HelloRequest(), timeout=10)
+
+
+async def test_vocabulary_mismatch_is_refused_and_worker_stays_up(worker: WorkerProcess) -> None:
+    hello = await _hello(worker.address)
+    err = await _session_status(worker.address, open_request("v1:0000000000000000"))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "v1:0000000000000000" in err.details() and hello.model.fingerprint in err.details()
+    after = await _hello(worker.address)
+    assert after.identity.boot_id == hello.identity.boot_id
+
+
+@pytest.mark.parametrize(
+    ("messages", "fragment"),
+    [
+        ([b"\xff\xff\xff"], "malformed DraftRequest"),
+        (
+            [pb.DraftRequest(round=pb.Round(seq=0, k=1)).SerializeToString()],
+            "first message of a session must be Open",
+        ),
+        ("bad-round", "out of order"),
+        ("huge-token", "outside the vocabulary"),
+        ("big-k", "outside 0..32"),
+    ],
+)
+async def test_bad_messages_get_invalid_argument(
+    worker: WorkerProcess, default_q4: LoadedModel, messages, fragment
+) -> None:  # type: ignore[no-untyped-def]
+    fp = default_q4.fingerprint
+    if messages == "bad-round":
+        messages = [
+            open_request(fp),
+            round_request(5, 0, 1, 1),
+        ]
+    elif messages == "huge-token":
+        messages = [open_request(fp, [1, 10**6])]
+    elif messages == "big-k":
+        messages = [open_request(fp, k=40)]
+    err = await _session_status(worker.address, *messages)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert fragment in err.details()
+    assert (await _hello(worker.address)).protocol_version == PROTOCOL_VERSION
+
+
+async def test_health_service_reports_serving(worker: WorkerProcess) -> None:
+    async with grpc.aio.insecure_channel(worker.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "specwire.v1.DraftWorker"):
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
