@@ -10,6 +10,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
+import numpy as np
 
 from coordinator.engine import GenerationResult, SpeculativeDecoder
 from coordinator.runtime import coordinator_runtime
@@ -76,9 +77,25 @@ def encode_prompt(model: LoadedModel, text: str, chat: bool) -> list[int]:
     return ids
 
 
+def call_stats(result: GenerationResult) -> dict[str, Any]:
+    """Round-trip figures of remote rounds (client wall time; worker compute share of it)."""
+    calls = [c for r in result.rounds for c in r.draft.calls if c.kind == "round"]
+    if not calls:
+        return {}
+    wall = np.array([c.wall_ns for c in calls]) / 1e6
+    compute = np.array([c.server.compute_ns for c in calls]) / 1e6
+    return {
+        "round_trips": len(calls),
+        "round_trip_ms_mean": float(wall.mean()),
+        "round_trip_ms_p95": float(np.percentile(wall, 95)),
+        "worker_compute_share": float(compute.sum() / wall.sum()),
+        "round_trip_ms_beyond_compute_mean": float((wall - compute).mean()),
+    }
+
+
 def stats_of(result: GenerationResult, k: int) -> dict[str, Any]:
     """The figures the stats line and --json report."""
-    return {
+    stats = {
         "tokens": len(result.tokens),
         "prompt_tokens": result.prompt_tokens,
         "decode_tok_s": result.decode_tps,
@@ -89,6 +106,8 @@ def stats_of(result: GenerationResult, k: int) -> dict[str, Any]:
         "k": k,
         "finish_reason": result.finish_reason,
     }
+    stats.update(call_stats(result))
+    return stats
 
 
 def stats_line(stats: dict[str, Any]) -> str:

@@ -82,6 +82,7 @@ def timing_from_pb(msg: pb.ServerTiming) -> ServerTiming:
         deserialize_ns=msg.deserialize_ns,
         receive_to_start_ns=msg.receive_to_start_ns,
         compute_ns=msg.compute_ns,
+        compute_to_reply_ns=msg.compute_to_reply_ns,
         serialize_ns=msg.serialize_ns,
         previous_send_ns=msg.previous_send_ns,
     )

@@ -17,8 +17,20 @@ class ServerTiming:
     deserialize_ns: int = 0
     receive_to_start_ns: int = 0
     compute_ns: int = 0
+    compute_to_reply_ns: int = 0
     serialize_ns: int = 0
     previous_send_ns: int = 0
+
+    @property
+    def handled_ns(self) -> int:
+        """Worker time from having the request to having the reply encoded."""
+        return (
+            self.deserialize_ns
+            + self.receive_to_start_ns
+            + self.compute_ns
+            + self.compute_to_reply_ns
+            + self.serialize_ns
+        )
 
 
 @dataclass(frozen=True)

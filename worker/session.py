@@ -9,6 +9,7 @@ run on the worker's compute thread.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from specwire.drafter import DraftBlock, Drafter
@@ -16,6 +17,15 @@ from specwire.errors import InvalidArgumentError, ProtocolVersionError, Vocabula
 from specwire.models import LoadedModel
 from specwire.protocol import MAX_K, PROTOCOL_VERSION, sampling_from_pb
 from specwire.v1 import draft_pb2 as pb
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A block of drafts, and when its compute started and ended (worker clock, ns)."""
+
+    block: DraftBlock
+    started_ns: int
+    finished_ns: int
 
 
 @dataclass
@@ -54,9 +64,10 @@ class DraftSession:
         self.totals.forward_passes += self.drafter.forward_passes - before
         return elapsed
 
-    def first_drafts(self) -> DraftBlock:
+    def first_drafts(self) -> Computed:
         """Draft round 0 (the k of the Open message). Compute thread only."""
-        return self._draft(self.k)
+        started = time.perf_counter_ns()
+        return Computed(self._draft(self.k), started, time.perf_counter_ns())
 
     def check_round(self, msg: pb.Round) -> None:
         """Raise ``InvalidArgumentError`` unless ``msg`` is the next valid round."""
@@ -76,11 +87,12 @@ class DraftSession:
                 f"of {self.model.context_length}"
             )
 
-    def round(self, msg: pb.Round) -> DraftBlock:
+    def round(self, msg: pb.Round) -> Computed:
         """Apply the target's verdict, then draft the next k tokens. Compute thread only."""
+        started = time.perf_counter_ns()
         self.check_round(msg)
         self.drafter.apply(msg.accepted, msg.token)
-        return self._draft(msg.k)
+        return Computed(self._draft(msg.k), started, time.perf_counter_ns())
 
     def _draft(self, k: int) -> DraftBlock:
         block = self.drafter.draft(k)

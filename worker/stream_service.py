@@ -30,12 +30,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from google.protobuf.message import DecodeError
 
 from specwire.compute import ComputeThread
-from specwire.drafter import DraftBlock
 from specwire.errors import CapacityError, InvalidArgumentError, SpecwireError
 from specwire.models import LoadedModel
 from specwire.protocol import PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb
 from specwire.v1 import draft_pb2 as pb
-from worker.session import DraftSession, WorkerCounters
+from worker.session import Computed, DraftSession, WorkerCounters
 from worker.status import status_for
 
 log = logging.getLogger(__name__)
@@ -215,25 +214,26 @@ class _SessionLoop:
         await self._write(
             pb.DraftReply(opened=pb.Opened(identity=service.info.identity(), prefill_ns=prefill_ns))
         )
-        start = time.perf_counter_ns()
-        block = await service.compute.run(session.first_drafts)
-        await self._reply(block, 0, arrived, start, deserialize_ns)
+        computed = await service.compute.run(session.first_drafts)
+        await self._reply(computed, 0, computed.started_ns - deserialize_ns, deserialize_ns)
 
     async def _round(self, request: pb.DraftRequest, arrived: int, deserialize_ns: int) -> None:
         if request.WhichOneof("kind") != "round":
             raise InvalidArgumentError("after Open, every message of a session must be a Round")
         assert self.session is not None
-        start = time.perf_counter_ns()
-        block = await self.service.compute.run(self.session.round, request.round)
-        await self._reply(block, request.round.seq, arrived, start, deserialize_ns)
+        computed = await self.service.compute.run(self.session.round, request.round)
+        await self._reply(computed, request.round.seq, arrived, deserialize_ns)
 
-    async def _reply(
-        self, block: DraftBlock, seq: int, arrived: int, start: int, deserialize_ns: int
-    ) -> None:
-        """Encode and send the Drafts of round ``seq`` with this reply's own timing."""
+    async def _reply(self, computed: Computed, seq: int, arrived: int, deserialize_ns: int) -> None:
+        """Encode and send the Drafts of round ``seq`` with this reply's own timing.
+
+        ``arrived`` is when the request came off the stream; for round 0 (sent
+        unasked after the prefill) it is set so that queueing counts as zero.
+        """
         assert self.session is not None
         s = self.session
         t0 = time.perf_counter_ns()
+        block = computed.block
         msg = drafts_to_pb(seq, block)
         msg.counters.CopyFrom(
             pb.SessionCounters(
@@ -247,8 +247,9 @@ class _SessionLoop:
         msg.timing.CopyFrom(
             pb.ServerTiming(
                 deserialize_ns=deserialize_ns,
-                receive_to_start_ns=max(0, start - arrived - deserialize_ns),
-                compute_ns=block.compute_ns,
+                receive_to_start_ns=max(0, computed.started_ns - arrived - deserialize_ns),
+                compute_ns=computed.finished_ns - computed.started_ns,
+                compute_to_reply_ns=t0 - computed.finished_ns,
                 previous_send_ns=self.last_send_ns,
             )
         )
