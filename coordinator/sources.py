@@ -6,21 +6,35 @@ import argparse
 from contextlib import AsyncExitStack
 
 from coordinator.drafting.base import DraftSource
+from coordinator.drafting.ggml_rpc.model import GRANULARITIES
+from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import Runtime
 from coordinator.workers import WorkerConnection, connect, find_worker
 from specwire.bonjour import mdns_interfaces
-from specwire.errors import InvalidArgumentError, ProtocolVersionError
+from specwire.errors import BackendUnavailableError, InvalidArgumentError, ProtocolVersionError
 from specwire.models import LoadedModel, load_model
-from specwire.protocol import PROTOCOL_VERSION
+from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM, PROTOCOL_VERSION
 from specwire.vocab import ensure_same_vocabulary
 
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
 
 
 def add_worker_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags that choose and reach a worker."""
+    """Flags that choose and reach a worker, and the drafting backend to use on it."""
+    p.add_argument(
+        "--backend",
+        default=BACKEND_STREAM,
+        choices=[BACKEND_STREAM, BACKEND_PER_OP],
+        help="remote drafting backend: the stream protocol, or the GGML_RPC-style per-op baseline",
+    )
+    p.add_argument(
+        "--granularity",
+        default="op",
+        choices=GRANULARITIES,
+        help="ggml-rpc backend only: operations per call (one op, one block, one forward pass, one round)",
+    )
     p.add_argument(
         "--worker",
         help="worker to use: its Bonjour name, or HOST:PORT (default: the best one discovered)",
@@ -38,7 +52,7 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def connect_worker(
-    args: argparse.Namespace, target: LoadedModel, stack: AsyncExitStack, backend: str = "stream"
+    args: argparse.Namespace, target: LoadedModel, stack: AsyncExitStack, backend: str
 ) -> WorkerConnection:
     """Find (or take) a worker, connect, and check it can draft for ``target``."""
     interfaces = mdns_interfaces(args.interface)
@@ -50,6 +64,11 @@ async def connect_worker(
         raise ProtocolVersionError(
             f"worker {connection.name} speaks protocol version {hello.protocol_version}; "
             f"this coordinator speaks {PROTOCOL_VERSION}"
+        )
+    if backend not in hello.backends:
+        raise BackendUnavailableError(
+            f"worker {connection.name} does not offer the {backend} backend "
+            f"(it offers {', '.join(hello.backends) or 'none'})"
         )
     ensure_same_vocabulary(
         target.fingerprint,
@@ -68,7 +87,9 @@ async def open_draft_source(
     if spec == "none":
         return None
     if spec == "remote":
-        connection = await connect_worker(args, target, stack)
+        connection = await connect_worker(args, target, stack, args.backend)
+        if args.backend == BACKEND_PER_OP:
+            return PerOpDraftSource(runtime.portal, connection, target.fingerprint, args.granularity)
         return StreamDraftSource(runtime.portal, connection, target.fingerprint)
     kind, _, rest = spec.partition(":")
     if kind == "local" and rest:

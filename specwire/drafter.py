@@ -21,9 +21,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
@@ -32,6 +32,12 @@ from specwire.sampling import SamplingParams, SparseDistribution, choose_draft_t
 from specwire.timing import CallRecord
 
 PREFILL_STEP = 512
+
+
+class LanguageModel(Protocol):
+    """What the drafter needs of a model: mlx-lm's calling convention (and its cache hooks)."""
+
+    def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array: ...
 
 
 @dataclass
@@ -49,7 +55,7 @@ class DraftBlock:
     calls: list[CallRecord] = field(default_factory=list)
 
 
-def prefill(model: nn.Module, cache: list, tokens: Sequence[int], step: int = PREFILL_STEP) -> int:
+def prefill(model: LanguageModel, cache: list, tokens: Sequence[int], step: int = PREFILL_STEP) -> int:
     """Run ``tokens`` through ``model`` into ``cache`` in chunks; returns forward passes used."""
     passes = 0
     for start in range(0, len(tokens), step):
@@ -62,10 +68,10 @@ def prefill(model: nn.Module, cache: list, tokens: Sequence[int], step: int = PR
 class Drafter:
     """Drafts tokens for one session; see the module docstring for the cache invariant."""
 
-    def __init__(self, model: nn.Module, params: SamplingParams) -> None:
+    def __init__(self, model: LanguageModel, params: SamplingParams) -> None:
         self.model = model
         self.params = params
-        self.cache = make_prompt_cache(model)
+        self.cache = make_prompt_cache(model)  # type: ignore[arg-type]  # mlx-lm only calls make_cache or reads layers
         self.rng = np.random.default_rng(params.seed)
         self.context: list[int] = []
         self.n_cached = 0
@@ -116,6 +122,9 @@ class Drafter:
         return DraftBlock(tokens, dists, k, time.perf_counter_ns() - t0)
 
     def _draft_greedy(self, feed: list[int], k: int) -> list[int]:
+        chain = getattr(self.model, "greedy_chain", None)
+        if chain is not None:  # a remote executor that runs the whole greedy round at once
+            return list(chain(feed, k, self.cache))
         # The argmax stays in the graph, so MLX can run ahead without a host sync per token.
         y = mx.array([feed])
         out = []

@@ -37,8 +37,16 @@ class ProtocolVersionError(SpecwireError):
     """Coordinator and worker speak different versions of the specwire protocol."""
 
 
+class BackendUnavailableError(SpecwireError):
+    """A worker does not offer the drafting backend that was asked for."""
+
+
 class CapacityError(SpecwireError):
     """A worker has no free session slot."""
+
+
+class WorkerFault(SpecwireError):
+    """A worker hit an unexpected fault while serving a session (a bug; the worker goes on)."""
 
 
 class NoWorkerError(SpecwireError):

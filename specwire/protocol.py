@@ -22,6 +22,10 @@ PROTOCOL_VERSION = 1
 SERVICE_NAME = "specwire.v1.DraftWorker"
 HELLO_METHOD = f"/{SERVICE_NAME}/Hello"
 DRAFT_METHOD = f"/{SERVICE_NAME}/Draft"
+TENSOR_SERVICE_NAME = "specwire.v1.TensorWorker"
+EXECUTE_METHOD = f"/{TENSOR_SERVICE_NAME}/Execute"
+BACKEND_STREAM = "stream"
+BACKEND_PER_OP = "ggml-rpc"
 MAX_K = 32
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from specwire.models import LoadedModel, load_model
-from tests.support.workers import WorkerProcess, running_worker
+from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 
 @pytest.fixture(scope="session")
@@ -38,5 +38,5 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session")
 def worker() -> Iterator[WorkerProcess]:
     """One real worker serving the default model, shared by the tests that only read from it."""
-    with running_worker("--name", "test-worker", "--label", "M1 Max (test)") as w:
+    with running_worker("--name", unique_name("test-worker"), "--label", "M1 Max (test)") as w:
         yield w

@@ -28,14 +28,22 @@ from specwire.compute import compute_thread
 from specwire.drafter import Drafter
 from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL, LoadedModel, load_model
-from specwire.protocol import PROTOCOL_VERSION, SERVICE_NAME
+from specwire.protocol import (
+    BACKEND_PER_OP,
+    BACKEND_STREAM,
+    PROTOCOL_VERSION,
+    SERVICE_NAME,
+    TENSOR_SERVICE_NAME,
+)
 from specwire.sampling import SamplingParams
 from worker.advertise import Advertiser, advertised_addresses
-from worker.stream_service import DraftService, WorkerInfo
+from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
+from worker.stream_service import DraftService
+from worker.tensor_service import TensorService, supports
 
 NAME = "serve"
 HELP = "Serve a draft model over gRPC and announce it over Bonjour."
-BACKENDS = ("stream",)
+BACKENDS = (BACKEND_STREAM, BACKEND_PER_OP)
 WARMUP_TEXT = "The quick brown fox jumps over the lazy dog."
 SHUTDOWN_GRACE_S = 2.0
 
@@ -104,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces: object) -> None:
     compute = compute_thread()
     model = await compute.run(load_model, args.model)
+    if BACKEND_PER_OP in backends and not supports(model):
+        log.warning("model %s is not a llama model: the %s backend is off", model.spec, BACKEND_PER_OP)
+        backends = tuple(b for b in backends if b != BACKEND_PER_OP)
     tps = await compute.run(measure_draft_speed, model, args.warmup_tokens)
     server = grpc.aio.server()
     port = server.add_insecure_port(f"{args.host}:{args.port}")
@@ -111,13 +122,17 @@ async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces
         raise InvalidArgumentError(f"cannot listen on {args.host}:{args.port}")
     name = args.name or f"{socket.gethostname().split('.')[0]}-{port}"
     info = WorkerInfo(name, args.label, backends, tps, args.max_sessions)
-    service = DraftService(model, info, compute)
-    server.add_generic_rpc_handlers([service.handler()])
+    host = SessionHost(info, WorkerCounters())
+    services = [SERVICE_NAME]
+    server.add_generic_rpc_handlers([DraftService(model, host, compute).handler()])
+    if BACKEND_PER_OP in backends:
+        server.add_generic_rpc_handlers([TensorService(model, host, compute).handler()])
+        services.append(TENSOR_SERVICE_NAME)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     await server.start()
-    for svc in ("", SERVICE_NAME):
+    for svc in ("", *services):
         await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
     async with AsyncExitStack() as stack:
         advert = WorkerAdvert(
@@ -143,7 +158,7 @@ async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces
                 break
         log.info("stopping: Bonjour goodbye, then sessions, then the server")
         await health_servicer.enter_graceful_shutdown()
-    await service.shutdown()
+    await host.shutdown()
     await server.stop(SHUTDOWN_GRACE_S)
 
 
@@ -157,6 +172,7 @@ def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, mode
         "model": model.spec,
         "fingerprint": model.fingerprint,
         "draft_tok_s": round(advert.draft_tps, 2),
+        "backends": list(advert.backends),
         "pid": advert.pid,
     }
     if args.json:

@@ -17,6 +17,7 @@ from specwire.errors import InvalidArgumentError, ProtocolVersionError, Vocabula
 from specwire.models import LoadedModel
 from specwire.protocol import MAX_K, PROTOCOL_VERSION, sampling_from_pb
 from specwire.v1 import draft_pb2 as pb
+from worker.hosting import WorkerCounters
 
 
 @dataclass(frozen=True)
@@ -26,16 +27,6 @@ class Computed:
     block: DraftBlock
     started_ns: int
     finished_ns: int
-
-
-@dataclass
-class WorkerCounters:
-    """Process-wide counters, reported by Hello."""
-
-    sessions_opened: int = 0
-    sessions_active: int = 0
-    forward_passes: int = 0
-    draft_tokens: int = 0
 
 
 class DraftSession:
@@ -116,18 +107,22 @@ def check_token(model: LoadedModel, token: int, what: str) -> None:
         raise InvalidArgumentError(f"{what} {token} is outside the vocabulary (size {model.vocab_size})")
 
 
-def check_open(model: LoadedModel, msg: pb.Open) -> None:
-    """Raise the precise error for an Open message this worker cannot serve."""
-    if msg.protocol_version != PROTOCOL_VERSION:
+def check_peer(model: LoadedModel, protocol_version: int, fingerprint: str) -> None:
+    """Raise unless a coordinator with this protocol version and vocabulary can use this worker."""
+    if protocol_version != PROTOCOL_VERSION:
         raise ProtocolVersionError(
-            f"coordinator speaks protocol version {msg.protocol_version}; "
-            f"this worker speaks {PROTOCOL_VERSION}"
+            f"coordinator speaks protocol version {protocol_version}; this worker speaks {PROTOCOL_VERSION}"
         )
-    if msg.vocab_fingerprint != model.fingerprint:
+    if fingerprint != model.fingerprint:
         raise VocabularyMismatchError(
-            f"coordinator vocabulary {msg.vocab_fingerprint or '(none)'} does not match this worker's "
+            f"coordinator vocabulary {fingerprint or '(none)'} does not match this worker's "
             f"{model.fingerprint} (model {model.spec}); draft and target must share one tokenizer"
         )
+
+
+def check_open(model: LoadedModel, msg: pb.Open) -> None:
+    """Raise the precise error for an Open message this worker cannot serve."""
+    check_peer(model, msg.protocol_version, msg.vocab_fingerprint)
     if not msg.prompt_tokens:
         raise InvalidArgumentError("the prompt must hold at least one token")
     if len(msg.prompt_tokens) + msg.k >= model.context_length:

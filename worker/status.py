@@ -5,16 +5,20 @@ from __future__ import annotations
 import grpc
 
 from specwire.errors import (
+    BackendUnavailableError,
     CapacityError,
     InvalidArgumentError,
     ProtocolVersionError,
     SpecwireError,
+    UnsupportedModelError,
     VocabularyMismatchError,
 )
 
 _CODES: list[tuple[type[SpecwireError], grpc.StatusCode]] = [
     (VocabularyMismatchError, grpc.StatusCode.FAILED_PRECONDITION),
     (ProtocolVersionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (UnsupportedModelError, grpc.StatusCode.FAILED_PRECONDITION),
+    (BackendUnavailableError, grpc.StatusCode.FAILED_PRECONDITION),
     (CapacityError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
 ]

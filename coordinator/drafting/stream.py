@@ -16,17 +16,14 @@ worker's counters.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 
-import anyio
-import grpc
 from anyio.from_thread import BlockingPortal
 from google.protobuf.message import DecodeError
 
 from coordinator.drafting.base import Outcome
-from coordinator.rpc_errors import remote_error, timeout_error
+from coordinator.stream_call import StreamCall
 from coordinator.workers import WorkerConnection
 from specwire.drafter import DraftBlock
 from specwire.errors import InvalidArgumentError, RemoteWorkerError
@@ -42,8 +39,6 @@ from specwire.timing import CallRecord
 from specwire.v1 import draft_pb2 as pb
 
 ROUND_TIMEOUT_S = 60.0
-SESSION_TIMEOUT_S = 6 * 3600.0
-CLOSE_TIMEOUT_S = 5.0
 
 
 class StreamDraftSource:
@@ -61,7 +56,7 @@ class StreamDraftSource:
         self.fingerprint = fingerprint
         self.round_timeout = round_timeout
         self.name = f"stream:{connection.name}"
-        self._call: grpc.aio.StreamStreamCall | None = None
+        self._stream: StreamCall | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -86,7 +81,7 @@ class StreamDraftSource:
 
     def close(self) -> None:
         """End the session; the worker frees its KV cache."""
-        if self._call is not None:
+        if self._stream is not None:
             self.portal.call(self._close)
 
     # The event-loop side.
@@ -94,7 +89,7 @@ class StreamDraftSource:
     async def _open(self, prompt: list[int], params: SamplingParams, k: int) -> None:
         self._reset()
         self._open_k = k
-        self._call = self.connection.channel.stream_stream(DRAFT_METHOD)(timeout=SESSION_TIMEOUT_S)
+        self._stream = StreamCall(self.connection, DRAFT_METHOD, self.round_timeout)
         request = pb.DraftRequest(
             open=pb.Open(
                 protocol_version=PROTOCOL_VERSION,
@@ -142,17 +137,11 @@ class StreamDraftSource:
 
     async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int]:
         """Encode and write one message; returns (send time, encode ns, bytes)."""
-        assert self._call is not None
-        if self._call.done():  # the worker already ended the session; say why
-            raise await self._ended(action)
+        assert self._stream is not None
         t0 = time.perf_counter_ns()
         data = request.SerializeToString()
         t1 = time.perf_counter_ns()
-        try:
-            await self._call.write(data)
-        except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as err:
-            # A write fails when the stream is over; the status the worker sent says why.
-            raise await self._ended(action) from err
+        await self._stream.write(data, action)
         self.sent += 1
         return t1, t1 - t0, len(data)
 
@@ -171,17 +160,8 @@ class StreamDraftSource:
         return self._early.pop(seq)
 
     async def _read(self, action: str) -> tuple[pb.DraftReply, int, int, int]:
-        assert self._call is not None
-        try:
-            with anyio.fail_after(self.round_timeout):
-                raw = await self._call.read()
-        except TimeoutError as err:
-            self._call.cancel()
-            raise timeout_error(self.connection.name, action, self.round_timeout) from err
-        except grpc.RpcError as err:
-            raise remote_error(err, self.connection.name, action) from err
-        if raw is grpc.aio.EOF:
-            raise await self._ended(action)
+        assert self._stream is not None
+        raw, _ = await self._stream.read(action)
         t0 = time.perf_counter_ns()
         try:
             reply = pb.DraftReply.FromString(raw)
@@ -193,32 +173,7 @@ class StreamDraftSource:
         self.received += 1
         return reply, len(raw), t1 - t0, t1
 
-    async def _ended(self, action: str) -> RemoteWorkerError:
-        """The error for a stream that is over: the status the worker sent, read off the stream."""
-        assert self._call is not None
-        try:
-            with anyio.fail_after(CLOSE_TIMEOUT_S):
-                while await self._call.read() is not grpc.aio.EOF:
-                    pass
-                code, details = await self._call.code(), await self._call.details()
-        except grpc.RpcError as err:
-            return remote_error(err, self.connection.name, action)
-        except TimeoutError:
-            return timeout_error(self.connection.name, action, CLOSE_TIMEOUT_S)
-        return RemoteWorkerError(
-            f"worker {self.connection.name} ended the session while {action} ({code.name}): {details}",
-            code.name,
-        )
-
     async def _close(self) -> None:
-        call, self._call = self._call, None
-        if call is None or call.done():
-            return
-        try:
-            await call.done_writing()
-            with anyio.move_on_after(CLOSE_TIMEOUT_S):
-                await call.code()
-                return
-        except grpc.RpcError:
-            return
-        call.cancel()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.close()

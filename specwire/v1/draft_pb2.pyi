@@ -1,10 +1,44 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class OpCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OP_UNSPECIFIED: _ClassVar[OpCode]
+    SET_TENSOR: _ClassVar[OpCode]
+    GET_TENSOR: _ClassVar[OpCode]
+    EMBED: _ClassVar[OpCode]
+    RMS_NORM: _ClassVar[OpCode]
+    MATMUL: _ClassVar[OpCode]
+    ROPE: _ClassVar[OpCode]
+    KV_WRITE: _ClassVar[OpCode]
+    ATTENTION: _ClassVar[OpCode]
+    ADD: _ClassVar[OpCode]
+    MUL: _ClassVar[OpCode]
+    SILU: _ClassVar[OpCode]
+    LM_HEAD: _ClassVar[OpCode]
+    KV_TRIM: _ClassVar[OpCode]
+    ARGMAX: _ClassVar[OpCode]
+OP_UNSPECIFIED: OpCode
+SET_TENSOR: OpCode
+GET_TENSOR: OpCode
+EMBED: OpCode
+RMS_NORM: OpCode
+MATMUL: OpCode
+ROPE: OpCode
+KV_WRITE: OpCode
+ATTENTION: OpCode
+ADD: OpCode
+MUL: OpCode
+SILU: OpCode
+LM_HEAD: OpCode
+KV_TRIM: OpCode
+ARGMAX: OpCode
 
 class HelloRequest(_message.Message):
     __slots__ = ()
@@ -181,3 +215,93 @@ class Drafts(_message.Message):
     timing: ServerTiming
     counters: SessionCounters
     def __init__(self, seq: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., dist_sizes: _Optional[_Iterable[int]] = ..., dist_ids: _Optional[_Iterable[int]] = ..., dist_probs: _Optional[_Iterable[float]] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., counters: _Optional[_Union[SessionCounters, _Mapping]] = ...) -> None: ...
+
+class Op(_message.Message):
+    __slots__ = ("code", "outputs", "inputs", "args", "data")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    code: OpCode
+    outputs: _containers.RepeatedScalarFieldContainer[int]
+    inputs: _containers.RepeatedScalarFieldContainer[int]
+    args: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, code: _Optional[_Union[OpCode, str]] = ..., outputs: _Optional[_Iterable[int]] = ..., inputs: _Optional[_Iterable[int]] = ..., args: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class TensorRequest(_message.Message):
+    __slots__ = ("open", "graph")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    open: TensorOpen
+    graph: Graph
+    def __init__(self, open: _Optional[_Union[TensorOpen, _Mapping]] = ..., graph: _Optional[_Union[Graph, _Mapping]] = ...) -> None: ...
+
+class TensorOpen(_message.Message):
+    __slots__ = ("protocol_version", "vocab_fingerprint")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    vocab_fingerprint: str
+    def __init__(self, protocol_version: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ...) -> None: ...
+
+class ModuleHandle(_message.Message):
+    __slots__ = ("name", "handle")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    handle: int
+    def __init__(self, name: _Optional[str] = ..., handle: _Optional[int] = ...) -> None: ...
+
+class TensorOpened(_message.Message):
+    __slots__ = ("identity", "session_tag", "modules")
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TAG_FIELD_NUMBER: _ClassVar[int]
+    MODULES_FIELD_NUMBER: _ClassVar[int]
+    identity: WorkerIdentity
+    session_tag: int
+    modules: _containers.RepeatedCompositeFieldContainer[ModuleHandle]
+    def __init__(self, identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., session_tag: _Optional[int] = ..., modules: _Optional[_Iterable[_Union[ModuleHandle, _Mapping]]] = ...) -> None: ...
+
+class Graph(_message.Message):
+    __slots__ = ("seq", "ops")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    ops: _containers.RepeatedCompositeFieldContainer[Op]
+    def __init__(self, seq: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ...) -> None: ...
+
+class TensorCounters(_message.Message):
+    __slots__ = ("messages_received", "messages_sent", "graphs", "ops", "tensor_bytes")
+    MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    messages_received: int
+    messages_sent: int
+    graphs: int
+    ops: int
+    tensor_bytes: int
+    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., graphs: _Optional[int] = ..., ops: _Optional[int] = ..., tensor_bytes: _Optional[int] = ...) -> None: ...
+
+class GraphResult(_message.Message):
+    __slots__ = ("seq", "tensors", "timing", "counters")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    tensors: _containers.RepeatedScalarFieldContainer[bytes]
+    timing: ServerTiming
+    counters: TensorCounters
+    def __init__(self, seq: _Optional[int] = ..., tensors: _Optional[_Iterable[bytes]] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., counters: _Optional[_Union[TensorCounters, _Mapping]] = ...) -> None: ...
+
+class TensorReply(_message.Message):
+    __slots__ = ("opened", "result")
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    opened: TensorOpened
+    result: GraphResult
+    def __init__(self, opened: _Optional[_Union[TensorOpened, _Mapping]] = ..., result: _Optional[_Union[GraphResult, _Mapping]] = ...) -> None: ...

@@ -149,3 +149,99 @@ class DraftWorker:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class TensorWorkerStub:
+    """The GGML_RPC-style baseline: a plain tensor executor. The coordinator holds
+    the draft model's compute graph and sends operations; the worker holds the
+    weights (loaded from its own model file) and per-session activations under
+    handles, executes what it is sent, and returns only the tensors asked for
+    (the full float32 logits row per draft token). It exists so the bench can
+    compare the stream protocol against the per-operation design on the same
+    worker and model.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Execute = channel.stream_stream(
+                '/specwire.v1.TensorWorker/Execute',
+                request_serializer=specwire_dot_v1_dot_draft__pb2.TensorRequest.SerializeToString,
+                response_deserializer=specwire_dot_v1_dot_draft__pb2.TensorReply.FromString,
+                _registered_method=True)
+
+
+class TensorWorkerServicer:
+    """The GGML_RPC-style baseline: a plain tensor executor. The coordinator holds
+    the draft model's compute graph and sends operations; the worker holds the
+    weights (loaded from its own model file) and per-session activations under
+    handles, executes what it is sent, and returns only the tensors asked for
+    (the full float32 logits row per draft token). It exists so the bench can
+    compare the stream protocol against the per-operation design on the same
+    worker and model.
+    """
+
+    def Execute(self, request_iterator, context):
+        """One session: a TensorOpen, then Graph messages, each answered by one
+        GraphResult, strictly request/response. The session's activations and
+        KV cache are freed when the stream ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TensorWorkerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Execute': grpc.stream_stream_rpc_method_handler(
+                    servicer.Execute,
+                    request_deserializer=specwire_dot_v1_dot_draft__pb2.TensorRequest.FromString,
+                    response_serializer=specwire_dot_v1_dot_draft__pb2.TensorReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'specwire.v1.TensorWorker', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('specwire.v1.TensorWorker', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class TensorWorker:
+    """The GGML_RPC-style baseline: a plain tensor executor. The coordinator holds
+    the draft model's compute graph and sends operations; the worker holds the
+    weights (loaded from its own model file) and per-session activations under
+    handles, executes what it is sent, and returns only the tensors asked for
+    (the full float32 logits row per draft token). It exists so the bench can
+    compare the stream protocol against the per-operation design on the same
+    worker and model.
+    """
+
+    @staticmethod
+    def Execute(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/specwire.v1.TensorWorker/Execute',
+            specwire_dot_v1_dot_draft__pb2.TensorRequest.SerializeToString,
+            specwire_dot_v1_dot_draft__pb2.TensorReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -20,7 +20,7 @@ from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
 from tests.support.cli import run_cli
 from tests.support.messages import open_request
-from tests.support.workers import WorkerProcess, running_worker
+from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 LOOPBACK = ["127.0.0.1"]
@@ -57,9 +57,10 @@ async def test_discover_table_output(worker: WorkerProcess) -> None:
 
 
 async def test_sigterm_ends_sessions_and_leaves_running_browser(default_q4: LoadedModel) -> None:
-    with running_worker("--name", "short-lived") as w:
+    name = unique_name("short-lived")
+    with running_worker("--name", name) as w:
         async with WorkerDirectory(LOOPBACK) as directory:
-            assert await directory.wait_until(lambda ws: any(x.name == "short-lived" for x in ws), 15)
+            assert await directory.wait_until(lambda ws: any(x.name == name for x in ws), 15)
             async with grpc.aio.insecure_channel(w.address) as channel:
                 call = channel.stream_stream(DRAFT_METHOD)(timeout=60)
                 await call.write(
@@ -73,11 +74,11 @@ async def test_sigterm_ends_sessions_and_leaves_running_browser(default_q4: Load
                 assert err.value.code() == grpc.StatusCode.UNAVAILABLE
                 assert "shutting down" in (err.value.details() or "")
             assert w.process.wait(30) == 0
-            assert await directory.wait_until(lambda ws: all(x.name != "short-lived" for x in ws), 15)
+            assert await directory.wait_until(lambda ws: all(x.name != name for x in ws), 15)
 
 
 async def test_drafting_from_a_stopped_worker_names_it(default_q4: LoadedModel) -> None:
-    with running_worker("--name", "goes-away") as w:
+    with running_worker("--name", unique_name("goes-away")) as w:
         async with coordinator_runtime() as runtime:
             connection = await connect(w.address)
             source = StreamDraftSource(runtime.portal, connection, default_q4.fingerprint)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.engine import GenerationResult, SpeculativeDecoder
 from coordinator.runtime import coordinator_runtime
@@ -49,3 +50,44 @@ async def generate_remote(
         finally:
             await connection.close()
     return runs
+
+
+async def generate_per_op(
+    address: str,
+    target: LoadedModel,
+    prompts: list[list[int]],
+    k: int,
+    max_tokens: int,
+    params: SamplingParams,
+    granularity: str,
+) -> list[PerOpRun]:
+    """Run each prompt through the per-op backend of the worker at ``address``."""
+    runs = []
+    async with coordinator_runtime() as runtime:
+        connection = await connect(address)
+        try:
+            source = PerOpDraftSource(runtime.portal, connection, target.fingerprint, granularity)
+            decoder = SpeculativeDecoder(target, source)
+            for prompt in prompts:
+                result = await runtime.compute.run(
+                    decoder.generate, prompt, max_tokens=max_tokens, k=k, params=params
+                )
+                assert source.client is not None
+                client = source.client
+                runs.append(
+                    PerOpRun(result, client.calls, client.ops, source.prefill_calls, client.worker_counters)
+                )
+        finally:
+            await connection.close()
+    return runs
+
+
+@dataclass
+class PerOpRun:
+    """One generation through the per-op backend, with both sides' counts."""
+
+    result: GenerationResult
+    client_calls: int
+    client_ops: int
+    prefill_calls: int
+    worker_counters: pb.TensorCounters

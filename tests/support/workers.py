@@ -16,6 +16,11 @@ from dataclasses import dataclass
 READY_TIMEOUT_S = 120.0
 
 
+def unique_name(base: str) -> str:
+    """A Bonjour name no other test run on this machine uses (runs may overlap)."""
+    return f"{base}-{os.getpid()}"
+
+
 @dataclass
 class WorkerProcess:
     """A running worker and what its ready line said."""

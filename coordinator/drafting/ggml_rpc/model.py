@@ -1,0 +1,121 @@
+"""The draft model as the coordinator sees it in the per-op baseline: a graph walked on the worker.
+
+``RemoteDraftModel`` has the calling convention of an mlx-lm model
+(``model(tokens, cache=cache)`` returns logits), so the shared drafter drives
+it exactly as it drives a local model: the same feeding, the same sampling,
+the same cache bookkeeping. Each call walks one forward pass of the graph on
+the worker, grouped into calls by the granularity:
+
+* ``op``: one operation per call (17 L + 5 calls per forward pass);
+* ``layer``: one call per transformer block, plus one before and one after;
+* ``token``: one call per forward pass;
+* ``round``: one call per draft round (greedy only): the worker chains the k
+  passes with ARGMAX, and the logits rows of all k come back together.
+
+The KV cache lives on the worker; ``RemoteKVCache`` is its local shadow.
+Rolling it back queues a KV_TRIM, sent in its own call at ``op``
+granularity and at the head of the next call otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from anyio.from_thread import BlockingPortal
+
+from coordinator.drafting.ggml_rpc.client import TensorClient
+from coordinator.drafting.ggml_rpc.graph import ForwardGraph
+
+GRANULARITIES = ("op", "layer", "token", "round")
+
+
+class RemoteKVCache:
+    """The coordinator's shadow of the worker's KV cache: its length, and trims still to send."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.pending_trim = 0
+
+    def is_trimmable(self) -> bool:
+        """The worker's cache can always be rolled back."""
+        return True
+
+    def trim(self, n: int) -> int:
+        """Roll back ``n`` positions (sent with the next call)."""
+        n = min(n, self.offset)
+        self.offset -= n
+        self.pending_trim += n
+        return n
+
+    @property
+    def state(self) -> list[mx.array]:
+        """Nothing is held locally."""
+        return []
+
+
+class RemoteDraftModel:
+    """Walks the draft model's forward pass on a worker's tensor executor."""
+
+    def __init__(
+        self, portal: BlockingPortal, client: TensorClient, graph: ForwardGraph, granularity: str
+    ) -> None:
+        self.portal = portal
+        self.client = client
+        self.graph = graph
+        self.granularity = granularity
+        self.cache = RemoteKVCache()
+        # The drafter hands whole greedy rounds to models that can run them in one call.
+        self.greedy_chain: Callable[[list[int], int, Any], list[int]] | None = (
+            self._greedy_chain if granularity == "round" else None
+        )
+
+    def make_cache(self) -> list[RemoteKVCache]:
+        """mlx-lm's cache hook: one shadow stands for every layer."""
+        return [self.cache]
+
+    def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
+        """One forward pass over ``inputs``; returns the last position's logits, shape [1, 1, vocab]."""
+        tokens = np.array(inputs).reshape(-1).astype(int).tolist()
+        rows = self.portal.call(self._forward, tokens)
+        return mx.array(np.frombuffer(rows[-1], dtype=np.float32))[None, None]
+
+    def _greedy_chain(self, feed: list[int], k: int, cache: Any = None) -> list[int]:
+        """k greedy drafts in one call; the last one is not fed (as the drafter does)."""
+        rows = self.portal.call(self._round, list(feed), k)
+        return [int(np.argmax(np.frombuffer(row, dtype=np.float32))) for row in rows]
+
+    async def _forward(self, tokens: list[int]) -> list[bytes]:
+        groups = self.graph.forward(self.cache.offset, tokens)
+        self.cache.offset += len(tokens)
+        return await self._send(groups)
+
+    async def _round(self, feed: list[int], k: int) -> list[bytes]:
+        ops = [op for group in self.graph.forward(self.cache.offset, feed) for op in group]
+        self.cache.offset += len(feed)
+        for _ in range(k - 1):
+            ops.append(self.graph.argmax())
+            ops.extend(op for group in self.graph.forward(self.cache.offset, None) for op in group)
+            self.cache.offset += 1
+        return await self._send([ops])
+
+    async def _send(self, groups: Sequence[list]) -> list[bytes]:
+        """Send the groups of operations in calls of this granularity; returns the tensors."""
+        trim = self.cache.pending_trim
+        self.cache.pending_trim = 0
+        if self.granularity == "op":
+            if trim:
+                await self.client.run([self.graph.trim(trim)], "trim")
+            calls = [[op] for group in groups for op in group]
+        elif self.granularity == "layer":
+            calls = [list(group) for group in groups]
+        else:
+            calls = [[op for group in groups for op in group]]
+        if trim and self.granularity != "op":
+            calls[0].insert(0, self.graph.trim(trim))
+        tensors: list[bytes] = []
+        for ops in calls:
+            tensors.extend(await self.client.run(ops, self.granularity))
+        return tensors

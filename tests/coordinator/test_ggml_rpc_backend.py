@@ -1,0 +1,148 @@
+"""The GGML_RPC-style per-op baseline against a real worker and the real default model."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
+from coordinator.runtime import coordinator_runtime
+from coordinator.workers import connect
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+from tests.support.prompts import PROMPTS, ar_tokens
+from tests.support.remote import PerOpRun, generate_per_op, generate_remote
+from tests.support.workers import WorkerProcess
+
+pytestmark = pytest.mark.anyio
+MAX_TOKENS = 8
+
+
+def ops_per_forward_pass(model: nn.Module) -> int:
+    """Count the operations of one forward pass from the model's own modules.
+
+    Each linear layer is one matmul; each RMSNorm one norm (the final one
+    included); per block, queries and keys are each rotated once, the KV cache
+    is written once, attention runs once, two residual adds, one SiLU and one
+    multiply; around the blocks, the token ids go up, the embedding runs, the
+    LM head runs and the logits row comes back.
+    """
+    modules = [m for _, m in model.named_modules()]
+    linear = sum(isinstance(m, (nn.Linear, nn.QuantizedLinear)) for m in modules)
+    norms = sum(isinstance(m, nn.RMSNorm) for m in modules)
+    blocks = len(model.layers)
+    per_block_other = 2 + 1 + 1 + 2 + 1 + 1  # rope q/k, kv write, attention, adds, silu, mul
+    return linear + norms + blocks * per_block_other + 4
+
+
+def drafting_calls(run: PerOpRun, per_call: int, granularity: str, forward_ops: int) -> int:
+    """Calls the drafting rounds must have made, from the engine's own round records."""
+    calls = 0
+    for i, r in enumerate(run.result.rounds):
+        if granularity == "round":
+            calls += 1 if r.drafted else 0
+        else:
+            calls += r.drafted * per_call
+        previous = run.result.rounds[i - 1] if i else None
+        if granularity == "op" and previous is not None and previous.drafted:
+            fed = previous.drafted - 1
+            calls += 1 if previous.accepted < fed else 0  # a KV_TRIM call rolls back rejected drafts
+    return calls
+
+
+async def test_op_count_comes_from_the_model_and_every_op_ran_remotely_once(
+    worker: WorkerProcess, default_f32: LoadedModel, default_q4: LoadedModel
+) -> None:
+    forward_ops = ops_per_forward_pass(default_q4.model)
+    assert forward_ops == 17 * 30 + 5
+    prompt = default_f32.tokenizer.encode(PROMPTS[3])
+    (run,) = await generate_per_op(
+        worker.address, default_f32, [prompt], 3, MAX_TOKENS, SamplingParams(), "op"
+    )
+    assert run.prefill_calls == forward_ops  # the prompt's one prefill pass
+    expected = run.prefill_calls + drafting_calls(run, forward_ops, "op", forward_ops)
+    assert run.client_calls == expected == run.worker_counters.graphs
+    assert run.client_ops == run.client_calls == run.worker_counters.ops  # one op per call
+    assert run.worker_counters.messages_received == run.client_calls + 1  # plus the TensorOpen
+    draft_calls = sum(len(r.draft.calls) for r in run.result.rounds)
+    assert draft_calls == expected - run.prefill_calls
+    assert run.worker_counters.tensor_bytes == 4 * default_q4.vocab_size * (run.result.drafted + 1)
+
+
+@pytest.mark.parametrize(("granularity", "per_pass"), [("layer", 32), ("token", 1), ("round", None)])
+async def test_calls_per_token_match_each_granularity(
+    worker: WorkerProcess, default_q4: LoadedModel, granularity: str, per_pass: int | None
+) -> None:
+    prompt = default_q4.tokenizer.encode(PROMPTS[0])
+    (run,) = await generate_per_op(
+        worker.address, default_q4, [prompt], 3, MAX_TOKENS, SamplingParams(), granularity
+    )
+    if per_pass is not None:
+        assert per_pass == len(default_q4.model.layers) + 2 or per_pass == 1
+    expected_prefill = per_pass if per_pass is not None else 1
+    assert run.prefill_calls == expected_prefill
+    expected = run.prefill_calls + drafting_calls(run, per_pass or 0, granularity, 0)
+    assert run.client_calls == expected == run.worker_counters.graphs
+    if granularity == "round":
+        (stream,) = await generate_remote(
+            worker.address, default_q4, [prompt], 3, MAX_TOKENS, SamplingParams()
+        )
+        drafting_rounds = sum(1 for r in run.result.rounds if r.drafted)
+        stream_rounds = sum(1 for r in stream.result.rounds if r.drafted)
+        assert drafting_rounds == stream_rounds == run.client_calls - run.prefill_calls
+
+
+async def test_per_op_is_lossless_and_drafts_what_the_stream_backend_drafts(
+    worker: WorkerProcess, default_f32: LoadedModel
+) -> None:
+    prompts = [default_f32.tokenizer.encode(p) for p in PROMPTS[:4]]
+    per_op = await generate_per_op(
+        worker.address, default_f32, prompts[:2], 3, MAX_TOKENS, SamplingParams(), "op"
+    )
+    per_op += await generate_per_op(
+        worker.address, default_f32, prompts[2:], 3, MAX_TOKENS, SamplingParams(), "token"
+    )
+    stream = await generate_remote(worker.address, default_f32, prompts, 3, MAX_TOKENS, SamplingParams())
+    for prompt, a, b in zip(prompts, per_op, stream, strict=True):
+        assert a.result.tokens == b.result.tokens == ar_tokens(default_f32, prompt, MAX_TOKENS)
+        assert [r.accepted for r in a.result.rounds] == [r.accepted for r in b.result.rounds]
+        assert [r.draft.tokens for r in a.result.rounds] == [r.draft.tokens for r in b.result.rounds]
+
+
+async def test_sampled_drafts_match_the_stream_backend(
+    worker: WorkerProcess, default_q4: LoadedModel
+) -> None:
+    params = SamplingParams(temperature=0.8, seed=5)
+    prompt = default_q4.tokenizer.encode(PROMPTS[4])
+    (per_op,) = await generate_per_op(worker.address, default_q4, [prompt], 3, MAX_TOKENS, params, "token")
+    (stream,) = await generate_remote(worker.address, default_q4, [prompt], 3, MAX_TOKENS, params)
+    assert per_op.result.tokens == stream.result.tokens
+    assert [r.draft.tokens for r in per_op.result.rounds] == [r.draft.tokens for r in stream.result.rounds]
+
+
+async def test_walked_forward_pass_gives_the_models_own_logits(
+    worker: WorkerProcess, default_q4: LoadedModel
+) -> None:
+    # Same kernels, same order: the logits of a pass walked op by op equal the model's, bit for bit.
+    prompt = default_q4.tokenizer.encode(PROMPTS[1])
+    async with coordinator_runtime() as runtime:
+        connection = await connect(worker.address)
+        try:
+            source = PerOpDraftSource(runtime.portal, connection, default_q4.fingerprint, "op")
+            # start() prefills all but the last of its tokens: prompt[0] lands in the worker's cache.
+            await runtime.compute.run(source.start, prompt[:2], SamplingParams(), 1)
+            drafter = source._drafter
+            assert drafter is not None
+
+            def both() -> tuple[np.ndarray, np.ndarray]:  # MLX work stays on the compute thread
+                remote = drafter.model(mx.array([prompt[1:]]))
+                local = default_q4.model(mx.array([prompt]))[:, -1:, :]
+                return np.array(remote), np.array(local.astype(mx.float32))
+
+            remote, local = await runtime.compute.run(both)
+            assert np.array_equal(remote, local)
+            await runtime.compute.run(source.close)
+        finally:
+            await connection.close()

@@ -1,0 +1,130 @@
+"""The per-op tensor executor refuses bad operations precisely and keeps serving."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from specwire.models import LoadedModel
+from specwire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION
+from specwire.v1 import draft_pb2 as pb
+from tests.support.cli import one_error_line, run_cli
+from tests.support.workers import WorkerProcess, running_worker, unique_name
+
+pytestmark = pytest.mark.anyio
+
+
+def _open(fingerprint: str) -> bytes:
+    return pb.TensorRequest(
+        open=pb.TensorOpen(protocol_version=PROTOCOL_VERSION, vocab_fingerprint=fingerprint)
+    ).SerializeToString()
+
+
+def _graph(seq: int, *ops: pb.Op) -> bytes:
+    return pb.TensorRequest(graph=pb.Graph(seq=seq, ops=list(ops))).SerializeToString()
+
+
+class Session:
+    """A raw Execute stream."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.call = channel.stream_stream(EXECUTE_METHOD)(timeout=60)
+
+    async def open(self, fingerprint: str) -> pb.TensorOpened:
+        await self.call.write(_open(fingerprint))
+        return pb.TensorReply.FromString(await self.call.read()).opened
+
+    async def run(self, seq: int, *ops: pb.Op) -> pb.GraphResult:
+        await self.call.write(_graph(seq, *ops))
+        return pb.TensorReply.FromString(await self.call.read()).result
+
+    async def refused(self, seq: int, *ops: pb.Op) -> grpc.aio.AioRpcError:
+        await self.call.write(_graph(seq, *ops))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await self.call.read()
+        return err.value
+
+
+def set_tokens(handle: int, ids: list[int]) -> pb.Op:
+    return pb.Op(
+        code=pb.SET_TENSOR,
+        outputs=[handle],
+        args=[len(ids)],
+        data=b"".join(i.to_bytes(4, "little") for i in ids),
+    )
+
+
+async def test_unknown_op_bad_handle_and_foreign_handle(
+    worker: WorkerProcess, default_q4: LoadedModel
+) -> None:
+    fp = default_q4.fingerprint
+    async with grpc.aio.insecure_channel(worker.address) as channel:
+        a, b = Session(channel), Session(channel)
+        tag_a = (await a.open(fp)).session_tag
+        opened_b = await b.open(fp)
+        mine = tag_a << 32 | 1
+        assert (await a.run(1, set_tokens(mine, [1, 2, 3]))).counters.ops == 1
+
+        err = await b.refused(1, pb.Op(code=pb.GET_TENSOR, inputs=[mine]))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "belongs to another session" in (err.details() or "")
+
+        embed = {m.name: m.handle for m in opened_b.modules}["model.embed_tokens"]
+        c = Session(channel)
+        tag_c = (await c.open(fp)).session_tag
+        err = await c.refused(
+            1, pb.Op(code=pb.EMBED, outputs=[tag_c << 32 | 2], inputs=[tag_c << 32 | 9, embed])
+        )
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "holds no tensor in this session" in (err.details() or "")
+
+        d = Session(channel)
+        await d.open(fp)
+        err = await d.refused(1, pb.Op(code=99))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "unknown op code 99" in (err.details() or "")
+
+        # Session a was never disturbed, and new sessions still open.
+        result = await a.run(2, pb.Op(code=pb.EMBED, outputs=[tag_a << 32 | 2], inputs=[mine, embed]))
+        assert result.counters.graphs == 2
+        assert (await Session(channel).open(fp)).session_tag > 0
+
+
+async def test_module_of_wrong_kind_and_bad_arity(worker: WorkerProcess, default_q4: LoadedModel) -> None:
+    async with grpc.aio.insecure_channel(worker.address) as channel:
+        s = Session(channel)
+        opened = await s.open(default_q4.fingerprint)
+        modules = {m.name: m.handle for m in opened.modules}
+        tag = opened.session_tag
+        await s.run(1, set_tokens(tag << 32 | 1, [5]))
+        err = await s.refused(
+            2, pb.Op(code=pb.MATMUL, outputs=[tag << 32 | 2], inputs=[tag << 32 | 1, modules["model.norm"]])
+        )
+        assert "is not a linear layer of this model" in (err.details() or "")
+        s2 = Session(channel)
+        await s2.open(default_q4.fingerprint)
+        err = await s2.refused(1, pb.Op(code=pb.KV_TRIM))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "takes 0 outputs, 0 inputs and 1 args" in (
+            err.details() or ""
+        )
+
+
+def test_backend_can_be_switched_off() -> None:
+    with running_worker("--name", unique_name("stream-only"), "--backends", "stream") as w:
+        assert w.ready["backends"] == ["stream"]
+        out = run_cli(
+            "coordinator",
+            "generate",
+            "--prompt",
+            "hi",
+            "--target",
+            "default",
+            "--draft",
+            "remote",
+            "--worker",
+            w.address,
+            "--backend",
+            "ggml-rpc",
+        )
+        assert out.returncode == 1
+        assert "does not offer the ggml-rpc backend" in one_error_line(out.stderr)
