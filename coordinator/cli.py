@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coordinator import discover, generate
+from coordinator.bench import command as bench
 from specwire.command_line import command_main, exit_process
 
-COMMANDS = (generate, discover)
+COMMANDS = (bench, generate, discover)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

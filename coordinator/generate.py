@@ -13,10 +13,11 @@ import anyio
 import numpy as np
 
 from coordinator.engine import GenerationResult, SpeculativeDecoder
+from coordinator.prompts import encode_prompt
 from coordinator.runtime import coordinator_runtime
 from coordinator.sources import add_worker_arguments, open_draft_source
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel, load_model
+from specwire.models import load_model
 from specwire.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
 
 NAME = "generate"
@@ -62,19 +63,6 @@ def read_prompt(args: argparse.Namespace) -> str:
     if sys.stdin.isatty():
         raise InvalidArgumentError("no prompt: pass --prompt TEXT or pipe text on stdin")
     return sys.stdin.read()
-
-
-def encode_prompt(model: LoadedModel, text: str, chat: bool) -> list[int]:
-    """Token ids of the prompt, through the chat template when asked."""
-    tok = model.tokenizer
-    if chat:
-        if not tok.has_chat_template:
-            raise InvalidArgumentError(f"{model.spec} has no chat template; drop --chat")
-        return list(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
-    ids = list(tok.encode(text))
-    if not ids:
-        raise InvalidArgumentError("the prompt is empty")
-    return ids
 
 
 def call_stats(result: GenerationResult) -> dict[str, Any]:

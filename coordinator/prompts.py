@@ -1,4 +1,4 @@
-"""The built-in prompt set: code, math and text, as in the paper's benchmarks."""
+"""The built-in prompt set: one code, one math and one text prompt, as in the paper's benchmarks."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specwire.errors import InvalidArgumentError
+from specwire.models import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,16 @@ def load_prompts(path: Path | None) -> tuple[Prompt, ...]:
     if not prompts:
         raise InvalidArgumentError(f"{path} holds no prompts")
     return tuple(prompts)
+
+
+def encode_prompt(model: LoadedModel, text: str, chat: bool) -> list[int]:
+    """Token ids of the prompt, through the chat template when asked."""
+    tok = model.tokenizer
+    if chat:
+        if not tok.has_chat_template:
+            raise InvalidArgumentError(f"{model.spec} has no chat template; drop --chat")
+        return list(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
+    ids = list(tok.encode(text))
+    if not ids:
+        raise InvalidArgumentError("the prompt is empty")
+    return ids

@@ -83,6 +83,18 @@ async def connect(address: str, timeout: float = HELLO_TIMEOUT_S) -> WorkerConne
     return WorkerConnection(address, channel, hello)
 
 
+async def refresh_hello(connection: WorkerConnection, timeout: float = HELLO_TIMEOUT_S) -> pb.HelloReply:
+    """Ask the worker for its Hello again (fresh counters and memory figures)."""
+    try:
+        hello = await draft_pb2_grpc.DraftWorkerStub(connection.channel).Hello(
+            pb.HelloRequest(), timeout=timeout
+        )
+    except grpc.RpcError as err:
+        raise remote_error(err, connection.name, "saying hello") from err
+    connection.hello = hello
+    return hello
+
+
 def incompatibility(advert: WorkerAdvert, fingerprint: str, backend: str) -> str | None:
     """Why ``advert`` cannot draft for this target, or None when it can."""
     if advert.protocol_version != PROTOCOL_VERSION:

@@ -63,3 +63,7 @@ class RemoteWorkerError(SpecwireError):
     def __init__(self, message: str, code: str = "UNKNOWN") -> None:
         super().__init__(message)
         self.code = code
+
+
+class BenchFailure(SpecwireError):
+    """A bench ran, but a result is invalid: an output differs from AR, or remote work is unproven."""

@@ -44,6 +44,7 @@ class WorkerInfo:
     backends: tuple[str, ...]
     draft_tps: float
     max_sessions: int
+    echo_port: int = 0
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])

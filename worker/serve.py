@@ -2,10 +2,11 @@
 
 Start-up loads the model, measures the local draft speed over a short greedy
 warm-up (published in Hello and in the TXT record), starts a grpc.aio server
-with the DraftWorker service, the standard health service and reflection,
-prints one ready line on stdout, and registers on Bonjour. SIGINT or SIGTERM
-stops it cleanly: the Bonjour goodbye goes out first, open sessions end with
-UNAVAILABLE, then the server stops.
+with the DraftWorker service (and the per-op TensorWorker unless turned off),
+the standard health service and reflection, starts the raw TCP echo service
+the LAN probe uses, prints one ready line on stdout, and registers on
+Bonjour. SIGINT or SIGTERM stops it cleanly: the Bonjour goodbye goes out
+first, open sessions end with UNAVAILABLE, then the servers stop.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import socket
 import time
 from contextlib import AsyncExitStack
+from dataclasses import replace
 
 import anyio
 import grpc
@@ -37,6 +39,7 @@ from specwire.protocol import (
 )
 from specwire.sampling import SamplingParams
 from worker.advertise import Advertiser, advertised_addresses
+from worker.echo import EchoServer
 from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
 from worker.stream_service import DraftService
 from worker.tensor_service import TensorService, supports
@@ -57,10 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
     p.add_argument(
-        "--port",
-        type=int,
-        default=0,
-        help="port to listen on (0 = any free port, printed at start)",
+        "--port", type=int, default=0, help="port to listen on (0 = any free port, printed at start)"
     )
     p.add_argument("--name", help="Bonjour instance name (default: HOSTNAME-PORT)")
     p.add_argument("--label", default="", help='free text shown to coordinators, such as "M1 Max"')
@@ -72,14 +72,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--advertise-host", help="address to advertise instead of the listening one (e.g. a relay)"
     )
-    p.add_argument("--advertise-port", type=int, help="port to advertise instead of the listening one")
+    p.add_argument("--advertise-port", type=int, help="gRPC port to advertise instead of the listening one")
+    p.add_argument(
+        "--echo-port", type=int, default=0, help="port of the raw TCP echo service (0 = any free port)"
+    )
+    p.add_argument(
+        "--advertise-echo-port", type=int, help="echo port to advertise instead of the listening one"
+    )
     p.add_argument("--max-sessions", type=int, default=8, help="most concurrent sessions")
     p.add_argument("--backends", default=",".join(BACKENDS), help="drafting backends to offer")
     p.add_argument(
-        "--warmup-tokens",
-        type=int,
-        default=8,
-        help="tokens drafted to measure the local draft speed",
+        "--warmup-tokens", type=int, default=8, help="tokens drafted to measure the local draft speed"
     )
     p.add_argument("--json", action="store_true", help="print the ready line as JSON")
 
@@ -109,6 +112,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grpc_server(
+    model: LoadedModel, host: SessionHost
+) -> tuple[grpc.aio.Server, health.aio.HealthServicer, list[str]]:
+    """The gRPC server with every service this worker offers (not started)."""
+    compute = compute_thread()
+    server = grpc.aio.server()
+    services = [SERVICE_NAME]
+    server.add_generic_rpc_handlers([DraftService(model, host, compute).handler()])
+    if BACKEND_PER_OP in host.info.backends:
+        server.add_generic_rpc_handlers([TensorService(model, host, compute).handler()])
+        services.append(TENSOR_SERVICE_NAME)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    return server, health_servicer, services
+
+
 async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces: object) -> None:
     compute = compute_thread()
     model = await compute.run(load_model, args.model)
@@ -116,27 +136,21 @@ async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces
         log.warning("model %s is not a llama model: the %s backend is off", model.spec, BACKEND_PER_OP)
         backends = tuple(b for b in backends if b != BACKEND_PER_OP)
     tps = await compute.run(measure_draft_speed, model, args.warmup_tokens)
-    server = grpc.aio.server()
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
-    if port == 0:
-        raise InvalidArgumentError(f"cannot listen on {args.host}:{args.port}")
-    name = args.name or f"{socket.gethostname().split('.')[0]}-{port}"
-    info = WorkerInfo(name, args.label, backends, tps, args.max_sessions)
-    host = SessionHost(info, WorkerCounters())
-    services = [SERVICE_NAME]
-    server.add_generic_rpc_handlers([DraftService(model, host, compute).handler()])
-    if BACKEND_PER_OP in backends:
-        server.add_generic_rpc_handlers([TensorService(model, host, compute).handler()])
-        services.append(TENSOR_SERVICE_NAME)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    await server.start()
-    for svc in ("", *services):
-        await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
-    async with AsyncExitStack() as stack:
+    echo = EchoServer(args.host, args.echo_port).start()
+    try:
+        advertised_echo = args.advertise_echo_port or echo.port
+        info = WorkerInfo("", args.label, backends, tps, args.max_sessions, echo_port=advertised_echo)
+        host = SessionHost(info, WorkerCounters())
+        server, health_servicer, services = _grpc_server(model, host)
+        port = server.add_insecure_port(f"{args.host}:{args.port}")
+        if port == 0:
+            raise InvalidArgumentError(f"cannot listen on {args.host}:{args.port}")
+        host.info = replace(info, name=args.name or f"{socket.gethostname().split('.')[0]}-{port}")
+        await server.start()
+        for svc in ("", *services):
+            await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
         advert = WorkerAdvert(
-            name=name,
+            name=host.info.name,
             addresses=tuple(advertised_addresses(args.advertise_host, interfaces, args.host)),  # type: ignore[arg-type]
             port=args.advertise_port or port,
             protocol_version=PROTOCOL_VERSION,
@@ -145,21 +159,38 @@ async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces
             fingerprint=model.fingerprint,
             label=args.label,
             draft_tps=tps,
-            host=info.host,
-            pid=info.pid,
+            host=host.info.host,
+            pid=host.info.pid,
+            extra={"echo": str(advertised_echo)},
         )
+        await _run_until_signal(args, advert, port, model, interfaces, host)
+        await health_servicer.enter_graceful_shutdown()
+        await host.shutdown()
+        await server.stop(SHUTDOWN_GRACE_S)
+    finally:
+        echo.close()
+
+
+async def _run_until_signal(
+    args: argparse.Namespace,
+    advert: WorkerAdvert,
+    port: int,
+    model: LoadedModel,
+    interfaces: object,
+    host: SessionHost,
+) -> None:
+    """Advertise, print the ready line, and wait for SIGINT/SIGTERM; the goodbye goes out on the way out."""
+    async with AsyncExitStack() as stack:
         if not args.no_advertise:
             advertiser = await stack.enter_async_context(Advertiser(advert, interfaces))  # type: ignore[arg-type]
-            advert = WorkerAdvert(**{**advert.__dict__, "name": advertiser.name})
+            advert = replace(advert, name=advertiser.name)  # Bonjour renames on a conflict
+            host.info = replace(host.info, name=advertiser.name)
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             _print_ready(args, advert, port, model)
             async for signum in signals:
-                log.info("received %s", signal.Signals(signum).name)
+                name = signal.Signals(signum).name
+                log.info("received %s; stopping: Bonjour goodbye, then sessions, then the server", name)
                 break
-        log.info("stopping: Bonjour goodbye, then sessions, then the server")
-        await health_servicer.enter_graceful_shutdown()
-    await host.shutdown()
-    await server.stop(SHUTDOWN_GRACE_S)
 
 
 def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, model: LoadedModel) -> None:
@@ -168,6 +199,7 @@ def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, mode
         "name": advert.name,
         "host": args.host,
         "port": port,
+        "echo_port": int(advert.extra["echo"]),
         "advertised": advert.address if not args.no_advertise else None,
         "model": model.spec,
         "fingerprint": model.fingerprint,
@@ -180,6 +212,7 @@ def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, mode
     else:
         print(
             f"worker {advert.name} listening on {args.host}:{port} "
-            f"(model {model.spec}, vocabulary {model.fingerprint}, {advert.draft_tps:.1f} draft tok/s)",
+            f"(model {model.spec}, vocabulary {model.fingerprint}, {advert.draft_tps:.1f} draft tok/s, "
+            f"echo port {advert.extra['echo']})",
             flush=True,
         )

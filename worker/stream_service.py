@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 
 from specwire.compute import ComputeThread
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
+from specwire.memory import current_rss_bytes, peak_rss_bytes
 from specwire.models import LoadedModel
 from specwire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb
 from specwire.v1 import draft_pb2 as pb
@@ -44,6 +45,9 @@ class DraftService:
                     response_serializer=pb.HelloReply.SerializeToString,
                 ),
                 "Draft": grpc.stream_stream_rpc_method_handler(self.draft),
+                # Echoes send back the encoded message untouched: no parsing, only gRPC's own cost.
+                "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+                "EchoStream": grpc.stream_stream_rpc_method_handler(_echo_stream),
             },
         )
 
@@ -70,7 +74,10 @@ class DraftService:
                 sessions_active=t.sessions_active,
                 forward_passes=t.forward_passes,
                 draft_tokens=t.draft_tokens,
+                peak_rss_bytes=peak_rss_bytes(),
+                rss_bytes=current_rss_bytes(),
             ),
+            echo_port=info.echo_port,
         )
 
     async def draft(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
@@ -142,6 +149,17 @@ class _DraftLoop(StreamLoop):
             pb.DraftReply(drafts=msg), lambda timing: pb.DraftReply(drafts=pb.Drafts(timing=timing)), t0
         )
         await self.send(data)
+
+
+async def _echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    return request
+
+
+async def _echo_stream(
+    requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+) -> AsyncIterator[bytes]:
+    async for request in requests:
+        yield request
 
 
 def _parse(raw: bytes) -> pb.DraftRequest:

@@ -40,6 +40,12 @@ LM_HEAD: OpCode
 KV_TRIM: OpCode
 ARGMAX: OpCode
 
+class EchoMessage(_message.Message):
+    __slots__ = ("payload",)
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    def __init__(self, payload: _Optional[bytes] = ...) -> None: ...
+
 class HelloRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -75,19 +81,23 @@ class ModelInfo(_message.Message):
     def __init__(self, spec: _Optional[str] = ..., fingerprint: _Optional[str] = ..., precision: _Optional[str] = ..., vocab_size: _Optional[int] = ..., context_length: _Optional[int] = ..., config_msgpack: _Optional[bytes] = ...) -> None: ...
 
 class WorkerCounters(_message.Message):
-    __slots__ = ("sessions_opened", "sessions_active", "forward_passes", "draft_tokens")
+    __slots__ = ("sessions_opened", "sessions_active", "forward_passes", "draft_tokens", "peak_rss_bytes", "rss_bytes")
     SESSIONS_OPENED_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
     FORWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     sessions_opened: int
     sessions_active: int
     forward_passes: int
     draft_tokens: int
-    def __init__(self, sessions_opened: _Optional[int] = ..., sessions_active: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ...) -> None: ...
+    peak_rss_bytes: int
+    rss_bytes: int
+    def __init__(self, sessions_opened: _Optional[int] = ..., sessions_active: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., peak_rss_bytes: _Optional[int] = ..., rss_bytes: _Optional[int] = ...) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters")
+    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +105,7 @@ class HelloReply(_message.Message):
     DRAFT_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     MAX_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    ECHO_PORT_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     identity: WorkerIdentity
     model: ModelInfo
@@ -102,7 +113,8 @@ class HelloReply(_message.Message):
     draft_tokens_per_second: float
     max_sessions: int
     counters: WorkerCounters
-    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ...) -> None: ...
+    echo_port: int
+    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ..., echo_port: _Optional[int] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "draft_top_k", "seed")

@@ -45,6 +45,16 @@ class DraftWorkerStub:
                 request_serializer=specwire_dot_v1_dot_draft__pb2.DraftRequest.SerializeToString,
                 response_deserializer=specwire_dot_v1_dot_draft__pb2.DraftReply.FromString,
                 _registered_method=True)
+        self.Echo = channel.unary_unary(
+                '/specwire.v1.DraftWorker/Echo',
+                request_serializer=specwire_dot_v1_dot_draft__pb2.EchoMessage.SerializeToString,
+                response_deserializer=specwire_dot_v1_dot_draft__pb2.EchoMessage.FromString,
+                _registered_method=True)
+        self.EchoStream = channel.stream_stream(
+                '/specwire.v1.DraftWorker/EchoStream',
+                request_serializer=specwire_dot_v1_dot_draft__pb2.EchoMessage.SerializeToString,
+                response_deserializer=specwire_dot_v1_dot_draft__pb2.EchoMessage.FromString,
+                _registered_method=True)
 
 
 class DraftWorkerServicer:
@@ -71,6 +81,22 @@ class DraftWorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Echo(self, request, context):
+        """Returns the payload it is sent: one unary call per echo. The LAN probe
+        compares its round trip with raw TCP's to measure gRPC's own cost.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EchoStream(self, request_iterator, context):
+        """Returns each message it is sent, on one long-lived stream: the same
+        measurement for streaming calls.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DraftWorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -83,6 +109,16 @@ def add_DraftWorkerServicer_to_server(servicer, server):
                     servicer.Draft,
                     request_deserializer=specwire_dot_v1_dot_draft__pb2.DraftRequest.FromString,
                     response_serializer=specwire_dot_v1_dot_draft__pb2.DraftReply.SerializeToString,
+            ),
+            'Echo': grpc.unary_unary_rpc_method_handler(
+                    servicer.Echo,
+                    request_deserializer=specwire_dot_v1_dot_draft__pb2.EchoMessage.FromString,
+                    response_serializer=specwire_dot_v1_dot_draft__pb2.EchoMessage.SerializeToString,
+            ),
+            'EchoStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.EchoStream,
+                    request_deserializer=specwire_dot_v1_dot_draft__pb2.EchoMessage.FromString,
+                    response_serializer=specwire_dot_v1_dot_draft__pb2.EchoMessage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -140,6 +176,60 @@ class DraftWorker:
             '/specwire.v1.DraftWorker/Draft',
             specwire_dot_v1_dot_draft__pb2.DraftRequest.SerializeToString,
             specwire_dot_v1_dot_draft__pb2.DraftReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Echo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/specwire.v1.DraftWorker/Echo',
+            specwire_dot_v1_dot_draft__pb2.EchoMessage.SerializeToString,
+            specwire_dot_v1_dot_draft__pb2.EchoMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EchoStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/specwire.v1.DraftWorker/EchoStream',
+            specwire_dot_v1_dot_draft__pb2.EchoMessage.SerializeToString,
+            specwire_dot_v1_dot_draft__pb2.EchoMessage.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,190 @@
+"""``coordinator bench``: the table users quote, measured in one run.
+
+One run measures AR with the target alone, local SD, and remote SD over each
+chosen backend and worker, interleaved on the same prompts; prints the
+paper's Table 11 layout, the attribution of drafting time to network,
+protocol and compute, and latency and memory; and fails (exit 1) when an
+output differs from AR at T = 0 or a worker's counters do not match.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from coordinator.bench.plan import RemoteWorker, connect_workers, find_addresses, plan_rows
+from coordinator.bench.plot import write_plot
+from coordinator.bench.record import bench_record
+from coordinator.bench.report import render, report_sections
+from coordinator.bench.runner import Settings, run_bench
+from coordinator.bench.summary import RowSummary, summarize
+from coordinator.drafting.ggml_rpc.model import GRANULARITIES
+from coordinator.prompts import encode_prompt, load_prompts
+from coordinator.runtime import coordinator_runtime
+from coordinator.workers import refresh_hello
+from specwire.bonjour import mdns_interfaces
+from specwire.errors import BenchFailure, InvalidArgumentError
+from specwire.memory import peak_rss_bytes
+from specwire.models import load_model
+from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
+from specwire.sampling import SamplingParams
+
+NAME = "bench"
+HELP = "Measure AR, local SD and remote SD per backend and worker in one run, with latency attribution."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``coordinator bench``."""
+    p.add_argument(
+        "--backend",
+        default=f"{BACKEND_STREAM},{BACKEND_PER_OP}",
+        help="remote backends: stream, ggml-rpc, or both",
+    )
+    p.add_argument(
+        "--granularity",
+        default="op",
+        help="ggml-rpc granularities to measure (comma-separated: op,layer,token,round)",
+    )
+    p.add_argument(
+        "--workers", default="all", help="worker names or HOST:PORT (comma-separated), or all discovered"
+    )
+    p.add_argument(
+        "--interface",
+        help="mDNS interfaces: 'all' or comma-separated IPv4 addresses (env SPECWIRE_MDNS_INTERFACES)",
+    )
+    p.add_argument(
+        "--discover-timeout", type=float, default=3.0, help="seconds to wait for workers on Bonjour"
+    )
+    p.add_argument("--target", default="default@float32", help="target model spec")
+    p.add_argument(
+        "--draft", default="default", help="local draft model spec for the local SD row (none: no such row)"
+    )
+    p.add_argument("--k", type=int, default=4, help="draft tokens per round")
+    p.add_argument(
+        "--max-tokens", type=int, default=200, help="tokens generated per prompt (the paper's 200)"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy, lossless check on)"
+    )
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus threshold of the target")
+    p.add_argument("--seed", type=int, default=0, help="random seed for sampling")
+    p.add_argument("--repeats", type=int, default=1, help="times every row runs every prompt")
+    p.add_argument(
+        "--prompts", type=Path, help="prompts file (one per line, or JSON lines with category and text)"
+    )
+    p.add_argument(
+        "--no-chat", action="store_true", help="use prompts as raw text, without the chat template"
+    )
+    p.add_argument("--json", type=Path, help="write every raw figure here")
+    p.add_argument("--plot", type=Path, help="write a PNG of the attribution and throughput here")
+    p.add_argument("--markdown", type=Path, help="write the tables in Markdown here")
+
+
+def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    granularities = [g.strip() for g in args.granularity.split(",") if g.strip()]
+    if not backends or set(backends) - {BACKEND_STREAM, BACKEND_PER_OP}:
+        raise InvalidArgumentError(f"--backend {args.backend!r}: use stream, ggml-rpc, or stream,ggml-rpc")
+    if set(granularities) - set(GRANULARITIES) or not granularities:
+        raise InvalidArgumentError(
+            f"--granularity {args.granularity!r}: use any of {', '.join(GRANULARITIES)}"
+        )
+    if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32:
+        raise InvalidArgumentError("--repeats and --max-tokens must be >= 1, and --k within 1..32")
+    return backends, granularities
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``coordinator bench``."""
+    backends, granularities = _check(args)
+    return anyio.run(_bench, args, backends, granularities)
+
+
+async def _bench(args: argparse.Namespace, backends: list[str], granularities: list[str]) -> int:
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+    async with coordinator_runtime() as runtime, AsyncExitStack() as stack:
+        target = await runtime.compute.run(load_model, args.target)
+        draft = None if args.draft == "none" else await runtime.compute.run(load_model, args.draft)
+        selectors = [s.strip() for s in args.workers.split(",") if s.strip()]
+        addresses = await find_addresses(
+            selectors, target.fingerprint, mdns_interfaces(args.interface), args.discover_timeout
+        )
+        workers = await connect_workers(addresses, target, backends, stack)
+        rows = plan_rows(workers, backends, granularities, draft is not None)
+        prompts = [(p, encode_prompt(target, p.text, not args.no_chat)) for p in load_prompts(args.prompts)]
+        by_name = {w.name: w for w in workers}
+        runs = await run_bench(
+            runtime,
+            rows,
+            prompts,
+            args.repeats,
+            Settings(args.k, args.max_tokens, params),
+            target,
+            draft,
+            by_name,
+        )
+        worker_rss = {w.name: (await refresh_hello(w.connection)).counters.peak_rss_bytes for w in workers}
+    summaries = summarize(rows, runs, params.greedy, by_name)
+    settings = _settings(args, backends, granularities, prompts)
+    _write(args, summaries, settings, runs, workers, worker_rss)
+    return _verdict(summaries)
+
+
+def _settings(
+    args: argparse.Namespace, backends: list[str], granularities: list[str], prompts: list
+) -> dict[str, Any]:
+    return {
+        "target": args.target,
+        "draft": args.draft,
+        "k": args.k,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "backends": backends,
+        "granularities": granularities,
+        "chat_template": not args.no_chat,
+        "prompts": len(prompts),
+        "prompt_list": [{"category": p.category, "text": p.text, "tokens": len(ids)} for p, ids in prompts],
+    }
+
+
+def _write(
+    args: argparse.Namespace,
+    summaries: list[RowSummary],
+    settings: dict[str, Any],
+    runs: list,
+    workers: list[RemoteWorker],
+    worker_rss: dict[str, int],
+) -> None:
+    coordinator_rss = peak_rss_bytes()
+    sections = report_sections(summaries, coordinator_rss, worker_rss, settings)
+    print(render(sections, markdown=False))
+    if args.markdown:
+        args.markdown.write_text(render(sections, markdown=True))
+    if args.json:
+        record = bench_record(settings, summaries, runs, workers, worker_rss, coordinator_rss)
+        args.json.write_text(json.dumps(record))
+    if args.plot:
+        write_plot(summaries, args.plot)
+
+
+def _verdict(summaries: list[RowSummary]) -> int:
+    """Exit code: a lossless mismatch or an unverified remote row is an error."""
+    broken = [s for s in summaries if s.lossless is False]
+    unverified = [
+        s
+        for s in summaries
+        if s.spec.kind == "remote" and not (s.verified and s.identity.get("session_identities_match"))
+    ]
+    problems = [f"{s.spec.label}: output differs from AR ({'; '.join(s.mismatches[:3])})" for s in broken]
+    problems += [f"{s.spec.label}: worker counters or identity do not match the client's" for s in unverified]
+    if problems:
+        raise BenchFailure("; ".join(problems))
+    return 0

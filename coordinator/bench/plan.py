@@ -1,0 +1,148 @@
+"""Which rows a bench measures, and the workers behind the remote ones.
+
+Rows: AR with the target only, local SD with the local draft model, then for
+every chosen worker one row per backend (and per granularity of the per-op
+backend). Each worker's link is probed first (raw TCP echo), so attribution
+has this path's network floor.
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+
+from zeroconf import InterfaceChoice
+
+from coordinator.discovery import WorkerDirectory
+from coordinator.drafting.base import DraftSource
+from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
+from coordinator.drafting.local import LocalDraftSource
+from coordinator.drafting.stream import StreamDraftSource
+from coordinator.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
+from coordinator.runtime import Runtime
+from coordinator.workers import WorkerConnection, connect, incompatibility, is_address
+from specwire.errors import BackendUnavailableError, NoWorkerError
+from specwire.models import LoadedModel
+from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
+from specwire.vocab import ensure_same_vocabulary
+
+PROBE_COUNT = 60
+PROBE_BUDGET_S = 1.0
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """One configuration the bench measures."""
+
+    label: str
+    kind: str  # "ar", "local" or "remote"
+    backend: str = ""
+    granularity: str = ""
+    worker: str = ""
+
+
+@dataclass
+class RemoteWorker:
+    """A connected worker, and the network floor of the path to it."""
+
+    connection: WorkerConnection
+    probe: list[RttSummary] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The worker's instance name."""
+        return self.connection.name
+
+    @property
+    def floor(self) -> NetworkFloor:
+        """Bare-TCP cost by payload size on this path."""
+        return NetworkFloor(self.probe)
+
+
+def plan_rows(
+    workers: list[RemoteWorker], backends: list[str], granularities: list[str], with_local: bool
+) -> list[RowSpec]:
+    """AR, local SD, then every worker × backend (× granularity for the per-op backend)."""
+    rows = [RowSpec("AR (target only)", "ar")]
+    if with_local:
+        rows.append(RowSpec("local SD", "local"))
+    for worker in workers:
+        label = worker.connection.hello.identity.label or worker.name
+        for backend in backends:
+            if backend == BACKEND_PER_OP:
+                rows += [
+                    RowSpec(f"{backend}/{g} → {label}", "remote", backend, g, worker.name)
+                    for g in granularities
+                ]
+            else:
+                rows.append(RowSpec(f"{backend} → {label}", "remote", backend, "", worker.name))
+    return rows
+
+
+async def find_addresses(
+    selectors: list[str], fingerprint: str, interfaces: InterfaceChoice | list[str], timeout: float
+) -> list[str]:
+    """Addresses of the workers to bench: HOST:PORT as given, names (or ``all``) through Bonjour."""
+    addresses = [s for s in selectors if is_address(s)]
+    names = [s for s in selectors if not is_address(s)]
+    if not names:
+        return addresses
+    async with WorkerDirectory(interfaces) as directory:
+        if "all" in names:
+            await directory.wait_until(
+                lambda ws: False, timeout
+            )  # collect every answer for the whole timeout
+        else:
+            await directory.wait_until(lambda ws: set(names) <= {w.name for w in ws}, timeout)
+        found = directory.workers()
+    chosen = [w for w in found if "all" in names or w.name in names]
+    missing = [n for n in names if n != "all" and n not in {w.name for w in found}]
+    if missing:
+        raise NoWorkerError(f"no worker named {', '.join(missing)} answered on Bonjour")
+    usable = [w for w in chosen if incompatibility(w, fingerprint, BACKEND_STREAM) is None]
+    if not usable and not addresses:
+        reasons = "; ".join(f"{w.name}: {incompatibility(w, fingerprint, BACKEND_STREAM)}" for w in chosen)
+        raise NoWorkerError("no compatible worker found" + (f" ({reasons})" if reasons else ""))
+    return addresses + [w.address for w in usable]
+
+
+async def connect_workers(
+    addresses: list[str], target: LoadedModel, backends: list[str], stack: AsyncExitStack
+) -> list[RemoteWorker]:
+    """Connect, check compatibility and backends, and probe each worker's link."""
+    workers = []
+    for address in addresses:
+        connection = await connect(address)
+        stack.push_async_callback(connection.close)
+        hello = connection.hello
+        ensure_same_vocabulary(
+            target.fingerprint, hello.model.fingerprint, target.spec, f"worker {connection.name}"
+        )
+        missing = [b for b in backends if b not in hello.backends]
+        if missing:
+            raise BackendUnavailableError(f"worker {connection.name} does not offer {', '.join(missing)}")
+        if not hello.echo_port:
+            raise NoWorkerError(f"worker {connection.name} serves no echo port, so its link cannot be probed")
+        host = address.rsplit(":", 1)[0]
+        probe = await probe_tcp(host, hello.echo_port, DEFAULT_SIZES, PROBE_COUNT, PROBE_BUDGET_S)
+        workers.append(RemoteWorker(connection, probe))
+    return workers
+
+
+def make_source(
+    row: RowSpec,
+    runtime: Runtime,
+    workers: dict[str, RemoteWorker],
+    target: LoadedModel,
+    draft: LoadedModel | None,
+) -> DraftSource | None:
+    """The draft source of a row (None for AR)."""
+    if row.kind == "ar":
+        return None
+    if row.kind == "local":
+        assert draft is not None
+        return LocalDraftSource(draft)
+    connection = workers[row.worker].connection
+    if row.backend == BACKEND_PER_OP:
+        return PerOpDraftSource(runtime.portal, connection, target.fingerprint, row.granularity)
+    return StreamDraftSource(runtime.portal, connection, target.fingerprint)

@@ -1,0 +1,209 @@
+"""The bench's tables (text and Markdown) and its JSON.
+
+Table 1 follows the paper's Table 11: decode tok/s, Δ vs AR, Δ vs local SD,
+and the effective draft tok/s including transport next to the drafter's own
+speed; then acceptance, TTFT and the lossless check, and under it the proof
+of remote execution for every remote row. Table 2 attributes the drafting
+time to network, protocol and compute. Table 3 gives latency and memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from coordinator.bench.summary import RowSummary
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.1%}"
+
+
+def _num(value: float | None, fmt: str = ".2f") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _lossless(s: RowSummary) -> str:
+    if s.spec.kind == "ar":
+        return "reference"
+    return {True: "yes", False: "NO", None: "n/a (T>0)"}[s.lossless]
+
+
+def throughput_table(rows: Sequence[RowSummary]) -> Table:
+    """The paper's Table 11 layout, extended."""
+    head = [
+        "Draft backend",
+        "Avg TPS",
+        "Δ AR",
+        "Δ Local",
+        "Draft tok/s†",
+        "Local draft tok/s",
+        "Accept",
+        "Mean acc",
+        "TTFT s",
+        "Lossless",
+    ]
+    body = [
+        [
+            s.spec.label,
+            f"{s.decode_tps:.2f}",
+            _pct(s.delta_vs_ar),
+            _pct(s.delta_vs_local)
+            if s.spec.kind == "remote"
+            else ("baseline" if s.spec.kind == "local" else "–"),
+            _num(s.effective_draft_tps),
+            _num(s.local_draft_tps),
+            "–" if s.acceptance_rate is None else f"{s.acceptance_rate:.1%}",
+            _num(s.mean_accepted),
+            f"{s.ttft_s:.2f}",
+            _lossless(s),
+        ]
+        for s in rows
+    ]
+    return head, body
+
+
+def proof_lines(rows: Sequence[RowSummary]) -> list[str]:
+    """For every remote row: which process drafted, and whether its counters match the client's."""
+    lines = []
+    for s in rows:
+        if s.spec.kind != "remote":
+            continue
+        ident, c = s.identity, s.counters
+        if "client_ops" in c:
+            counts = (
+                f"calls {c['client_calls']}/{c['worker_graphs']}, ops {c['client_ops']}/{c['worker_ops']}"
+            )
+        else:
+            counts = (
+                f"messages {c.get('client_messages_sent')}/{c.get('worker_messages_received')} up, "
+                f"{c.get('client_messages_received')}/{c.get('worker_messages_sent')} down, "
+                f"draft tokens {c.get('client_draft_tokens')}/{c.get('worker_draft_tokens')}, "
+                f"forward passes {c.get('worker_forward_passes')}"
+            )
+        verdict = "verified" if s.verified and ident.get("session_identities_match") else "NOT VERIFIED"
+        lines.append(
+            f"{s.spec.label}: worker {ident.get('name')} at {ident.get('address')} "
+            f"on host {ident.get('host')}, pid {ident.get('pid')}, boot {ident.get('boot_id')}; "
+            f"client/worker {counts}: {verdict}"
+        )
+    return lines
+
+
+def attribution_table(rows: Sequence[RowSummary]) -> Table:
+    """Network, protocol and compute per draft token and per generated token."""
+    head = [
+        "Backend → worker",
+        "Calls/draft tok",
+        "Bytes/draft tok",
+        "Network ms",
+        "Protocol ms",
+        "Compute ms",
+        "Net ms/tok",
+        "Proto ms/tok",
+        "Comp ms/tok",
+    ]
+    body = []
+    for s in rows:
+        if s.attribution is None:
+            continue
+        d, t = s.attribution.per("draft"), s.attribution.per("token")
+        body.append(
+            [
+                s.spec.label,
+                _num(d.get("calls"), ".2f"),
+                _num(d.get("bytes"), ",.0f"),
+                _num(d.get("network_ms"), ".3f"),
+                _num(d.get("protocol_ms"), ".3f"),
+                _num(d.get("compute_ms"), ".2f"),
+                _num(t.get("network_ms"), ".3f"),
+                _num(t.get("protocol_ms"), ".3f"),
+                _num(t.get("compute_ms"), ".2f"),
+            ]
+        )
+    return head, body
+
+
+def latency_table(rows: Sequence[RowSummary], coordinator_rss: int, worker_rss: dict[str, int]) -> Table:
+    """TTFT, inter-token latency and peak memory."""
+    head = [
+        "Row",
+        "TTFT s",
+        "ITL p50 ms",
+        "ITL p95 ms",
+        "ITL p99 ms",
+        "Coordinator peak RSS MB",
+        "Worker peak RSS MB",
+    ]
+    body = [
+        [
+            s.spec.label,
+            f"{s.ttft_s:.2f}",
+            _num(s.itl_ms.get("p50"), ".1f"),
+            _num(s.itl_ms.get("p95"), ".1f"),
+            _num(s.itl_ms.get("p99"), ".1f"),
+            f"{coordinator_rss / 2**20:.0f}",
+            f"{worker_rss[s.spec.worker] / 2**20:.0f}" if s.spec.worker in worker_rss else "–",
+        ]
+        for s in rows
+    ]
+    return head, body
+
+
+def render_text(table: Table) -> str:
+    """Aligned columns: text left, numbers right."""
+    head, body = table
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=True)]
+    lines = []
+    for i, row in enumerate([head, *body]):
+        cells = [
+            c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_markdown(table: Table) -> str:
+    """A Markdown table."""
+    head, body = table
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def report_sections(
+    rows: Sequence[RowSummary], coordinator_rss: int, worker_rss: dict[str, int], settings: dict[str, Any]
+) -> list[tuple[str, Table | list[str]]]:
+    """The report as titled sections: tables, or lines of text."""
+    title = (
+        f"Table 1. Speculative decoding, target {settings['target']}, k = {settings['k']}, "
+        f"{settings['max_tokens']} tokens, T = {settings['temperature']}, {settings['prompts']} prompts × "
+        f"{settings['repeats']} repeats (decode tok/s: median over repeats, mean over prompts)"
+    )
+    return [
+        (title, throughput_table(rows)),
+        ("† effective draft tok/s including transport (drafts over the engine's wait for them)", []),
+        ("Proof of remote execution", proof_lines(rows)),
+        (
+            "Table 2. Where drafting time goes, per draft token (and per generated token)",
+            attribution_table(rows),
+        ),
+        ("Table 3. Latency and memory", latency_table(rows, coordinator_rss, worker_rss)),
+    ]
+
+
+def render(sections: list[tuple[str, Table | list[str]]], markdown: bool) -> str:
+    """All sections as text or Markdown."""
+    out = []
+    for title, content in sections:
+        out.append(f"**{title}**" if markdown else title)
+        if isinstance(content, tuple):
+            out.append(render_markdown(content) if markdown else render_text(content))
+        else:
+            out.extend(f"- {line}" if markdown else f"  {line}" for line in content)
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,123 @@
+"""Measuring the rows: every (repeat, prompt) runs every row back to back.
+
+Interleaving the rows, rather than running each row's prompts in a block,
+means every row sees the same machine state (thermal, caches, background
+load), so the ratios between rows compare like with like.
+
+After each remote generation the runner checks the worker's own counters
+against the client's: the stream backend's messages each way, rounds and
+draft tokens; the per-op backend's calls and operations. A run that does not
+match is marked unverified, and so is its row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.bench.plan import RemoteWorker, RowSpec, make_source
+from coordinator.bench.progress import Progress
+from coordinator.drafting.base import DraftSource
+from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
+from coordinator.drafting.stream import StreamDraftSource
+from coordinator.engine import GenerationResult, SpeculativeDecoder
+from coordinator.prompts import Prompt
+from coordinator.runtime import Runtime
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+
+
+@dataclass
+class Run:
+    """One generation of one row."""
+
+    row: int
+    prompt: int
+    category: str
+    repeat: int
+    result: GenerationResult
+    counters: dict[str, Any] = field(default_factory=dict)
+    verified: bool = True
+    identity: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Settings:
+    """What every generation of the bench uses."""
+
+    k: int
+    max_tokens: int
+    params: SamplingParams
+
+
+def verify(
+    source: DraftSource | None, result: GenerationResult
+) -> tuple[bool, dict[str, Any], dict[str, Any]]:
+    """Compare the worker's counters with the client's; returns (match, counters, session identity)."""
+    if isinstance(source, StreamDraftSource):
+        w = source.worker_counters
+        drafted = sum(r.drafted for r in result.rounds)
+        counters = {
+            "client_messages_sent": source.sent,
+            "worker_messages_received": w.messages_received,
+            "client_messages_received": source.received,
+            "worker_messages_sent": w.messages_sent + 1,
+            "client_rounds": len(result.rounds),
+            "worker_rounds": w.rounds,
+            "client_draft_tokens": drafted,
+            "worker_draft_tokens": w.draft_tokens,
+            "worker_forward_passes": w.forward_passes,
+        }
+        ok = (
+            source.sent == w.messages_received
+            and source.received == w.messages_sent + 1
+            and len(result.rounds) == w.rounds
+            and drafted == w.draft_tokens
+        )
+        ident = source.opened.identity if source.opened is not None else None
+    elif isinstance(source, PerOpDraftSource) and source.client is not None:
+        c, w = source.client, source.client.worker_counters
+        counters = {
+            "client_calls": c.calls,
+            "worker_graphs": w.graphs,
+            "client_ops": c.ops,
+            "worker_ops": w.ops,
+            "worker_messages_received": w.messages_received,
+            "worker_tensor_bytes": w.tensor_bytes,
+        }
+        ok = c.calls == w.graphs and c.ops == w.ops and w.messages_received == c.calls + 1
+        ident = source.connection.hello.identity
+    else:
+        return True, {}, {}
+    identity = (
+        {"name": ident.name, "host": ident.host, "pid": ident.pid, "boot_id": ident.boot_id} if ident else {}
+    )
+    return ok, counters, identity
+
+
+async def run_bench(
+    runtime: Runtime,
+    rows: list[RowSpec],
+    prompts: list[tuple[Prompt, list[int]]],
+    repeats: int,
+    settings: Settings,
+    target: LoadedModel,
+    draft: LoadedModel | None,
+    workers: dict[str, RemoteWorker],
+) -> list[Run]:
+    """Run every row on every prompt, ``repeats`` times, interleaved."""
+    runs: list[Run] = []
+    with Progress(repeats * len(prompts) * len(rows)) as progress:
+        for repeat in range(repeats):
+            for p, (prompt, ids) in enumerate(prompts):
+                for r, row in enumerate(rows):
+                    progress.step(f"{row.label} · {prompt.category} #{p + 1} · repeat {repeat + 1}")
+                    source = make_source(row, runtime, workers, target, draft)
+                    decoder = SpeculativeDecoder(target, source)
+                    k = settings.k if source is not None else 0
+                    result = await runtime.compute.run(
+                        decoder.generate, ids, max_tokens=settings.max_tokens, k=k, params=settings.params
+                    )
+                    ok, counters, identity = verify(source, result)
+                    runs.append(Run(r, p, prompt.category, repeat, result, counters, ok, identity))
+    return runs

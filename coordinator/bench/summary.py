@@ -1,0 +1,169 @@
+"""The figures of each bench row, from its raw runs.
+
+* decode tok/s: the median over repeats for each prompt, averaged over the
+  prompts (the paper averages code, math and text prompts);
+* Δ vs AR and Δ vs local SD: ratios of those averages, minus one;
+* acceptance rate: accepted over proposed drafts; mean accepted length:
+  accepted drafts per drafting round;
+* TTFT: the median; inter-token latency: percentiles over every gap between
+  emitted tokens (tokens of one round arrive together, so gaps of zero count);
+* effective draft tok/s: drafts over the time the engine waited for them,
+  transport included, next to the drafter's own speed without transport;
+* lossless (T = 0): every output equals AR's for the same prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from coordinator.attribution import EXCLUDED_KINDS, Attribution, attribute
+from coordinator.bench.plan import RemoteWorker, RowSpec
+from coordinator.bench.runner import Run
+
+
+@dataclass
+class RowSummary:
+    """Everything the tables show about one row."""
+
+    spec: RowSpec
+    decode_tps: float
+    tps_by_category: dict[str, float]
+    acceptance_rate: float | None
+    mean_accepted: float | None
+    ttft_s: float
+    itl_ms: dict[str, float]
+    effective_draft_tps: float | None
+    local_draft_tps: float | None
+    lossless: bool | None
+    mismatches: list[str] = field(default_factory=list)
+    verified: bool | None = None
+    counters: dict[str, Any] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
+    attribution: Attribution | None = None
+    delta_vs_ar: float | None = None
+    delta_vs_local: float | None = None
+
+
+def _mean_of_medians(runs: list[Run]) -> tuple[float, dict[str, float]]:
+    by_prompt: dict[int, list[float]] = {}
+    categories: dict[int, str] = {}
+    for run in runs:
+        by_prompt.setdefault(run.prompt, []).append(run.result.decode_tps)
+        categories[run.prompt] = run.category
+    medians = {p: float(np.median(v)) for p, v in by_prompt.items()}
+    by_category: dict[str, list[float]] = {}
+    for p, value in medians.items():
+        by_category.setdefault(categories[p], []).append(value)
+    return float(np.mean(list(medians.values()))), {c: float(np.mean(v)) for c, v in by_category.items()}
+
+
+def _draft_figures(runs: list[Run]) -> tuple[float | None, float | None, float | None]:
+    rounds = [r for run in runs for r in run.result.rounds if r.drafted]
+    if not rounds:
+        return None, None, None
+    drafted = sum(r.drafted for r in rounds)
+    accepted = sum(r.accepted for r in rounds)
+    waited = sum(r.draft_ns for r in rounds) / 1e9
+    return accepted / drafted, accepted / len(rounds), drafted / waited if waited > 0 else None
+
+
+def _lossless(runs: list[Run], ar: dict[tuple[int, int], list[int]]) -> tuple[bool, list[str]]:
+    mismatches = []
+    for run in runs:
+        expected = ar.get((run.prompt, run.repeat))
+        if expected is not None and run.result.tokens != expected:
+            at = next(
+                (i for i, (a, b) in enumerate(zip(expected, run.result.tokens, strict=False)) if a != b), None
+            )
+            mismatches.append(
+                f"prompt {run.prompt + 1} repeat {run.repeat + 1}: differs from AR at token {at}"
+            )
+    return not mismatches, mismatches
+
+
+def _sum_counters(runs: list[Run]) -> dict[str, Any]:
+    total: dict[str, Any] = {}
+    for run in runs:
+        for key, value in run.counters.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def summarize_row(
+    spec: RowSpec,
+    runs: list[Run],
+    greedy: bool,
+    ar: dict[tuple[int, int], list[int]],
+    worker: RemoteWorker | None,
+) -> RowSummary:
+    """The figures of one row."""
+    tps, by_category = _mean_of_medians(runs)
+    acceptance, mean_accepted, effective = _draft_figures(runs)
+    gaps = np.concatenate([run.result.inter_token_s() for run in runs]) * 1e3
+    itl = {f"p{q}": float(np.percentile(gaps, q)) for q in (50, 95, 99)} if gaps.size else {}
+    lossless, mismatches = _lossless(runs, ar) if greedy and spec.kind != "ar" else (None, [])
+    summary = RowSummary(
+        spec=spec,
+        decode_tps=tps,
+        tps_by_category=by_category,
+        acceptance_rate=acceptance,
+        mean_accepted=mean_accepted,
+        ttft_s=float(np.median([run.result.ttft_s for run in runs])),
+        itl_ms=itl,
+        effective_draft_tps=effective,
+        local_draft_tps=effective if spec.kind == "local" else None,
+        lossless=lossless if spec.kind != "ar" else True if greedy else None,
+        mismatches=mismatches,
+    )
+    if worker is not None:
+        summary.local_draft_tps = worker.connection.hello.draft_tokens_per_second
+        summary.verified = all(run.verified for run in runs)
+        summary.counters = _sum_counters(runs)
+        summary.identity = {
+            **worker.connection.identity(),
+            "session_identities_match": _same_process(runs, worker),
+        }
+        calls = [c for run in runs for r in run.result.rounds for c in r.draft.calls]
+        attributed_rounds = [
+            r
+            for run in runs
+            for r in run.result.rounds
+            if any(c.kind not in EXCLUDED_KINDS for c in r.draft.calls)
+        ]
+        summary.attribution = attribute(
+            calls,
+            worker.floor,
+            draft_tokens=sum(r.drafted for r in attributed_rounds),
+            generated_tokens=sum(len(run.result.tokens) for run in runs),
+        )
+    return summary
+
+
+def _same_process(runs: list[Run], worker: RemoteWorker) -> bool:
+    """Every session was served by the process Hello described (same pid and boot id)."""
+    hello = worker.connection.hello.identity
+    return all(
+        run.identity.get("pid") == hello.pid and run.identity.get("boot_id") == hello.boot_id for run in runs
+    )
+
+
+def summarize(
+    rows: list[RowSpec], runs: list[Run], greedy: bool, workers: dict[str, RemoteWorker]
+) -> list[RowSummary]:
+    """Every row's figures, with Δ vs AR and Δ vs local SD."""
+    ar_index = next(i for i, r in enumerate(rows) if r.kind == "ar")
+    ar = {(run.prompt, run.repeat): run.result.tokens for run in runs if run.row == ar_index}
+    out = [
+        summarize_row(row, [run for run in runs if run.row == i], greedy, ar, workers.get(row.worker))
+        for i, row in enumerate(rows)
+    ]
+    ar_tps = out[ar_index].decode_tps
+    local = next((s for s in out if s.spec.kind == "local"), None)
+    for s in out:
+        s.delta_vs_ar = s.decode_tps / ar_tps - 1 if s.spec.kind != "ar" else None
+        if local is not None and s.spec.kind == "remote":
+            s.delta_vs_local = s.decode_tps / local.decode_tps - 1
+    return out
