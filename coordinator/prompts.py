@@ -19,12 +19,9 @@ class Prompt:
 
 
 BUILTIN_PROMPTS = (
-    Prompt("code", "Write a Python function that returns the factorial of n."),
-    Prompt("code", 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'),
+    Prompt("code", "Write a Python function that checks whether a number is prime, with a docstring."),
     Prompt("math", "What is 17 multiplied by 23? Show your steps."),
-    Prompt("math", "Solve for x: 3x + 7 = 22."),
-    Prompt("text", "Write a short story about a lighthouse keeper."),
-    Prompt("text", "Explain why the sky is blue in two sentences."),
+    Prompt("text", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
 )
 
 

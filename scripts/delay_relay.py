@@ -6,7 +6,10 @@ and the echo port alike), so a known latency can be added where the kernel
 has no netem: the attribution test uses it on loopback, and the LAN test bed
 uses it between network namespaces. Every chunk is forwarded ``--delay-ms``
 after it arrived, in order, so the delay adds to latency without capping
-throughput.
+throughput. Each direction of each connection has a reader and a writer
+thread with blocking sockets: the writer sleeps until each chunk is due,
+which keeps the added delay precise to the scheduler's wake-up time (an
+event loop's timers round up to whole milliseconds).
 
 SIGUSR1 turns it into a black hole (connections stay open, nothing passes,
 what arrives is dropped); SIGUSR2 lets traffic through again. It prints one
@@ -18,66 +21,85 @@ JSON ready line with the listening ports, and runs until SIGINT or SIGTERM.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
+import queue
 import signal
 import socket
 import sys
+import threading
 import time
 
 CHUNK = 1 << 16
 
 
 class Relay:
-    """Forwards connections from listening ports to targets with a delay."""
+    """Forwards connections from listening sockets to targets with a delay."""
 
     def __init__(self, delay_s: float) -> None:
         self.delay_s = delay_s
-        self.black_hole = False
+        self.black_hole = threading.Event()
 
-    async def pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Copy one direction: each chunk is written ``delay_s`` after it was read."""
-        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+    def _read(self, source: socket.socket, chunks: queue.SimpleQueue[tuple[float, bytes]]) -> None:
+        try:
+            while data := source.recv(CHUNK):
+                if not self.black_hole.is_set():
+                    chunks.put((time.monotonic() + self.delay_s, data))
+        except OSError:
+            pass
+        chunks.put((time.monotonic() + self.delay_s, b""))
 
-        async def deliver() -> None:
+    @staticmethod
+    def _write(sink: socket.socket, chunks: queue.SimpleQueue[tuple[float, bytes]]) -> None:
+        try:
             while True:
-                due, data = await queue.get()
+                due, data = chunks.get()
                 if not data:
                     break
                 wait = due - time.monotonic()
                 if wait > 0:
-                    await asyncio.sleep(wait)
-                writer.write(data)
-                await writer.drain()
-
-        delivery = asyncio.create_task(deliver())
-        try:
-            while data := await reader.read(CHUNK):
-                if not self.black_hole:
-                    queue.put_nowait((time.monotonic() + self.delay_s, data))
-            queue.put_nowait((time.monotonic() + self.delay_s, b""))
-            await delivery
-        except (ConnectionError, asyncio.CancelledError):
-            delivery.cancel()
-        finally:
-            with contextlib.suppress(ConnectionError, OSError):
-                writer.close()
-
-    async def connect(
-        self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter, target: tuple[str, int]
-    ) -> None:
-        """Join one accepted connection to a new connection to ``target``."""
-        try:
-            server_r, server_w = await asyncio.open_connection(*target)
+                    time.sleep(wait)
+                sink.sendall(data)
         except OSError:
-            client_w.close()
+            pass
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def pipe(self, source: socket.socket, sink: socket.socket) -> list[threading.Thread]:
+        """Start both threads of one direction."""
+        chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
+        threads = [
+            threading.Thread(target=self._read, args=(source, chunks), daemon=True),
+            threading.Thread(target=self._write, args=(sink, chunks), daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        return threads
+
+    def join(self, client: socket.socket, target: tuple[str, int]) -> None:
+        """Relay one accepted connection to a new connection to ``target``."""
+        try:
+            server = socket.create_connection(target, timeout=10)
+        except OSError:
+            client.close()
             return
-        for w in (client_w, server_w):
-            sock = w.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.gather(self.pump(client_r, server_w), self.pump(server_r, client_w))
+        server.settimeout(None)
+        for s in (client, server):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threads = self.pipe(client, server) + self.pipe(server, client)
+        for t in threads:
+            t.join()
+        client.close()
+        server.close()
+
+    def listen(self, listener: socket.socket, target: tuple[str, int]) -> None:
+        """Accept connections forever, relaying each on threads of its own."""
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.join, args=(client, target), daemon=True).start()
 
 
 def parse_map(text: str) -> tuple[tuple[str, int], tuple[str, int]]:
@@ -90,25 +112,22 @@ def parse_map(text: str) -> tuple[tuple[str, int], tuple[str, int]]:
     return (lh, int(lp)), (th, int(tp))
 
 
-async def main(args: argparse.Namespace) -> None:
+def main(args: argparse.Namespace) -> int:
     relay = Relay(args.delay_ms / 1000.0)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, lambda: setattr(relay, "black_hole", True))
-    loop.add_signal_handler(signal.SIGUSR2, lambda: setattr(relay, "black_hole", False))
-    servers, ports = [], []
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGUSR1, lambda *_: relay.black_hole.set())
+    signal.signal(signal.SIGUSR2, lambda *_: relay.black_hole.clear())
+    maps = []
     for (lh, lp), target in args.map:
-        server = await asyncio.start_server(lambda r, w, t=target: relay.connect(r, w, t), lh, lp)
-        servers.append(server)
-        ports.append(
-            {"listen": f"{lh}:{server.sockets[0].getsockname()[1]}", "target": f"{target[0]}:{target[1]}"}
-        )
-    print(json.dumps({"event": "ready", "delay_ms": args.delay_ms, "maps": ports}), flush=True)
-    await stop.wait()
-    for server in servers:
-        server.close()
+        listener = socket.create_server((lh, lp))
+        threading.Thread(target=relay.listen, args=(listener, target), daemon=True).start()
+        maps.append({"listen": f"{lh}:{listener.getsockname()[1]}", "target": f"{target[0]}:{target[1]}"})
+    print(json.dumps({"event": "ready", "delay_ms": args.delay_ms, "maps": maps}), flush=True)
+    while not stop.wait(0.5):
+        pass
+    return 0
 
 
 if __name__ == "__main__":
@@ -119,5 +138,4 @@ if __name__ == "__main__":
         "--map", type=parse_map, action="append", required=True, help="LISTEN:PORT=TARGET:PORT"
     )
     parser.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay added in each direction")
-    asyncio.run(main(parser.parse_args()))
-    sys.exit(0)
+    sys.exit(main(parser.parse_args()))

@@ -1,0 +1,182 @@
+"""``coordinator bench`` end to end: tables, JSON schema, lossless, proof of remote execution."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cli import run_cli
+from tests.support.workers import WorkerProcess
+
+ROW_FIELDS = {
+    "label": str,
+    "kind": str,
+    "backend": str,
+    "granularity": str,
+    "worker": str,
+    "decode_tok_s": float,
+    "tok_s_by_category": dict,
+    "delta_vs_ar": (float, type(None)),
+    "delta_vs_local": (float, type(None)),
+    "acceptance_rate": (float, type(None)),
+    "mean_accepted": (float, type(None)),
+    "ttft_s": float,
+    "itl_ms": dict,
+    "effective_draft_tok_s": (float, type(None)),
+    "local_draft_tok_s": (float, type(None)),
+    "lossless": (bool, type(None)),
+    "mismatches": list,
+    "verified": (bool, type(None)),
+    "counters": dict,
+    "identity": dict,
+    "attribution": (dict, type(None)),
+}
+RUN_FIELDS = {
+    "row": int,
+    "prompt": int,
+    "category": str,
+    "repeat": int,
+    "tokens": list,
+    "finish_reason": str,
+    "decode_tok_s": float,
+    "ttft_s": float,
+    "prefill_s": float,
+    "total_s": float,
+    "token_offsets_ns": list,
+    "rounds": dict,
+    "calls": dict,
+    "counters": dict,
+    "verified": bool,
+    "worker_identity": dict,
+}
+CALL_COLUMNS = {
+    "kind",
+    "wall_ns",
+    "serialize_ns",
+    "deserialize_ns",
+    "bytes_sent",
+    "bytes_received",
+    "worker_deserialize_ns",
+    "worker_receive_to_start_ns",
+    "worker_compute_ns",
+    "worker_compute_to_reply_ns",
+    "worker_serialize_ns",
+}
+
+
+def check_fields(record: dict[str, Any], fields: dict[str, Any]) -> None:
+    assert set(fields) <= set(record), set(fields) - set(record)
+    for key, kind in fields.items():
+        value = record[key]
+        if kind is float or (isinstance(kind, tuple) and float in kind):
+            kind = (*(kind if isinstance(kind, tuple) else (kind,)), int)
+        assert isinstance(value, kind), f"{key}={value!r} is not {kind}"
+
+
+@pytest.fixture(scope="module")
+def bench(worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
+    tmp = tmp_path_factory.mktemp("bench")
+    prompts = tmp / "prompts.jsonl"
+    lines = [
+        {"category": "code", "text": "def add(a, b):\n"},
+        {"category": "text", "text": "The sky is blue because"},
+    ]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = run_cli(
+        "coordinator",
+        "bench",
+        "--workers",
+        worker.address,
+        "--backend",
+        "stream,ggml-rpc",
+        "--granularity",
+        "token,round",
+        "--target",
+        "default",
+        "--max-tokens",
+        "6",
+        "--k",
+        "2",
+        "--prompts",
+        str(prompts),
+        "--no-chat",
+        "--json",
+        str(tmp / "bench.json"),
+        "--markdown",
+        str(tmp / "bench.md"),
+        "--plot",
+        str(tmp / "bench.png"),
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads((tmp / "bench.json").read_text()), out.stdout, tmp
+
+
+def test_schema(bench: tuple[dict, str, Path]) -> None:
+    data, _, _ = bench
+    assert data["schema"] == "specwire.bench/1"
+    assert {"settings", "coordinator", "workers", "rows", "runs", "lossless"} <= set(data)
+    assert data["settings"]["max_tokens"] == 6 and data["settings"]["prompts"] == 2
+    assert data["coordinator"]["peak_rss_bytes"] > 0
+    (w,) = data["workers"]
+    assert {
+        "name",
+        "identity",
+        "model",
+        "backends",
+        "local_draft_tok_s",
+        "probe_tcp",
+        "peak_rss_bytes",
+    } <= set(w)
+    assert w["peak_rss_bytes"] > 0 and len(w["probe_tcp"]) == 5
+    kinds = [r["kind"] for r in data["rows"]]
+    assert kinds == ["ar", "local", "remote", "remote", "remote"]
+    for row in data["rows"]:
+        check_fields(row, ROW_FIELDS)
+    assert len(data["runs"]) == 2 * len(data["rows"])
+    for run in data["runs"]:
+        check_fields(run, RUN_FIELDS)
+        assert set(run["calls"]) == CALL_COLUMNS
+        assert len({len(v) for v in run["calls"].values()}) == 1
+
+
+def test_lossless_for_both_backends_and_counters_match(
+    bench: tuple[dict, str, Path], worker: WorkerProcess
+) -> None:
+    data, _, _ = bench
+    assert data["lossless"] is True
+    remote = [r for r in data["rows"] if r["kind"] == "remote"]
+    assert {r["backend"] for r in remote} == {"stream", "ggml-rpc"}
+    for row in remote:
+        assert row["lossless"] is True and row["verified"] is True
+        assert row["identity"]["pid"] == worker.pid and row["identity"]["session_identities_match"] is True
+        c = row["counters"]
+        if row["backend"] == "stream":
+            assert c["client_messages_sent"] == c["worker_messages_received"] > 0
+            assert c["client_messages_received"] == c["worker_messages_sent"]
+            assert c["client_draft_tokens"] == c["worker_draft_tokens"] > 0
+        else:
+            assert c["client_calls"] == c["worker_graphs"] > 0 and c["client_ops"] == c["worker_ops"]
+        attribution = row["attribution"]
+        assert attribution["calls"] > 0
+        assert attribution["per_draft_token"]["compute_ms"] > 0
+    index = {r["label"]: i for i, r in enumerate(data["rows"])}
+    round_row = index[next(r["label"] for r in remote if r["granularity"] == "round")]
+    stream_row = index[next(r["label"] for r in remote if r["backend"] == "stream")]
+
+    def calls(row: int) -> int:
+        return sum(len(run["calls"]["kind"]) for run in data["runs"] if run["row"] == row)
+
+    # One call per draft round at `round` granularity, as on the stream backend.
+    assert calls(round_row) == calls(stream_row) > 0
+
+
+def test_tables_markdown_and_plot(bench: tuple[dict, str, Path]) -> None:
+    _, stdout, tmp = bench
+    assert "Table 1." in stdout and "Table 2." in stdout and "Table 3." in stdout
+    assert "Proof of remote execution" in stdout and "NOT VERIFIED" not in stdout and ": verified" in stdout
+    assert "| Draft backend | Avg TPS |" in (tmp / "bench.md").read_text()
+    assert (tmp / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
