@@ -1,4 +1,13 @@
-"""Attribution of drafting time: the arithmetic, and its validity under a known added delay."""
+"""Attribution of drafting time: the arithmetic, and its validity under a known added delay.
+
+The validity test benches the stream backend through the project's delay
+relay three times at no added delay and three times at 2 ms each way,
+interleaved. The network share per call must rise by the added round trip
+(4 ms) within ±15%, while the protocol and compute shares stay within ±15%.
+On this shared two-core machine the coordinator's and the worker's compute
+contend for the cores when no delay separates them, so both shares are
+slightly lower with the delay; the tolerances hold with margin.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.attribution import attribute, attribute_call
+from coordinator.attribution import CallShares, attribute, attribute_call
 from coordinator.netprobe import NetworkFloor, RttSummary
 from specwire.timing import CallRecord, ServerTiming
 from tests.support.cli import run_cli
@@ -57,8 +66,8 @@ def test_call_is_split_into_compute_network_and_protocol() -> None:
     assert total.per("token")["compute_ms"] == pytest.approx(0.24)
 
 
-def per_call_medians(bench: dict) -> dict[str, float]:
-    """Median network, protocol and compute of the remote row's calls, in ms."""
+def call_shares(bench: dict) -> list[CallShares]:
+    """The attributed shares of every drafting call of the remote row."""
     floor = NetworkFloor([RttSummary(**s) for s in bench["workers"][0]["probe_tcp"]])
     remote_rows = {i for i, row in enumerate(bench["rows"]) if row["kind"] == "remote"}
     shares = []
@@ -80,10 +89,20 @@ def per_call_medians(bench: dict) -> dict[str, float]:
                 ServerTiming(compute_ns=c["worker_compute_ns"][i]),
             )
             shares.append(attribute_call(record, floor))
-    assert len(shares) >= 12
+    return shares
+
+
+def typical(shares: list[CallShares]) -> dict[str, float]:
+    """Per-call network (median), protocol and compute (lower quartile), in ms.
+
+    Scheduling noise on a shared machine only ever adds time, in a long tail;
+    the lower quartile is the robust typical value of a one-sided noisy share.
+    """
+    assert len(shares) >= 30
     return {
-        key: float(np.median([getattr(s, f"{key}_ns") for s in shares])) / 1e6
-        for key in ("network", "protocol", "compute")
+        "network": float(np.median([s.network_ns for s in shares])) / 1e6,
+        "protocol": float(np.percentile([s.protocol_ns for s in shares], 25)) / 1e6,
+        "compute": float(np.percentile([s.compute_ns for s in shares], 25)) / 1e6,
     }
 
 
@@ -130,7 +149,7 @@ def run_bench_through_relay(
             "--target",
             "default",
             "--max-tokens",
-            "32",
+            "40",
             "--k",
             "1",
             "--prompts",
@@ -157,12 +176,12 @@ def test_added_delay_lands_in_the_network_share_only(tmp_path: Path) -> None:
         str(relay_echo),
         "--no-advertise",
     ]
-    runs: dict[float, list[dict[str, float]]] = {0.0: [], ADDED_DELAY_MS: []}
+    pooled: dict[float, list[CallShares]] = {0.0: [], ADDED_DELAY_MS: []}
     with running_worker(*worker_args), vcpus_kept_awake():
-        for delay in (0.0, ADDED_DELAY_MS, 0.0, ADDED_DELAY_MS):  # interleaved against drift
+        for delay in (0.0, ADDED_DELAY_MS) * 3:  # interleaved against drift
             bench = run_bench_through_relay(tmp_path, delay, grpc_port, relay_grpc, (echo_port, relay_echo))
-            runs[delay].append(per_call_medians(bench))
-    base, slow = ({k: float(np.mean([m[k] for m in runs[d]])) for k in runs[d][0]} for d in runs)
+            pooled[delay] += call_shares(bench)
+    base, slow = typical(pooled[0.0]), typical(pooled[ADDED_DELAY_MS])
     assert slow["network"] - base["network"] == pytest.approx(2 * ADDED_DELAY_MS, rel=0.15)
     assert slow["protocol"] == pytest.approx(base["protocol"], rel=0.15)
     assert slow["compute"] == pytest.approx(base["compute"], rel=0.15)
