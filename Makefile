@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo test lint typecheck clean testbed-bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml
 # Two local workers (stand-ins for the paper's M1 Max and M2 Pro) and the bench across both backends.
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
+
+# The bench across the emulated three-host LAN (root): up, two workers, bench, down.
+testbed-bench: $(STAMP)
+	$(BIN)/python scripts/lan_testbed bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

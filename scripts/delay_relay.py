@@ -7,9 +7,10 @@ has no netem: the attribution test uses it on loopback, and the LAN test bed
 uses it between network namespaces. Every chunk is forwarded ``--delay-ms``
 after it arrived, in order, so the delay adds to latency without capping
 throughput. Each direction of each connection has a reader and a writer
-thread with blocking sockets: the writer sleeps until each chunk is due,
-which keeps the added delay precise to the scheduler's wake-up time (an
-event loop's timers round up to whole milliseconds).
+thread with blocking sockets: the writer sleeps until just before each
+chunk is due and spins the last half millisecond, so the added delay stays
+precise even where waking a sleeping thread is slow (an event loop's timers
+would round up to whole milliseconds).
 
 SIGUSR1 turns it into a black hole (connections stay open, nothing passes,
 what arrives is dropped); SIGUSR2 lets traffic through again. It prints one
@@ -31,6 +32,7 @@ import threading
 import time
 
 CHUNK = 1 << 16
+SPIN_S = 0.0005  # sleep until this close to a chunk's due time, then spin: wake-ups are late
 
 
 class Relay:
@@ -57,8 +59,10 @@ class Relay:
                 if not data:
                     break
                 wait = due - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
+                if wait > SPIN_S:
+                    time.sleep(wait - SPIN_S)
+                while time.monotonic() < due:
+                    pass
                 sink.sendall(data)
         except OSError:
             pass
