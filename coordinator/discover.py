@@ -7,6 +7,7 @@ import json
 
 import anyio
 
+from coordinator.credentials import Credentials, add_credential_arguments
 from coordinator.discovery import browse
 from coordinator.workers import incompatibility
 from specwire.bonjour import WorkerAdvert, mdns_interfaces
@@ -27,9 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--target", default="default", help="target model spec whose vocabulary workers must share"
     )
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_credential_arguments(p)
 
 
-def row(advert: WorkerAdvert, fingerprint: str) -> dict[str, object]:
+def row(advert: WorkerAdvert, fingerprint: str, credentials: Credentials) -> dict[str, object]:
     """One worker as the table and --json show it."""
     return {
         "name": advert.name,
@@ -38,7 +40,10 @@ def row(advert: WorkerAdvert, fingerprint: str) -> dict[str, object]:
         "model": advert.model,
         "fingerprint": advert.fingerprint,
         "fingerprint_match": advert.fingerprint == fingerprint,
-        "compatible": incompatibility(advert, fingerprint, "stream") is None,
+        "compatible": incompatibility(advert, fingerprint, "stream", credentials) is None,
+        "why_not": incompatibility(advert, fingerprint, "stream", credentials),
+        "auth": advert.extra.get("auth", "none"),
+        "tls": advert.extra.get("tls", "0") == "1",
         "backends": list(advert.backends),
         "draft_tok_s": advert.draft_tps,
         "host": advert.host,
@@ -51,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``coordinator discover``."""
     interfaces = mdns_interfaces(args.interface)
     fingerprint = vocabulary_fingerprint_of(args.target)
-    rows = [row(a, fingerprint) for a in anyio.run(browse, interfaces, args.timeout)]
+    credentials = Credentials.from_args(args)
+    rows = [row(a, fingerprint, credentials) for a in anyio.run(browse, interfaces, args.timeout)]
     if args.json:
         print(json.dumps({"target_fingerprint": fingerprint, "workers": rows}, indent=2))
         return 0

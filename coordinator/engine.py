@@ -125,7 +125,7 @@ class SpeculativeDecoder:
         """Generate up to ``max_tokens`` tokens after ``prompt``."""
         self._check(prompt, k)
         max_tokens = min(max_tokens, self.target.context_length - len(prompt))
-        source = self.source if k > 0 else None
+        source = self.source if k > 0 and max_tokens > 1 else None
         start = time.perf_counter_ns()
         if source is not None:
             source.start(prompt, params, min(k, max_tokens - 1))
@@ -170,7 +170,8 @@ class SpeculativeDecoder:
         while len(result.tokens) < max_tokens:
             k_round = min(k, max_tokens - len(result.tokens) - 1)
             t0 = time.perf_counter_ns()
-            block = source.propose(k_round, outcome) if source else DraftBlock([], None, 0, 0)
+            # The last round (one token left) drafts nothing: the source is not asked.
+            block = source.propose(k_round, outcome) if source and k_round else DraftBlock([], None, 0, 0)
             t1 = time.perf_counter_ns()
             accepted, token = self._verify(cache, pending, block, params, rng)
             t2 = time.perf_counter_ns()

@@ -16,11 +16,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
 import anyio
-import grpc
 import numpy as np
 
-from specwire.echo_frames import DOWNLOAD, ECHO, HEADER, LENGTH, UPLOAD, no_delay, recv_exactly, send_zeros
-from specwire.errors import RemoteWorkerError
+from coordinator.workers import WorkerConnection
+from specwire.auth import ECHO_METHOD as ECHO_PROOF_METHOD
+from specwire.auth import caller_proof
+from specwire.echo_frames import (
+    AUTHENTICATE,
+    DOWNLOAD,
+    ECHO,
+    HEADER,
+    LENGTH,
+    UPLOAD,
+    no_delay,
+    recv_exactly,
+    send_zeros,
+)
+from specwire.errors import AuthenticationError, RemoteWorkerError
 from specwire.protocol import ECHO_METHOD, ECHO_STREAM_METHOD
 
 DEFAULT_SIZES = (16, 256, 4096, 65536, 1 << 20)
@@ -76,7 +88,7 @@ class ProbeReport:
 class TcpEcho:
     """A blocking connection to a worker's raw TCP echo service (use it from a thread)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, token: str | None) -> None:
         try:
             self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
         except OSError as err:
@@ -86,6 +98,16 @@ class TcpEcho:
         self.sock.settimeout(CALL_TIMEOUT_S)
         no_delay(self.sock)
         self.buffer = bytearray(1 << 16)
+        if token is not None:
+            self._authenticate(token, f"{host}:{port}")
+
+    def _authenticate(self, token: str, where: str) -> None:
+        proof = caller_proof(token, ECHO_PROOF_METHOD).encode()
+        self.sock.sendall(HEADER.pack(AUTHENTICATE, len(proof)) + proof)
+        try:
+            self._length()
+        except (ConnectionError, OSError) as err:
+            raise AuthenticationError(f"echo service at {where} refused the token proof") from err
 
     def _reply(self, length: int) -> None:
         if len(self.buffer) < length:
@@ -134,9 +156,9 @@ def _sample(run: Callable[[], int], count: int, budget_s: float) -> list[int]:
 
 
 def _tcp_round_trips(
-    host: str, port: int, sizes: tuple[int, ...], count: int, budget_s: float
+    host: str, port: int, sizes: tuple[int, ...], count: int, budget_s: float, token: str | None
 ) -> list[RttSummary]:
-    echo = TcpEcho(host, port)
+    echo = TcpEcho(host, port, token)
     try:
         return [
             RttSummary.of(size, _sample(functools.partial(echo.echo, bytes(size)), count, budget_s))
@@ -147,10 +169,10 @@ def _tcp_round_trips(
 
 
 async def probe_tcp(
-    host: str, port: int, sizes: tuple[int, ...], count: int, budget_s: float
+    host: str, port: int, sizes: tuple[int, ...], count: int, budget_s: float, token: str | None = None
 ) -> list[RttSummary]:
     """Raw TCP echo round trips for each payload size (measured on a thread, off the event loop)."""
-    return await anyio.to_thread.run_sync(_tcp_round_trips, host, port, sizes, count, budget_s)
+    return await anyio.to_thread.run_sync(_tcp_round_trips, host, port, sizes, count, budget_s, token)
 
 
 async def _sample_async(run: Callable[[], Awaitable[int]], count: int, budget_s: float) -> list[int]:
@@ -162,16 +184,19 @@ async def _sample_async(run: Callable[[], Awaitable[int]], count: int, budget_s:
 
 
 async def probe_grpc(
-    channel: grpc.aio.Channel, sizes: tuple[int, ...], count: int, budget_s: float
+    connection: WorkerConnection, sizes: tuple[int, ...], count: int, budget_s: float
 ) -> tuple[list[RttSummary], list[RttSummary]]:
-    """gRPC echo round trips: unary calls, and messages on one stream."""
+    """gRPC echo round trips: unary calls (each with its own token proof), and messages on one stream."""
+    channel, credentials = connection.channel, connection.credentials
     unary_call = channel.unary_unary(ECHO_METHOD)
-    stream = channel.stream_stream(ECHO_STREAM_METHOD)(timeout=CALL_TIMEOUT_S * 10)
+    stream = channel.stream_stream(ECHO_STREAM_METHOD)(
+        timeout=CALL_TIMEOUT_S * 10, metadata=credentials.metadata(ECHO_STREAM_METHOD)
+    )
     unary, streamed = [], []
 
     async def one_unary(payload: bytes) -> int:
         t0 = time.perf_counter_ns()
-        await unary_call(payload, timeout=CALL_TIMEOUT_S)
+        await unary_call(payload, timeout=CALL_TIMEOUT_S, metadata=credentials.metadata(ECHO_METHOD))
         return time.perf_counter_ns() - t0
 
     async def one_streamed(payload: bytes) -> int:
@@ -199,8 +224,8 @@ async def probe_grpc(
     return unary, streamed
 
 
-def _throughput(host: str, port: int, nbytes: int) -> tuple[float, float]:
-    echo = TcpEcho(host, port)
+def _throughput(host: str, port: int, nbytes: int, token: str | None) -> tuple[float, float]:
+    echo = TcpEcho(host, port, token)
     try:
         echo.upload(min(nbytes, 1 << 20))  # warm-up
         up = echo.upload(nbytes)
@@ -210,9 +235,11 @@ def _throughput(host: str, port: int, nbytes: int) -> tuple[float, float]:
         echo.close()
 
 
-async def probe_throughput(host: str, port: int, nbytes: int) -> tuple[float, float]:
+async def probe_throughput(
+    host: str, port: int, nbytes: int, token: str | None = None
+) -> tuple[float, float]:
     """Bulk throughput (bytes/s) towards the worker and back from it."""
-    return await anyio.to_thread.run_sync(_throughput, host, port, nbytes)
+    return await anyio.to_thread.run_sync(_throughput, host, port, nbytes, token)
 
 
 class NetworkFloor:

@@ -23,6 +23,11 @@ def remote_error(err: grpc.RpcError, worker: str, action: str) -> RemoteWorkerEr
         message = f"worker {worker} is unreachable or went away while {action} ({details})"
     elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
         message = f"worker {worker} did not answer in time while {action}"
+    elif code == grpc.StatusCode.UNAUTHENTICATED:
+        message = (
+            f"worker {worker} refused {action} ({details}); give this coordinator the worker's token "
+            "with --token-file or SPECWIRE_TOKEN (the worker printed where it keeps it)"
+        )
     elif code in _REFUSALS:
         message = f"worker {worker} refused {action} ({code.name}): {details}"
     else:

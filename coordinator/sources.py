@@ -1,28 +1,40 @@
-"""Building the draft source a command line asks for: none, local:SPEC, or remote."""
+"""Building the draft source a command line asks for: none, local:SPEC, or remote.
+
+A remote source is wrapped for worker loss (``--on-worker-loss``): the
+``WorkerPool`` finds the next compatible worker on Bonjour when the current
+one fails, and a local draft model is loaded on demand for the ``local``
+policy.
+"""
 
 from __future__ import annotations
 
 import argparse
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 
+from coordinator.credentials import Credentials, add_credential_arguments
+from coordinator.discovery import WorkerDirectory
 from coordinator.drafting.base import DraftSource
+from coordinator.drafting.failover import POLICIES, FailoverDraftSource
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
-from coordinator.drafting.stream import StreamDraftSource
+from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.runtime import Runtime
-from coordinator.workers import WorkerConnection, connect, find_worker
+from coordinator.workers import WorkerConnection, connect, find_worker, incompatibility
 from specwire.bonjour import mdns_interfaces
-from specwire.errors import BackendUnavailableError, InvalidArgumentError, ProtocolVersionError
+from specwire.errors import BackendUnavailableError, InvalidArgumentError, NoWorkerError, ProtocolVersionError
 from specwire.models import LoadedModel, load_model
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM, PROTOCOL_VERSION
 from specwire.vocab import ensure_same_vocabulary
 
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
+FALLBACK_DRAFT = "default"
 
 
 def add_worker_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags that choose and reach a worker, and the drafting backend to use on it."""
+    """Flags that choose and reach a worker, the drafting backend, and what to do if it is lost."""
+    add_credential_arguments(p)
     p.add_argument(
         "--backend",
         default=BACKEND_STREAM,
@@ -36,8 +48,7 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         help="ggml-rpc backend only: operations per call (one op, one block, one forward pass, one round)",
     )
     p.add_argument(
-        "--worker",
-        help="worker to use: its Bonjour name, or HOST:PORT (default: the best one discovered)",
+        "--worker", help="worker to use: its Bonjour name, or HOST:PORT (default: the best discovered)"
     )
     p.add_argument(
         "--interface",
@@ -49,16 +60,20 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_DISCOVER_TIMEOUT_S,
         help="seconds to wait for workers to answer on Bonjour",
     )
+    p.add_argument(
+        "--on-worker-loss",
+        default="failover",
+        choices=POLICIES,
+        help="when a worker dies or stalls: next worker (then AR), local drafting, AR, or stop",
+    )
+    p.add_argument(
+        "--round-timeout", type=float, default=ROUND_TIMEOUT_S, help="seconds to wait for a worker's reply"
+    )
+    p.add_argument("--local-draft", default=FALLBACK_DRAFT, help="draft model for --on-worker-loss local")
 
 
-async def connect_worker(
-    args: argparse.Namespace, target: LoadedModel, stack: AsyncExitStack, backend: str
-) -> WorkerConnection:
-    """Find (or take) a worker, connect, and check it can draft for ``target``."""
-    interfaces = mdns_interfaces(args.interface)
-    address = await find_worker(args.worker, target.fingerprint, backend, interfaces, args.discover_timeout)
-    connection = await connect(address)
-    stack.push_async_callback(connection.close)
+def check_worker(connection: WorkerConnection, target: LoadedModel, backend: str) -> None:
+    """Raise unless the connected worker can draft for ``target`` over ``backend``."""
     hello = connection.hello
     if hello.protocol_version != PROTOCOL_VERSION:
         raise ProtocolVersionError(
@@ -76,6 +91,93 @@ async def connect_worker(
         target.spec,
         f"{hello.model.spec} on worker {connection.name}",
     )
+
+
+@dataclass
+class RemoteSettings:
+    """How remote sources are built: backend, granularity, credentials, deadlines."""
+
+    backend: str
+    granularity: str
+    credentials: Credentials
+    round_timeout: float
+    interfaces: object = None
+    discover_timeout: float = DEFAULT_DISCOVER_TIMEOUT_S
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RemoteSettings:
+        """From the command line's worker flags."""
+        return cls(
+            backend=args.backend,
+            granularity=args.granularity,
+            credentials=Credentials.from_args(args),
+            round_timeout=args.round_timeout,
+            interfaces=mdns_interfaces(args.interface),
+            discover_timeout=args.discover_timeout,
+        )
+
+
+def remote_source(
+    runtime: Runtime, connection: WorkerConnection, target: LoadedModel, s: RemoteSettings
+) -> DraftSource:
+    """A draft source on ``connection`` for the chosen backend."""
+    if s.backend == BACKEND_PER_OP:
+        return PerOpDraftSource(runtime.portal, connection, target.fingerprint, s.granularity)
+    return StreamDraftSource(runtime.portal, connection, target.fingerprint, s.round_timeout)
+
+
+@dataclass
+class WorkerPool:
+    """Finds the next compatible worker on Bonjour when one is lost; closes what it opened."""
+
+    runtime: Runtime
+    target: LoadedModel
+    settings: RemoteSettings
+    connections: list[WorkerConnection] = field(default_factory=list)
+
+    def next_source(self, lost: set[str]) -> DraftSource | None:
+        """A source on the fastest compatible worker not already lost (called from the compute thread)."""
+        return self.runtime.portal.call(self._next, lost)
+
+    async def _next(self, lost: set[str]) -> DraftSource | None:
+        s = self.settings
+        fp, backend, creds = self.target.fingerprint, s.backend, s.credentials
+
+        def usable(ws: list) -> list:
+            return [w for w in ws if w.name not in lost and incompatibility(w, fp, backend, creds) is None]
+
+        async with WorkerDirectory(s.interfaces) as directory:  # type: ignore[arg-type]
+            await directory.wait_until(lambda ws: bool(usable(ws)), s.discover_timeout)
+            candidates = sorted(usable(directory.workers()), key=lambda w: -w.draft_tps)
+        for advert in candidates:
+            try:
+                connection = await connect(advert.address, creds)
+                check_worker(connection, self.target, backend)
+            except Exception:  # unreachable or unfit: try the next one
+                lost.add(advert.name)
+                continue
+            self.connections.append(connection)
+            return remote_source(self.runtime, connection, self.target, s)
+        raise NoWorkerError("no other compatible worker answered on Bonjour")
+
+    async def aclose(self) -> None:
+        """Close every connection the pool opened."""
+        for connection in self.connections:
+            await connection.close()
+
+
+async def connect_worker(
+    args: argparse.Namespace, target: LoadedModel, stack: AsyncExitStack, backend: str
+) -> WorkerConnection:
+    """Find (or take) a worker, connect, and check it can draft for ``target``."""
+    interfaces = mdns_interfaces(args.interface)
+    credentials = Credentials.from_args(args)
+    address = await find_worker(
+        args.worker, target.fingerprint, backend, interfaces, args.discover_timeout, credentials
+    )
+    connection = await connect(address, credentials)
+    stack.push_async_callback(connection.close)
+    check_worker(connection, target, backend)
     return connection
 
 
@@ -87,10 +189,16 @@ async def open_draft_source(
     if spec == "none":
         return None
     if spec == "remote":
+        settings = RemoteSettings.from_args(args)
         connection = await connect_worker(args, target, stack, args.backend)
-        if args.backend == BACKEND_PER_OP:
-            return PerOpDraftSource(runtime.portal, connection, target.fingerprint, args.granularity)
-        return StreamDraftSource(runtime.portal, connection, target.fingerprint)
+        pool = WorkerPool(runtime, target, settings)
+        stack.push_async_callback(pool.aclose)
+
+        def local() -> DraftSource:
+            return LocalDraftSource(load_model(args.local_draft))  # runs on the compute thread
+
+        first = remote_source(runtime, connection, target, settings)
+        return FailoverDraftSource(first, args.on_worker_loss, pool.next_source, local)
     kind, _, rest = spec.partition(":")
     if kind == "local" and rest:
         draft = await runtime.compute.run(load_model, rest)

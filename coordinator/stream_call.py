@@ -29,7 +29,8 @@ class StreamCall:
     def __init__(self, connection: WorkerConnection, method: str, read_timeout: float) -> None:
         self.connection = connection
         self.read_timeout = read_timeout
-        self._call = connection.channel.stream_stream(method)(timeout=SESSION_TIMEOUT_S)
+        metadata = connection.credentials.metadata(method)
+        self._call = connection.channel.stream_stream(method)(timeout=SESSION_TIMEOUT_S, metadata=metadata)
 
     @property
     def worker(self) -> str:
@@ -74,6 +75,10 @@ class StreamCall:
         return RemoteWorkerError(
             f"worker {self.worker} ended the session while {action} ({code.name}): {details}", code.name
         )
+
+    def cancel(self) -> None:
+        """Drop the stream at once (the worker frees the session when it notices)."""
+        self._call.cancel()
 
     async def close(self) -> None:
         """Half-close and wait briefly for the worker to end the session; cancel if it does not."""

@@ -18,22 +18,19 @@ import grpc
 import msgpack
 from zeroconf import InterfaceChoice
 
+from coordinator.credentials import Credentials
 from coordinator.discovery import WorkerDirectory
 from coordinator.rpc_errors import remote_error
+from specwire.auth import AUTH_METADATA, caller_proof, check_worker_proof
 from specwire.bonjour import WorkerAdvert
-from specwire.errors import NoWorkerError
-from specwire.protocol import PROTOCOL_VERSION
+from specwire.errors import AuthenticationError, NoWorkerError
+from specwire.protocol import HELLO_METHOD, PROTOCOL_VERSION
 from specwire.v1 import draft_pb2 as pb
 from specwire.v1 import draft_pb2_grpc
 
 HELLO_TIMEOUT_S = 10.0
 SETTLE_S = 0.5
 _HOST_PORT = re.compile(r"^\[?[\w.:-]+\]?:\d+$")
-CHANNEL_OPTIONS = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
 
 
 @dataclass
@@ -43,6 +40,7 @@ class WorkerConnection:
     address: str
     channel: grpc.aio.Channel
     hello: pb.HelloReply
+    credentials: Credentials
 
     @property
     def name(self) -> str:
@@ -72,22 +70,49 @@ class WorkerConnection:
         await self.channel.close()
 
 
-async def connect(address: str, timeout: float = HELLO_TIMEOUT_S) -> WorkerConnection:
-    """Open a channel to ``address`` and call Hello."""
-    channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+async def connect(
+    address: str, credentials: Credentials, timeout: float = HELLO_TIMEOUT_S
+) -> WorkerConnection:
+    """Open a channel to ``address``, call Hello, and check the worker holds the shared token."""
+    channel = credentials.channel(address)
+    proof = caller_proof(credentials.token, HELLO_METHOD) if credentials.token else ""
+    metadata = [(AUTH_METADATA, proof)] if proof else None
     try:
-        hello = await draft_pb2_grpc.DraftWorkerStub(channel).Hello(pb.HelloRequest(), timeout=timeout)
+        hello = await draft_pb2_grpc.DraftWorkerStub(channel).Hello(
+            pb.HelloRequest(), timeout=timeout, metadata=metadata
+        )
     except grpc.RpcError as err:
         await channel.close()
         raise remote_error(err, address, "saying hello") from err
-    return WorkerConnection(address, channel, hello)
+    try:
+        _check_worker_proof(address, hello, credentials, proof)
+    except AuthenticationError:
+        await channel.close()
+        raise
+    return WorkerConnection(address, channel, hello, credentials)
+
+
+def _check_worker_proof(address: str, hello: pb.HelloReply, credentials: Credentials, proof: str) -> None:
+    name = hello.identity.name or address
+    if credentials.token is None:
+        return
+    if not hello.auth_proof:
+        raise AuthenticationError(
+            f"worker {name} at {address} does not use the shared token (it runs --insecure); "
+            "not used: pass --insecure to allow it"
+        )
+    if not check_worker_proof(credentials.token, proof, hello.auth_proof):
+        raise AuthenticationError(
+            f"worker {name} at {address} could not prove it holds the shared token "
+            "(a spoofed advertisement, or another token); not used"
+        )
 
 
 async def refresh_hello(connection: WorkerConnection, timeout: float = HELLO_TIMEOUT_S) -> pb.HelloReply:
     """Ask the worker for its Hello again (fresh counters and memory figures)."""
     try:
         hello = await draft_pb2_grpc.DraftWorkerStub(connection.channel).Hello(
-            pb.HelloRequest(), timeout=timeout
+            pb.HelloRequest(), timeout=timeout, metadata=connection.credentials.metadata(HELLO_METHOD)
         )
     except grpc.RpcError as err:
         raise remote_error(err, connection.name, "saying hello") from err
@@ -95,8 +120,15 @@ async def refresh_hello(connection: WorkerConnection, timeout: float = HELLO_TIM
     return hello
 
 
-def incompatibility(advert: WorkerAdvert, fingerprint: str, backend: str) -> str | None:
+def incompatibility(
+    advert: WorkerAdvert, fingerprint: str, backend: str, credentials: Credentials | None = None
+) -> str | None:
     """Why ``advert`` cannot draft for this target, or None when it can."""
+    auth, tls = advert.extra.get("auth", "none"), advert.extra.get("tls", "0")
+    if credentials is not None and not credentials.insecure and auth != "token":
+        return "advertises no authentication (possibly spoofed); pass --insecure to allow it"
+    if credentials is not None and credentials.tls_ca is not None and tls != "1":
+        return "does not serve TLS"
     if advert.protocol_version != PROTOCOL_VERSION:
         return f"protocol version {advert.protocol_version}, need {PROTOCOL_VERSION}"
     if backend not in advert.backends:
@@ -109,16 +141,20 @@ def incompatibility(advert: WorkerAdvert, fingerprint: str, backend: str) -> str
 
 
 def choose(
-    adverts: list[WorkerAdvert], fingerprint: str, backend: str, name: str | None = None
+    adverts: list[WorkerAdvert],
+    fingerprint: str,
+    backend: str,
+    name: str | None = None,
+    credentials: Credentials | None = None,
 ) -> WorkerAdvert:
     """The fastest compatible worker (or the one named), else ``NoWorkerError`` with every reason."""
     pool = [a for a in adverts if name is None or a.name == name]
-    usable = [a for a in pool if incompatibility(a, fingerprint, backend) is None]
+    usable = [a for a in pool if incompatibility(a, fingerprint, backend, credentials) is None]
     if usable:
         return max(usable, key=lambda a: a.draft_tps)
     if name is not None and not pool:
         raise NoWorkerError(f"no worker named {name!r} answered on Bonjour")
-    reasons = "; ".join(f"{a.name}: {incompatibility(a, fingerprint, backend)}" for a in pool)
+    reasons = "; ".join(f"{a.name}: {incompatibility(a, fingerprint, backend, credentials)}" for a in pool)
     raise NoWorkerError(
         "no compatible worker found" + (f" ({reasons})" if reasons else " (none answered on Bonjour)")
     )
@@ -135,6 +171,7 @@ async def find_worker(
     backend: str,
     interfaces: InterfaceChoice | list[str],
     timeout: float,
+    credentials: Credentials | None = None,
 ) -> str:
     """The address to use: ``selector`` itself if it is HOST:PORT, else a discovered worker's."""
     if selector and is_address(selector):
@@ -142,11 +179,12 @@ async def find_worker(
 
     def found(workers: list[WorkerAdvert]) -> bool:
         return any(
-            (selector is None or w.name == selector) and incompatibility(w, fingerprint, backend) is None
+            (selector is None or w.name == selector)
+            and incompatibility(w, fingerprint, backend, credentials) is None
             for w in workers
         )
 
     async with WorkerDirectory(interfaces) as directory:
         if await directory.wait_until(found, timeout) and selector is None:
             await anyio.sleep(SETTLE_S)  # let the other workers' answers arrive before choosing
-        return choose(directory.workers(), fingerprint, backend, selector).address
+        return choose(directory.workers(), fingerprint, backend, selector, credentials).address

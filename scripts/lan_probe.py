@@ -21,6 +21,7 @@ from pathlib import Path
 
 import anyio
 
+from coordinator.credentials import Credentials, add_credential_arguments
 from coordinator.discovery import browse
 from coordinator.netprobe import DEFAULT_SIZES, ProbeReport, probe_grpc, probe_tcp, probe_throughput
 from coordinator.workers import connect
@@ -45,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-budget", type=float, default=2.0, help="most seconds per size and method")
     p.add_argument("--bulk-bytes", type=int, default=32 << 20, help="bytes moved each way for throughput")
     p.add_argument("--json", type=Path, help="write every summary to this file")
+    add_credential_arguments(p)
     return p.parse_args(argv)
 
 
@@ -63,7 +65,8 @@ async def targets(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 async def probe(name: str, address: str, args: argparse.Namespace) -> ProbeReport:
     """Measure one worker."""
-    connection = await connect(address)
+    credentials = Credentials.from_args(args)
+    connection = await connect(address, credentials)
     try:
         host = address.rsplit(":", 1)[0]
         echo_port = connection.hello.echo_port
@@ -71,12 +74,13 @@ async def probe(name: str, address: str, args: argparse.Namespace) -> ProbeRepor
             raise NoWorkerError(f"worker {connection.name} serves no echo port")
         sizes = tuple(int(s) for s in args.sizes.split(","))
         report = ProbeReport(connection.name or name, address, f"{host}:{echo_port}")
-        report.tcp = await probe_tcp(host, echo_port, sizes, args.count, args.time_budget)
+        token = credentials.token
+        report.tcp = await probe_tcp(host, echo_port, sizes, args.count, args.time_budget, token)
         report.grpc_unary, report.grpc_stream = await probe_grpc(
-            connection.channel, sizes, args.count, args.time_budget
+            connection, sizes, args.count, args.time_budget
         )
         report.upload_bytes_per_s, report.download_bytes_per_s = await probe_throughput(
-            host, echo_port, args.bulk_bytes
+            host, echo_port, args.bulk_bytes, token
         )
         return report
     finally:

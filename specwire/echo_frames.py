@@ -6,6 +6,9 @@ length, then the payload.
 * ``E`` (echo): the reply is the same length and payload.
 * ``U`` (upload): the payload is consumed; the reply is the 8-byte length.
 * ``D`` (download): no payload; the reply is the length, then that many bytes.
+* ``A`` (authenticate): the payload is a token proof (``specwire.auth``); the
+  reply is a length of 1 when it is accepted. When the worker requires the
+  token, this must be the first frame, or the connection is closed.
 
 Both ends use plain blocking sockets on threads of their own, so the floor
 they measure is the link's, not an event loop's: receiving goes through
@@ -21,7 +24,7 @@ HEADER = struct.Struct(">cQ")
 LENGTH = struct.Struct(">Q")
 CHUNK = 1 << 16
 MAX_PAYLOAD = 64 * 1024 * 1024
-ECHO, UPLOAD, DOWNLOAD = b"E", b"U", b"D"
+ECHO, UPLOAD, DOWNLOAD, AUTHENTICATE = b"E", b"U", b"D", b"A"
 
 
 def no_delay(sock: socket.socket) -> None:

@@ -37,12 +37,20 @@ class ProtocolVersionError(SpecwireError):
     """Coordinator and worker speak different versions of the specwire protocol."""
 
 
+class AuthenticationError(SpecwireError):
+    """A caller or a worker could not prove it holds the shared token, or the token is unusable."""
+
+
 class BackendUnavailableError(SpecwireError):
     """A worker does not offer the drafting backend that was asked for."""
 
 
 class CapacityError(SpecwireError):
     """A worker has no free session slot."""
+
+
+class SessionIdleError(SpecwireError):
+    """A session sent nothing for longer than the worker's idle timeout, and was freed."""
 
 
 class WorkerFault(SpecwireError):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Iterator
 
 import pytest
 
+from specwire.auth import TOKEN_ENV
 from specwire.models import LoadedModel, load_model
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 
@@ -24,9 +26,15 @@ def default_f32() -> LoadedModel:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def mdns_on_loopback() -> None:
-    """Every mDNS socket a test (or its subprocesses) opens stays on 127.0.0.1."""
+def test_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What every test and its subprocesses share.
+
+    mDNS stays on 127.0.0.1; workers and coordinators share a token of this
+    session; the user's real config directory is never read or written.
+    """
     os.environ["SPECWIRE_MDNS_INTERFACES"] = "127.0.0.1"
+    os.environ[TOKEN_ENV] = secrets.token_urlsafe(32)
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
 
 
 @pytest.fixture

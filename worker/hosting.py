@@ -27,7 +27,7 @@ import grpc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from google.protobuf.message import Message
 
-from specwire.errors import CapacityError, SpecwireError, WorkerFault
+from specwire.errors import CapacityError, SessionIdleError, SpecwireError, WorkerFault
 from specwire.v1 import draft_pb2 as pb
 from worker.status import status_for
 
@@ -98,9 +98,10 @@ class StreamLoop:
 class SessionHost:
     """Admits and runs the sessions of one worker process, for every backend."""
 
-    def __init__(self, info: WorkerInfo, totals: WorkerCounters) -> None:
+    def __init__(self, info: WorkerInfo, totals: WorkerCounters, idle_timeout_s: float = 300.0) -> None:
         self.info = info
         self.totals = totals
+        self.idle_timeout_s = idle_timeout_s
         self.shutting_down = anyio.Event()
         self._scopes: set[anyio.CancelScope] = set()
 
@@ -144,7 +145,7 @@ class SessionHost:
                 self._scopes.add(tg.cancel_scope)
                 tg.start_soon(_read_requests, requests, send)
                 try:
-                    await _drain(receive, loop)
+                    await _drain(receive, loop, self.idle_timeout_s)
                 except (SpecwireError, SessionEnded) as err:
                     error = err  # re-raised below, outside the task group, unwrapped
                 except Exception as err:  # a bug must end this session, not the worker
@@ -159,8 +160,18 @@ class SessionHost:
             raise error
 
 
-async def _drain(inbox: MemoryObjectReceiveStream[tuple[int, bytes]], loop: StreamLoop) -> None:
-    async for arrived, raw in inbox:
+async def _drain(
+    inbox: MemoryObjectReceiveStream[tuple[int, bytes]], loop: StreamLoop, idle_s: float
+) -> None:
+    """Handle messages until the stream ends; a session silent for ``idle_s`` is freed."""
+    while True:
+        try:
+            with anyio.fail_after(idle_s):
+                arrived, raw = await inbox.receive()
+        except anyio.EndOfStream:
+            return
+        except TimeoutError as err:
+            raise SessionIdleError(f"session idle for {idle_s:g} s; closed to free its KV cache") from err
         loop.received += 1
         await loop.handle(arrived, raw)
 

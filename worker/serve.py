@@ -16,15 +16,18 @@ import json
 import logging
 import signal
 import socket
+import sys
 import time
 from contextlib import AsyncExitStack
 from dataclasses import replace
+from pathlib import Path
 
 import anyio
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from specwire.auth import ProofChecker, create_token, default_token_path, find_token
 from specwire.bonjour import WorkerAdvert, mdns_interfaces
 from specwire.compute import compute_thread
 from specwire.drafter import Drafter
@@ -39,6 +42,7 @@ from specwire.protocol import (
 )
 from specwire.sampling import SamplingParams
 from worker.advertise import Advertiser, advertised_addresses
+from worker.auth import AuthInterceptor
 from worker.echo import EchoServer
 from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
 from worker.stream_service import DraftService
@@ -49,6 +53,17 @@ HELP = "Serve a draft model over gRPC and announce it over Bonjour."
 BACKENDS = (BACKEND_STREAM, BACKEND_PER_OP)
 WARMUP_TEXT = "The quick brown fox jumps over the lazy dog."
 SHUTDOWN_GRACE_S = 2.0
+MAX_RECEIVE_BYTES = 16 << 20  # the largest request: a round-granularity graph of 32 passes
+MAX_SEND_BYTES = 64 << 20  # the largest reply: 32 float32 logits rows of a large vocabulary
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_BYTES),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +95,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--advertise-echo-port", type=int, help="echo port to advertise instead of the listening one"
     )
     p.add_argument("--max-sessions", type=int, default=8, help="most concurrent sessions")
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a silent session is kept before it is freed",
+    )
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        help="file holding the shared token (else $SPECWIRE_TOKEN, else the config dir)",
+    )
+    p.add_argument(
+        "--insecure", action="store_true", help="accept calls without the shared token (not for a shared LAN)"
+    )
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve over TLS")
+    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     p.add_argument("--backends", default=",".join(BACKENDS), help="drafting backends to offer")
     p.add_argument(
         "--warmup-tokens", type=int, default=8, help="tokens drafted to measure the local draft speed"
@@ -107,19 +138,46 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"--backends: unknown {sorted(unknown)}; available: {', '.join(BACKENDS)}")
     if args.max_sessions < 1:
         raise InvalidArgumentError("--max-sessions must be at least 1")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise InvalidArgumentError("--tls-cert and --tls-key go together")
     interfaces = mdns_interfaces(args.interface)
-    anyio.run(_serve, args, backends, interfaces)
+    token = _token(args)
+    anyio.run(_serve, args, backends, interfaces, token)
     return 0
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """The shared token (created on first start when none is given); None with --insecure."""
+    if args.insecure:
+        print("warning: --insecure: this worker accepts calls from anyone who can reach it", file=sys.stderr)
+        return None
+    token = find_token(args.token_file)
+    if token is None:
+        path = default_token_path()
+        token = create_token(path)
+        print(f"created the shared token in {path} (mode 0600); give coordinators a copy", file=sys.stderr)
+    return token
+
+
+def _credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
+    if args.tls_cert is None:
+        return None
+    try:
+        pair = (args.tls_key.read_bytes(), args.tls_cert.read_bytes())
+    except OSError as err:
+        raise InvalidArgumentError(f"cannot read the TLS certificate or key: {err}") from err
+    return grpc.ssl_server_credentials([pair])
+
+
 def _grpc_server(
-    model: LoadedModel, host: SessionHost
+    model: LoadedModel, host: SessionHost, token: str | None
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, list[str]]:
     """The gRPC server with every service this worker offers (not started)."""
     compute = compute_thread()
-    server = grpc.aio.server()
+    interceptors = [AuthInterceptor(ProofChecker(token))] if token else []
+    server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
     services = [SERVICE_NAME]
-    server.add_generic_rpc_handlers([DraftService(model, host, compute).handler()])
+    server.add_generic_rpc_handlers([DraftService(model, host, compute, token).handler()])
     if BACKEND_PER_OP in host.info.backends:
         server.add_generic_rpc_handlers([TensorService(model, host, compute).handler()])
         services.append(TENSOR_SERVICE_NAME)
@@ -129,20 +187,26 @@ def _grpc_server(
     return server, health_servicer, services
 
 
-async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces: object) -> None:
+async def _serve(
+    args: argparse.Namespace, backends: tuple[str, ...], interfaces: object, token: str | None
+) -> None:
     compute = compute_thread()
     model = await compute.run(load_model, args.model)
     if BACKEND_PER_OP in backends and not supports(model):
         log.warning("model %s is not a llama model: the %s backend is off", model.spec, BACKEND_PER_OP)
         backends = tuple(b for b in backends if b != BACKEND_PER_OP)
     tps = await compute.run(measure_draft_speed, model, args.warmup_tokens)
-    echo = EchoServer(args.host, args.echo_port).start()
+    echo = EchoServer(args.host, args.echo_port, ProofChecker(token) if token else None).start()
     try:
         advertised_echo = args.advertise_echo_port or echo.port
         info = WorkerInfo("", args.label, backends, tps, args.max_sessions, echo_port=advertised_echo)
-        host = SessionHost(info, WorkerCounters())
-        server, health_servicer, services = _grpc_server(model, host)
-        port = server.add_insecure_port(f"{args.host}:{args.port}")
+        host = SessionHost(info, WorkerCounters(), idle_timeout_s=args.idle_timeout)
+        server, health_servicer, services = _grpc_server(model, host, token)
+        credentials = _credentials(args)
+        address = f"{args.host}:{args.port}"
+        port = (
+            server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+        )
         if port == 0:
             raise InvalidArgumentError(f"cannot listen on {args.host}:{args.port}")
         host.info = replace(info, name=args.name or f"{socket.gethostname().split('.')[0]}-{port}")
@@ -161,7 +225,11 @@ async def _serve(args: argparse.Namespace, backends: tuple[str, ...], interfaces
             draft_tps=tps,
             host=host.info.host,
             pid=host.info.pid,
-            extra={"echo": str(advertised_echo)},
+            extra={
+                "echo": str(advertised_echo),
+                "auth": "token" if token else "none",
+                "tls": "1" if credentials else "0",
+            },
         )
         await _run_until_signal(args, advert, port, model, interfaces, host)
         await health_servicer.enter_graceful_shutdown()

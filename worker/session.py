@@ -96,9 +96,9 @@ class DraftSession:
 
 
 def check_k(k: int) -> None:
-    """Raise unless ``k`` is a draft count the protocol allows (0..MAX_K)."""
-    if k > MAX_K:
-        raise InvalidArgumentError(f"k={k} is outside 0..{MAX_K}")
+    """Raise unless ``k`` is a draft count the protocol allows (1..MAX_K)."""
+    if not 1 <= k <= MAX_K:
+        raise InvalidArgumentError(f"k={k} is outside 1..{MAX_K}")
 
 
 def check_token(model: LoadedModel, token: int, what: str) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import grpc
 
 from specwire.errors import (
+    AuthenticationError,
     BackendUnavailableError,
     CapacityError,
     InvalidArgumentError,
     ProtocolVersionError,
+    SessionIdleError,
     SpecwireError,
     UnsupportedModelError,
     VocabularyMismatchError,
@@ -21,6 +23,8 @@ _CODES: list[tuple[type[SpecwireError], grpc.StatusCode]] = [
     (BackendUnavailableError, grpc.StatusCode.FAILED_PRECONDITION),
     (CapacityError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+    (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
+    (SessionIdleError, grpc.StatusCode.DEADLINE_EXCEEDED),
 ]
 
 

@@ -15,12 +15,14 @@ import grpc
 import msgpack
 from google.protobuf.message import DecodeError
 
+from specwire.auth import worker_proof
 from specwire.compute import ComputeThread
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
 from specwire.memory import current_rss_bytes, peak_rss_bytes
 from specwire.models import LoadedModel
 from specwire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb
 from specwire.v1 import draft_pb2 as pb
+from worker.auth import caller_proof_of
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
 from worker.session import Computed, DraftSession
 from worker.status import status_for
@@ -29,10 +31,13 @@ from worker.status import status_for
 class DraftService:
     """Serves one draft model to many concurrent sessions over the stream protocol."""
 
-    def __init__(self, model: LoadedModel, host: SessionHost, compute: ComputeThread) -> None:
+    def __init__(
+        self, model: LoadedModel, host: SessionHost, compute: ComputeThread, token: str | None
+    ) -> None:
         self.model = model
         self.host = host
         self.compute = compute
+        self.token = token
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The gRPC handler of the DraftWorker service."""
@@ -78,6 +83,7 @@ class DraftService:
                 rss_bytes=current_rss_bytes(),
             ),
             echo_port=info.echo_port,
+            auth_proof=worker_proof(self.token, caller_proof_of(context)) if self.token else "",
         )
 
     async def draft(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:

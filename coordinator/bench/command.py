@@ -23,6 +23,7 @@ from coordinator.bench.record import bench_record
 from coordinator.bench.report import render, report_sections
 from coordinator.bench.runner import Settings, run_bench
 from coordinator.bench.summary import RowSummary, summarize
+from coordinator.credentials import Credentials, add_credential_arguments
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.prompts import encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
@@ -83,6 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="write every raw figure here")
     p.add_argument("--plot", type=Path, help="write a PNG of the attribution and throughput here")
     p.add_argument("--markdown", type=Path, help="write the tables in Markdown here")
+    add_credential_arguments(p)
 
 
 def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -111,10 +113,11 @@ async def _bench(args: argparse.Namespace, backends: list[str], granularities: l
         target = await runtime.compute.run(load_model, args.target)
         draft = None if args.draft == "none" else await runtime.compute.run(load_model, args.draft)
         selectors = [s.strip() for s in args.workers.split(",") if s.strip()]
+        credentials = Credentials.from_args(args)
         addresses = await find_addresses(
-            selectors, target.fingerprint, mdns_interfaces(args.interface), args.discover_timeout
+            selectors, target.fingerprint, mdns_interfaces(args.interface), args.discover_timeout, credentials
         )
-        workers = await connect_workers(addresses, target, backends, stack)
+        workers = await connect_workers(addresses, target, backends, stack, credentials)
         rows = plan_rows(workers, backends, granularities, draft is not None)
         prompts = [(p, encode_prompt(target, p.text, not args.no_chat)) for p in load_prompts(args.prompts)]
         by_name = {w.name: w for w in workers}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from zeroconf import InterfaceChoice
 
+from coordinator.credentials import Credentials
 from coordinator.discovery import WorkerDirectory
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
@@ -80,7 +81,11 @@ def plan_rows(
 
 
 async def find_addresses(
-    selectors: list[str], fingerprint: str, interfaces: InterfaceChoice | list[str], timeout: float
+    selectors: list[str],
+    fingerprint: str,
+    interfaces: InterfaceChoice | list[str],
+    timeout: float,
+    credentials: Credentials,
 ) -> list[str]:
     """Addresses of the workers to bench: HOST:PORT as given, names (or ``all``) through Bonjour."""
     addresses = [s for s in selectors if is_address(s)]
@@ -99,20 +104,26 @@ async def find_addresses(
     missing = [n for n in names if n != "all" and n not in {w.name for w in found}]
     if missing:
         raise NoWorkerError(f"no worker named {', '.join(missing)} answered on Bonjour")
-    usable = [w for w in chosen if incompatibility(w, fingerprint, BACKEND_STREAM) is None]
+    usable = [w for w in chosen if incompatibility(w, fingerprint, BACKEND_STREAM, credentials) is None]
     if not usable and not addresses:
-        reasons = "; ".join(f"{w.name}: {incompatibility(w, fingerprint, BACKEND_STREAM)}" for w in chosen)
+        reasons = "; ".join(
+            f"{w.name}: {incompatibility(w, fingerprint, BACKEND_STREAM, credentials)}" for w in chosen
+        )
         raise NoWorkerError("no compatible worker found" + (f" ({reasons})" if reasons else ""))
     return addresses + [w.address for w in usable]
 
 
 async def connect_workers(
-    addresses: list[str], target: LoadedModel, backends: list[str], stack: AsyncExitStack
+    addresses: list[str],
+    target: LoadedModel,
+    backends: list[str],
+    stack: AsyncExitStack,
+    credentials: Credentials,
 ) -> list[RemoteWorker]:
     """Connect, check compatibility and backends, and probe each worker's link."""
     workers = []
     for address in addresses:
-        connection = await connect(address)
+        connection = await connect(address, credentials)
         stack.push_async_callback(connection.close)
         hello = connection.hello
         ensure_same_vocabulary(
@@ -124,7 +135,9 @@ async def connect_workers(
         if not hello.echo_port:
             raise NoWorkerError(f"worker {connection.name} serves no echo port, so its link cannot be probed")
         host = address.rsplit(":", 1)[0]
-        probe = await probe_tcp(host, hello.echo_port, DEFAULT_SIZES, PROBE_COUNT, PROBE_BUDGET_S)
+        probe = await probe_tcp(
+            host, hello.echo_port, DEFAULT_SIZES, PROBE_COUNT, PROBE_BUDGET_S, credentials.token
+        )
         workers.append(RemoteWorker(connection, probe))
     return workers
 

@@ -57,12 +57,13 @@ def verify(
     if isinstance(source, StreamDraftSource):
         w = source.worker_counters
         drafted = sum(r.drafted for r in result.rounds)
+        asked = sum(1 for r in result.rounds if r.draft.calls)  # the last round may not ask the worker
         counters = {
             "client_messages_sent": source.sent,
             "worker_messages_received": w.messages_received,
             "client_messages_received": source.received,
             "worker_messages_sent": w.messages_sent + 1,
-            "client_rounds": len(result.rounds),
+            "client_rounds": asked,
             "worker_rounds": w.rounds,
             "client_draft_tokens": drafted,
             "worker_draft_tokens": w.draft_tokens,
@@ -71,7 +72,7 @@ def verify(
         ok = (
             source.sent == w.messages_received
             and source.received == w.messages_sent + 1
-            and len(result.rounds) == w.rounds
+            and asked == w.rounds
             and drafted == w.draft_tokens
         )
         ident = source.opened.identity if source.opened is not None else None

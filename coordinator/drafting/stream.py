@@ -69,6 +69,11 @@ class StreamDraftSource:
         self._early: dict[int, tuple[pb.Drafts, int, int, int]] = {}
         self._open_record: tuple[int, int, int] = (0, 0, 0)
 
+    @property
+    def worker(self) -> str:
+        """The worker's Bonjour name."""
+        return self.connection.name
+
     # The engine's interface; called on the compute thread.
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
@@ -83,6 +88,12 @@ class StreamDraftSource:
         """End the session; the worker frees its KV cache."""
         if self._stream is not None:
             self.portal.call(self._close)
+
+    def abort(self) -> None:
+        """Drop the session at once, without waiting for a worker that may not answer."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            self.portal.call(_cancel, stream)
 
     # The event-loop side.
 
@@ -177,3 +188,7 @@ class StreamDraftSource:
         stream, self._stream = self._stream, None
         if stream is not None:
             await stream.close()
+
+
+async def _cancel(stream: StreamCall) -> None:
+    stream.cancel()

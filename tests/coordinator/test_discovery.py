@@ -19,6 +19,8 @@ from specwire.protocol import DRAFT_METHOD
 from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
 from tests.support.cli import run_cli
+from tests.support.credentials import channel as worker_channel
+from tests.support.credentials import credentials
 from tests.support.messages import open_request
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 
@@ -32,7 +34,7 @@ async def test_discover_lists_worker_with_txt_matching_what_it_serves(worker: Wo
     listed = {w["name"]: w for w in json.loads(out.stdout)["workers"]}
     assert worker.name in listed
     row = listed[worker.name]
-    connection = await connect(row["address"])
+    connection = await connect(row["address"], credentials())
     try:
         hello = connection.hello
     finally:
@@ -61,7 +63,7 @@ async def test_sigterm_ends_sessions_and_leaves_running_browser(default_q4: Load
     with running_worker("--name", name) as w:
         async with WorkerDirectory(LOOPBACK) as directory:
             assert await directory.wait_until(lambda ws: any(x.name == name for x in ws), 15)
-            async with grpc.aio.insecure_channel(w.address) as channel:
+            async with worker_channel(w.address) as channel:
                 call = channel.stream_stream(DRAFT_METHOD)(timeout=60)
                 await call.write(
                     open_request(default_q4.fingerprint, default_q4.tokenizer.encode("Hello there"))
@@ -80,7 +82,7 @@ async def test_sigterm_ends_sessions_and_leaves_running_browser(default_q4: Load
 async def test_drafting_from_a_stopped_worker_names_it(default_q4: LoadedModel) -> None:
     with running_worker("--name", unique_name("goes-away")) as w:
         async with coordinator_runtime() as runtime:
-            connection = await connect(w.address)
+            connection = await connect(w.address, credentials())
             source = StreamDraftSource(runtime.portal, connection, default_q4.fingerprint)
             await runtime.compute.run(
                 source.start, default_q4.tokenizer.encode("Hello there"), SamplingParams(), 2
@@ -94,6 +96,6 @@ async def test_drafting_from_a_stopped_worker_names_it(default_q4: LoadedModel) 
 
 async def test_unreachable_worker_is_a_clear_error() -> None:
     with pytest.raises(RemoteWorkerError) as err:
-        await connect("127.0.0.1:1", timeout=3)
+        await connect("127.0.0.1:1", credentials(), timeout=3)
     assert err.value.code == grpc.StatusCode.UNAVAILABLE.name
     assert "unreachable" in str(err.value)

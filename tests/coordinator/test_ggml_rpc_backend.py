@@ -12,6 +12,7 @@ from coordinator.runtime import coordinator_runtime
 from coordinator.workers import connect
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
+from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import PerOpRun, generate_per_op, generate_remote
 from tests.support.workers import WorkerProcess
@@ -128,7 +129,7 @@ async def test_walked_forward_pass_gives_the_models_own_logits(
     # Same kernels, same order: the logits of a pass walked op by op equal the model's, bit for bit.
     prompt = default_q4.tokenizer.encode(PROMPTS[1])
     async with coordinator_runtime() as runtime:
-        connection = await connect(worker.address)
+        connection = await connect(worker.address, credentials())
         try:
             source = PerOpDraftSource(runtime.portal, connection, default_q4.fingerprint, "op")
             # start() prefills all but the last of its tokens: prompt[0] lands in the worker's cache.

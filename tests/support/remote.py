@@ -12,6 +12,7 @@ from coordinator.workers import connect
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
+from tests.support.credentials import credentials
 
 
 @dataclass
@@ -36,7 +37,7 @@ async def generate_remote(
     """Run each prompt through the stream backend of the worker at ``address``."""
     runs = []
     async with coordinator_runtime() as runtime:
-        connection = await connect(address)
+        connection = await connect(address, credentials())
         try:
             source = StreamDraftSource(runtime.portal, connection, target.fingerprint)
             decoder = SpeculativeDecoder(target, source)
@@ -64,7 +65,7 @@ async def generate_per_op(
     """Run each prompt through the per-op backend of the worker at ``address``."""
     runs = []
     async with coordinator_runtime() as runtime:
-        connection = await connect(address)
+        connection = await connect(address, credentials())
         try:
             source = PerOpDraftSource(runtime.portal, connection, target.fingerprint, granularity)
             decoder = SpeculativeDecoder(target, source)

@@ -9,6 +9,7 @@ from specwire.models import LoadedModel
 from specwire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION
 from specwire.v1 import draft_pb2 as pb
 from tests.support.cli import one_error_line, run_cli
+from tests.support.credentials import channel as worker_channel
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
@@ -58,7 +59,7 @@ async def test_unknown_op_bad_handle_and_foreign_handle(
     worker: WorkerProcess, default_q4: LoadedModel
 ) -> None:
     fp = default_q4.fingerprint
-    async with grpc.aio.insecure_channel(worker.address) as channel:
+    async with worker_channel(worker.address) as channel:
         a, b = Session(channel), Session(channel)
         tag_a = (await a.open(fp)).session_tag
         opened_b = await b.open(fp)
@@ -91,7 +92,7 @@ async def test_unknown_op_bad_handle_and_foreign_handle(
 
 
 async def test_module_of_wrong_kind_and_bad_arity(worker: WorkerProcess, default_q4: LoadedModel) -> None:
-    async with grpc.aio.insecure_channel(worker.address) as channel:
+    async with worker_channel(worker.address) as channel:
         s = Session(channel)
         opened = await s.open(default_q4.fingerprint)
         modules = {m.name: m.handle for m in opened.modules}

@@ -93,6 +93,12 @@ class TensorClient:
         if stream is not None:
             await stream.close()
 
+    async def abort(self) -> None:
+        """Drop the session at once."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.cancel()
+
     async def _read(self, action: str) -> tuple[pb.TensorReply, int, int]:
         assert self._stream is not None
         raw, _ = await self._stream.read(action)

@@ -36,6 +36,11 @@ class PerOpDraftSource:
         self.prefill_calls = 0
         self._drafter: Drafter | None = None
 
+    @property
+    def worker(self) -> str:
+        """The worker's Bonjour name."""
+        return self.connection.name
+
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Open a tensor session and prefill the prompt through it."""
         if not params.greedy and self.granularity == "round":
@@ -66,4 +71,10 @@ class PerOpDraftSource:
         """End the tensor session."""
         if self.client is not None:
             self.portal.call(self.client.close)
+        self._drafter = None
+
+    def abort(self) -> None:
+        """Drop the tensor session at once, without waiting for a worker that may not answer."""
+        if self.client is not None:
+            self.portal.call(self.client.abort)
         self._drafter = None
