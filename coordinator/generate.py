@@ -7,11 +7,13 @@ import json
 import math
 import sys
 from contextlib import AsyncExitStack
+from dataclasses import asdict
 from typing import Any
 
 import anyio
 import numpy as np
 
+from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.engine import GenerationResult, SpeculativeDecoder
 from coordinator.prompts import encode_prompt
 from coordinator.runtime import coordinator_runtime
@@ -98,6 +100,17 @@ def stats_of(result: GenerationResult, k: int) -> dict[str, Any]:
     return stats
 
 
+def remote_report(source: object) -> dict[str, Any]:
+    """Which worker finished the generation, and every worker lost on the way."""
+    if not isinstance(source, FailoverDraftSource):
+        return {}
+    connection = getattr(source.current, "connection", None)
+    return {
+        "worker": connection.identity() if connection is not None else None,
+        "worker_losses": [asdict(loss) for loss in source.losses],
+    }
+
+
 def stats_line(stats: dict[str, Any]) -> str:
     """One human-readable line of stats."""
     acc = stats["acceptance_rate"]
@@ -142,7 +155,7 @@ async def _generate(args: argparse.Namespace, params: SamplingParams, text: str)
             params=params,
             on_tokens=None if args.json else stream,
         )
-    stats = stats_of(result, k)
+    stats = {**stats_of(result, k), **remote_report(source)}
     if args.json:
         clean = {
             key: (None if isinstance(v, float) and not math.isfinite(v) else v) for key, v in stats.items()

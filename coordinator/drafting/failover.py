@@ -109,7 +109,8 @@ class FailoverDraftSource:
         """Record the loss and pick what drafts next (None: autoregressive)."""
         assert self.current is not None
         lost = self.current
-        self._failed.add(getattr(lost, "worker", lost.name))
+        worker = getattr(lost, "worker", lost.name)
+        self._failed.add(worker)
         _abandon(lost)
         self.retired.append(lost)
         if self.policy == "fail":
@@ -118,7 +119,7 @@ class FailoverDraftSource:
         action = (
             f"drafting continues on {self.current.name}" if self.current else "continuing autoregressively"
         )
-        loss = WorkerLoss(time.perf_counter_ns(), time.time(), lost.name, str(err), err.code, action)
+        loss = WorkerLoss(time.perf_counter_ns(), time.time(), worker, str(err), err.code, action)
         self.losses.append(loss)
         log.warning("lost %s (%s): %s; %s", lost.name, err.code, err, action)
 

@@ -229,7 +229,10 @@ def test_streams_cut_mid_session(fuzzed: Fuzzed, rounds_before_cut: int, tensor:
 
 
 def test_worker_survived_and_the_concurrent_session_stayed_lossless(fuzzed: Fuzzed) -> None:
-    print(f"fuzz: {sent['calls']} calls, {sent['messages']} messages; well-behaved runs: {len(fuzzed.good_outputs)}")
+    print(
+        f"fuzz: {sent['calls']} calls, {sent['messages']} messages; "
+        f"well-behaved runs: {len(fuzzed.good_outputs)}"
+    )
     assert sent["messages"] >= 2000, sent
     fuzzed.stop.set()
     metadata = [(AUTH_METADATA, caller_proof(os.environ[TOKEN_ENV], HELLO_METHOD))]

@@ -1,0 +1,160 @@
+"""A worker dies (SIGKILL), stalls, or restarts mid-generation: the output is still the target's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from coordinator.drafting.failover import FailoverDraftSource
+from coordinator.engine import GenerationResult, SpeculativeDecoder
+from coordinator.runtime import coordinator_runtime
+from coordinator.sources import RemoteSettings, WorkerPool, remote_source
+from coordinator.workers import connect
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+from tests.support.cli import run_cli
+from tests.support.credentials import credentials
+from tests.support.prompts import ar_tokens
+from tests.support.relay import delay_relay, free_port
+from tests.support.workers import WorkerProcess, running_worker, unique_name
+
+pytestmark = pytest.mark.anyio
+PROMPT = "Once upon a time, a lighthouse keeper"
+MAX_TOKENS = 16
+KILL_AFTER_TOKENS = 4
+
+
+def settings(round_timeout: float = 20.0) -> RemoteSettings:
+    return RemoteSettings("stream", "op", credentials(), round_timeout, ["127.0.0.1"], 3.0)
+
+
+async def generate_through(
+    address: str,
+    target: LoadedModel,
+    policy: str,
+    on_tokens_after: int,
+    harm: object,
+    round_timeout: float = 20.0,
+) -> tuple[GenerationResult, FailoverDraftSource, int]:
+    """Generate via the worker at ``address``; call ``harm()`` once enough tokens are out."""
+    prompt = target.tokenizer.encode(PROMPT)
+    harmed_at = [0]
+    emitted = [0]
+
+    def on_tokens(tokens: list[int]) -> None:
+        emitted[0] += len(tokens)
+        if not harmed_at[0] and emitted[0] >= on_tokens_after:
+            harm()  # type: ignore[operator]
+            harmed_at[0] = time.perf_counter_ns()
+
+    async with coordinator_runtime() as runtime:
+        s = settings(round_timeout)
+        pool = WorkerPool(runtime, target, s)
+        connection = await connect(address, s.credentials)
+        source = FailoverDraftSource(remote_source(runtime, connection, target, s), policy, pool.next_source)
+        try:
+            result = await runtime.compute.run(
+                SpeculativeDecoder(target, source).generate,
+                prompt,
+                max_tokens=MAX_TOKENS,
+                k=3,
+                params=SamplingParams(),
+                on_tokens=on_tokens,
+            )
+        finally:
+            await connection.close()
+            await pool.aclose()
+    return result, source, harmed_at[0]
+
+
+def recovery_ms(result: GenerationResult, harmed_at: int) -> float:
+    """Time from the harm to the next accepted token."""
+    after = [t for t in result.token_ns if t > harmed_at]
+    assert after, "no token came after the worker was lost"
+    return (after[0] - harmed_at) / 1e6
+
+
+@pytest.fixture
+def doomed() -> Iterator[WorkerProcess]:
+    with running_worker("--name", unique_name("doomed")) as w:
+        yield w
+
+
+async def test_sigkill_fails_over_to_another_worker(
+    doomed: WorkerProcess, worker: WorkerProcess, default_f32: LoadedModel
+) -> None:
+    result, source, killed_at = await generate_through(
+        doomed.address,
+        default_f32,
+        "failover",
+        KILL_AFTER_TOKENS,
+        lambda: os.kill(doomed.pid, signal.SIGKILL),
+    )
+    assert result.tokens == ar_tokens(default_f32, default_f32.tokenizer.encode(PROMPT), MAX_TOKENS)
+    (loss,) = source.losses
+    assert loss.worker == doomed.name and f"continues on stream:{worker.name}" in loss.action
+    assert result.drafted > 0 and any(
+        r.drafted for r in result.rounds[-3:]
+    )  # drafting resumed on the other worker
+    print(f"failover: next accepted token {recovery_ms(result, killed_at):.0f} ms after SIGKILL")
+
+
+async def test_sigkill_falls_back_to_autoregressive(doomed: WorkerProcess, default_f32: LoadedModel) -> None:
+    result, source, killed_at = await generate_through(
+        doomed.address, default_f32, "ar", KILL_AFTER_TOKENS, lambda: os.kill(doomed.pid, signal.SIGKILL)
+    )
+    assert result.tokens == ar_tokens(default_f32, default_f32.tokenizer.encode(PROMPT), MAX_TOKENS)
+    (loss,) = source.losses
+    assert loss.action == "continuing autoregressively"
+    after = [r for r in result.rounds if r.end_ns > killed_at]
+    assert after and all(r.drafted == 0 for r in after[1:])
+    print(f"AR fallback: next accepted token {recovery_ms(result, killed_at):.0f} ms after SIGKILL")
+
+
+async def test_stall_hits_the_deadline_and_fails_over(
+    worker: WorkerProcess, default_f32: LoadedModel
+) -> None:
+    grpc_port, echo_port, relay_port = free_port(), free_port(), free_port()
+    args = [
+        "--name",
+        unique_name("stalls"),
+        "--port",
+        str(grpc_port),
+        "--echo-port",
+        str(echo_port),
+        "--no-advertise",
+    ]
+    with running_worker(*args), delay_relay(0.0, [(relay_port, grpc_port)]) as relay:
+        result, source, stalled_at = await generate_through(
+            f"127.0.0.1:{relay_port}",
+            default_f32,
+            "failover",
+            KILL_AFTER_TOKENS,
+            lambda: relay.send_signal(signal.SIGUSR1),  # black hole: nothing passes any more
+            round_timeout=3.0,
+        )
+    assert result.tokens == ar_tokens(default_f32, default_f32.tokenizer.encode(PROMPT), MAX_TOKENS)
+    (loss,) = source.losses
+    assert loss.code == "DEADLINE_EXCEEDED" and worker.name in loss.action
+    assert recovery_ms(result, stalled_at) >= 3000  # the deadline, then the new session
+
+
+def test_restarted_worker_is_rediscovered_for_new_sessions() -> None:
+    name = unique_name("phoenix")
+    args = ["generate", "--prompt", PROMPT, "--target", "default", "--max-tokens", "3", "--draft", "remote"]
+    args += ["--worker", name, "--interface", "127.0.0.1", "--json"]
+    with running_worker("--name", name) as first:
+        out = run_cli("coordinator", *args)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["stats"]["worker"]["pid"] == first.pid
+        first.stop(signal.SIGKILL)  # no Bonjour goodbye
+    with running_worker("--name", name) as second:
+        out = run_cli("coordinator", *args)
+        assert out.returncode == 0, out.stderr
+        identity = json.loads(out.stdout)["stats"]["worker"]
+        assert identity["pid"] == second.pid and identity["pid"] != first.pid
