@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import mlx.core as mx
 import numpy as np
@@ -30,6 +29,8 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 
 from coordinator.acceptance import accept_greedy, accept_sampled
 from coordinator.drafting.base import DraftSource, Outcome
+from coordinator.fallback import FallbackSettings, GradedFallback
+from coordinator.results import GenerationResult, RoundRecord
 from specwire.drafter import DraftBlock, prefill
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
@@ -38,80 +39,23 @@ from specwire.sampling import SamplingParams
 MAX_K = 32
 
 
-@dataclass
-class RoundRecord:
-    """What one round did and cost; times are ``perf_counter_ns`` on this machine."""
-
-    k: int
-    accepted: int
-    tokens: list[int]
-    draft_ns: int
-    verify_ns: int
-    end_ns: int
-    draft: DraftBlock
-
-    @property
-    def drafted(self) -> int:
-        """Drafts proposed this round."""
-        return len(self.draft.tokens)
-
-
-@dataclass
-class GenerationResult:
-    """The tokens one generation produced, and everything measured on the way."""
-
-    prompt_tokens: int
-    tokens: list[int]
-    finish_reason: str
-    start_ns: int
-    prefill_end_ns: int
-    end_ns: int
-    token_ns: list[int] = field(default_factory=list)
-    rounds: list[RoundRecord] = field(default_factory=list)
-
-    @property
-    def ttft_s(self) -> float:
-        """Seconds from the start (prefill included) to the first token."""
-        return (self.token_ns[0] - self.start_ns) / 1e9 if self.token_ns else float("nan")
-
-    @property
-    def decode_tps(self) -> float:
-        """Generated tokens per second of decoding (after prefill)."""
-        elapsed = (self.end_ns - self.prefill_end_ns) / 1e9
-        return len(self.tokens) / elapsed if elapsed > 0 else float("nan")
-
-    @property
-    def drafted(self) -> int:
-        """Draft tokens proposed over the whole generation."""
-        return sum(r.drafted for r in self.rounds)
-
-    @property
-    def accepted(self) -> int:
-        """Draft tokens the target accepted over the whole generation."""
-        return sum(r.accepted for r in self.rounds)
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted drafts over proposed drafts (NaN without drafts)."""
-        return self.accepted / self.drafted if self.drafted else float("nan")
-
-    @property
-    def mean_accepted(self) -> float:
-        """Mean drafts accepted per round that drafted."""
-        drafting = [r for r in self.rounds if r.drafted]
-        return sum(r.accepted for r in drafting) / len(drafting) if drafting else float("nan")
-
-    def inter_token_s(self) -> np.ndarray:
-        """Gaps between consecutive emitted tokens, in seconds (bursts show as zeros)."""
-        return np.diff(np.asarray(self.token_ns, dtype=np.int64)) / 1e9
+__all__ = ["GenerationResult", "RoundRecord", "SpeculativeDecoder"]
 
 
 class SpeculativeDecoder:
-    """Generates with a target model, drafting through an optional draft source."""
+    """Generates with a target model, drafting through an optional draft source.
 
-    def __init__(self, target: LoadedModel, source: DraftSource | None = None) -> None:
+    With ``fallback`` settings, a graded fallback chooses k each round
+    (``coordinator.fallback``); without, every round asks for the same k.
+    """
+
+    def __init__(
+        self, target: LoadedModel, source: DraftSource | None = None, fallback: FallbackSettings | None = None
+    ) -> None:
         self.target = target
         self.source = source
+        self.fallback = fallback
+        self._single_pass_s: float | None = None
 
     def generate(
         self,
@@ -126,11 +70,14 @@ class SpeculativeDecoder:
         self._check(prompt, k)
         max_tokens = min(max_tokens, self.target.context_length - len(prompt))
         source = self.source if k > 0 and max_tokens > 1 else None
+        policy = None
+        if self.fallback is not None and source is not None:
+            policy = GradedFallback(k, self.fallback, self.single_pass_s())
         start = time.perf_counter_ns()
         if source is not None:
             source.start(prompt, params, min(k, max_tokens - 1))
         try:
-            result = self._decode(prompt, max_tokens, k, params, source, start, on_tokens)
+            result = self._decode(prompt, max_tokens, k, params, source, start, on_tokens, policy)
         finally:
             if source is not None:
                 source.close()
@@ -156,6 +103,7 @@ class SpeculativeDecoder:
         source: DraftSource | None,
         start: int,
         on_tokens: Callable[[list[int]], None] | None,
+        policy: GradedFallback | None,
     ) -> GenerationResult:
         model = self.target.model
         cache = make_prompt_cache(model)
@@ -168,7 +116,7 @@ class SpeculativeDecoder:
         rng = np.random.default_rng([params.seed, 1])
         pending, outcome = int(prompt[-1]), None
         while len(result.tokens) < max_tokens:
-            k_round = min(k, max_tokens - len(result.tokens) - 1)
+            k_round = min(policy.k_now() if policy else k, max_tokens - len(result.tokens) - 1)
             t0 = time.perf_counter_ns()
             # The last round (one token left) drafts nothing: the source is not asked.
             block = source.propose(k_round, outcome) if source and k_round else DraftBlock([], None, 0, 0)
@@ -182,14 +130,31 @@ class SpeculativeDecoder:
                 result.finish_reason = "eos"
             result.tokens.extend(emitted)
             result.token_ns.extend([t2] * len(emitted))
-            result.rounds.append(RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block))
+            record = RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block)
+            result.rounds.append(record)
+            if policy is not None:
+                policy.record(record)
             if emitted and on_tokens is not None:
                 on_tokens(emitted)
             if stop is not None:
                 break
             pending, outcome = token, Outcome(accepted, token)
         result.end_ns = time.perf_counter_ns()
+        result.transitions = list(policy.transitions) if policy else []
         return result
+
+    def single_pass_s(self) -> float:
+        """Seconds of one single-token target pass (measured once, after a short context)."""
+        if self._single_pass_s is None:
+            cache = make_prompt_cache(self.target.model)
+            prefill(self.target.model, cache, [0] * 8)
+            samples = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                mx.eval(self.target.model(mx.array([[0]]), cache=cache))
+                samples.append(time.perf_counter() - t0)
+            self._single_pass_s = min(samples)
+        return self._single_pass_s
 
     def _verify(
         self,

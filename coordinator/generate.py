@@ -15,6 +15,7 @@ import numpy as np
 
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.engine import GenerationResult, SpeculativeDecoder
+from coordinator.fallback import add_fallback_arguments, fallback_settings
 from coordinator.prompts import encode_prompt
 from coordinator.runtime import coordinator_runtime
 from coordinator.sources import add_worker_arguments, open_draft_source
@@ -56,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     add_worker_arguments(p)
+    add_fallback_arguments(p)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -146,7 +148,7 @@ async def _generate(args: argparse.Namespace, params: SamplingParams, text: str)
             sys.stdout.write(detok.last_segment)
             sys.stdout.flush()
 
-        decoder = SpeculativeDecoder(target, source)
+        decoder = SpeculativeDecoder(target, source, fallback_settings(args))
         result = await runtime.compute.run(
             decoder.generate,
             prompt,
@@ -156,6 +158,8 @@ async def _generate(args: argparse.Namespace, params: SamplingParams, text: str)
             on_tokens=None if args.json else stream,
         )
     stats = {**stats_of(result, k), **remote_report(source)}
+    if result.transitions:
+        stats["k_transitions"] = [asdict(t) for t in result.transitions]
     if args.json:
         clean = {
             key: (None if isinstance(v, float) and not math.isfinite(v) else v) for key, v in stats.items()

@@ -17,16 +17,20 @@ from typing import Any
 
 import anyio
 
-from coordinator.bench.plan import RemoteWorker, connect_workers, find_addresses, plan_rows
+from coordinator.bench.plan import RemoteWorker, RowSpec, connect_workers, find_addresses, plan_rows
 from coordinator.bench.plot import write_plot
 from coordinator.bench.record import bench_record
 from coordinator.bench.report import render, report_sections
 from coordinator.bench.runner import Settings, run_bench
 from coordinator.bench.summary import RowSummary, summarize
 from coordinator.credentials import Credentials, add_credential_arguments
+from coordinator.drafting.failover import POLICIES
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
+from coordinator.drafting.stream import ROUND_TIMEOUT_S
+from coordinator.fallback import add_fallback_arguments, fallback_settings
 from coordinator.prompts import encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
+from coordinator.sources import RemoteSettings, WorkerPool
 from coordinator.workers import refresh_hello
 from specwire.bonjour import mdns_interfaces
 from specwire.errors import BenchFailure, InvalidArgumentError
@@ -84,7 +88,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="write every raw figure here")
     p.add_argument("--plot", type=Path, help="write a PNG of the attribution and throughput here")
     p.add_argument("--markdown", type=Path, help="write the tables in Markdown here")
+    p.add_argument(
+        "--on-worker-loss",
+        default="failover",
+        choices=POLICIES,
+        help="when a worker dies or stalls mid-generation",
+    )
+    p.add_argument(
+        "--round-timeout", type=float, default=ROUND_TIMEOUT_S, help="seconds to wait for a worker's reply"
+    )
     add_credential_arguments(p)
+    add_fallback_arguments(p)
 
 
 def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -121,16 +135,23 @@ async def _bench(args: argparse.Namespace, backends: list[str], granularities: l
         rows = plan_rows(workers, backends, granularities, draft is not None)
         prompts = [(p, encode_prompt(target, p.text, not args.no_chat)) for p in load_prompts(args.prompts)]
         by_name = {w.name: w for w in workers}
-        runs = await run_bench(
-            runtime,
-            rows,
-            prompts,
-            args.repeats,
-            Settings(args.k, args.max_tokens, params),
-            target,
-            draft,
-            by_name,
-        )
+
+        def pool_for(row: RowSpec) -> WorkerPool:
+            s = RemoteSettings(
+                row.backend,
+                row.granularity or "op",
+                credentials,
+                args.round_timeout,
+                mdns_interfaces(args.interface),
+                args.discover_timeout,
+            )
+            pool = WorkerPool(runtime, target, s)
+            stack.push_async_callback(pool.aclose)
+            return pool
+
+        on_loss = (args.on_worker_loss, pool_for)
+        run_settings = Settings(args.k, args.max_tokens, params, fallback_settings(args), on_loss)
+        runs = await run_bench(runtime, rows, prompts, args.repeats, run_settings, target, draft, by_name)
         worker_rss = {w.name: (await refresh_hello(w.connection)).counters.peak_rss_bytes for w in workers}
     summaries = summarize(rows, runs, params.greedy, by_name)
     settings = _settings(args, backends, granularities, prompts)

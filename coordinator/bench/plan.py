@@ -8,6 +8,7 @@ has this path's network floor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
@@ -16,11 +17,13 @@ from zeroconf import InterfaceChoice
 from coordinator.credentials import Credentials
 from coordinator.discovery import WorkerDirectory
 from coordinator.drafting.base import DraftSource
+from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
 from coordinator.runtime import Runtime
+from coordinator.sources import WorkerPool
 from coordinator.workers import WorkerConnection, connect, incompatibility, is_address
 from specwire.errors import BackendUnavailableError, NoWorkerError
 from specwire.models import LoadedModel
@@ -148,8 +151,9 @@ def make_source(
     workers: dict[str, RemoteWorker],
     target: LoadedModel,
     draft: LoadedModel | None,
+    on_loss: tuple[str, Callable[[RowSpec], WorkerPool]] | None = None,
 ) -> DraftSource | None:
-    """The draft source of a row (None for AR)."""
+    """The draft source of a row (None for AR); remote rows survive worker loss under ``on_loss``."""
     if row.kind == "ar":
         return None
     if row.kind == "local":
@@ -157,5 +161,13 @@ def make_source(
         return LocalDraftSource(draft)
     connection = workers[row.worker].connection
     if row.backend == BACKEND_PER_OP:
-        return PerOpDraftSource(runtime.portal, connection, target.fingerprint, row.granularity)
-    return StreamDraftSource(runtime.portal, connection, target.fingerprint)
+        source: DraftSource = PerOpDraftSource(
+            runtime.portal, connection, target.fingerprint, row.granularity
+        )
+    else:
+        source = StreamDraftSource(runtime.portal, connection, target.fingerprint)
+    if on_loss is None:
+        return source
+    policy, pool_for = on_loss
+    local = (lambda: LocalDraftSource(draft)) if draft is not None else None
+    return FailoverDraftSource(source, policy, pool_for(row).next_source, local)

@@ -77,6 +77,8 @@ def run_record(run: Run) -> dict[str, Any]:
         "counters": run.counters,
         "verified": run.verified,
         "worker_identity": run.identity,
+        "worker_losses": run.worker_losses,
+        "k_transitions": [asdict(t) for t in result.transitions],
     }
 
 
@@ -100,6 +102,8 @@ def row_record(s: RowSummary) -> dict[str, Any]:
         "counters": s.counters,
         "identity": s.identity,
         "attribution": s.attribution.to_dict() if s.attribution is not None else None,
+        "worker_losses": s.worker_losses,
+        "k_transitions": s.k_transitions,
     }
 
 

@@ -84,6 +84,8 @@ def proof_lines(rows: Sequence[RowSummary]) -> list[str]:
                 f"forward passes {c.get('worker_forward_passes')}"
             )
         verdict = "verified" if s.verified and ident.get("session_identities_match") else "NOT VERIFIED"
+        if s.worker_losses:
+            verdict += f"; {s.worker_losses} worker loss(es), see the JSON"
         lines.append(
             f"{s.spec.label}: worker {ident.get('name')} at {ident.get('address')} "
             f"on host {ident.get('host')}, pid {ident.get('pid')}, boot {ident.get('boot_id')}; "
@@ -193,7 +195,16 @@ def report_sections(
             attribution_table(rows),
         ),
         ("Table 3. Latency and memory", latency_table(rows, coordinator_rss, worker_rss)),
+        *fallback_section(rows),
     ]
+
+
+def fallback_section(rows: Sequence[RowSummary]) -> list[tuple[str, Table | list[str]]]:
+    """k changes of the graded fallback, when it is on and changed anything."""
+    lines = [f"{s.spec.label}: {s.k_transitions} change(s) of k" for s in rows if s.k_transitions]
+    return (
+        [("Graded fallback (each change, with its time and reason, is in the JSON)", lines)] if lines else []
+    )
 
 
 def render(sections: list[tuple[str, Table | list[str]]], markdown: bool) -> str:

@@ -12,17 +12,21 @@ match is marked unverified, and so is its row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from coordinator.bench.plan import RemoteWorker, RowSpec, make_source
 from coordinator.bench.progress import Progress
 from coordinator.drafting.base import DraftSource
+from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.engine import GenerationResult, SpeculativeDecoder
+from coordinator.fallback import FallbackSettings
 from coordinator.prompts import Prompt
 from coordinator.runtime import Runtime
+from coordinator.sources import WorkerPool
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 
@@ -39,6 +43,7 @@ class Run:
     counters: dict[str, Any] = field(default_factory=dict)
     verified: bool = True
     identity: dict[str, Any] = field(default_factory=dict)
+    worker_losses: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -48,12 +53,27 @@ class Settings:
     k: int
     max_tokens: int
     params: SamplingParams
+    fallback: FallbackSettings | None = None
+    on_loss: tuple[str, Callable[[RowSpec], WorkerPool]] | None = None
 
 
 def verify(
     source: DraftSource | None, result: GenerationResult
 ) -> tuple[bool, dict[str, Any], dict[str, Any]]:
-    """Compare the worker's counters with the client's; returns (match, counters, session identity)."""
+    """Compare the worker's counters with the client's; returns (match, counters, session identity).
+
+    After a worker loss only the session that finished can be checked: the
+    lost one's last messages never arrived; the run records the loss.
+    """
+    if isinstance(source, FailoverDraftSource):
+        if source.losses:
+            inner = source.current
+            rounds = [r for r in result.rounds if r.end_ns > source.losses[-1].at_ns]
+            if inner is None:
+                return True, {"worker_losses": len(source.losses)}, {}
+            ok, counters, identity = verify(inner, GenerationResult(0, [], "", 0, 0, 0, rounds=rounds))
+            return ok, {**counters, "worker_losses": len(source.losses)}, identity
+        return verify(source.current, result)
     if isinstance(source, StreamDraftSource):
         w = source.worker_counters
         drafted = sum(r.drafted for r in result.rounds)
@@ -113,12 +133,13 @@ async def run_bench(
             for p, (prompt, ids) in enumerate(prompts):
                 for r, row in enumerate(rows):
                     progress.step(f"{row.label} · {prompt.category} #{p + 1} · repeat {repeat + 1}")
-                    source = make_source(row, runtime, workers, target, draft)
-                    decoder = SpeculativeDecoder(target, source)
+                    source = make_source(row, runtime, workers, target, draft, settings.on_loss)
+                    decoder = SpeculativeDecoder(target, source, settings.fallback)
                     k = settings.k if source is not None else 0
                     result = await runtime.compute.run(
                         decoder.generate, ids, max_tokens=settings.max_tokens, k=k, params=settings.params
                     )
                     ok, counters, identity = verify(source, result)
-                    runs.append(Run(r, p, prompt.category, repeat, result, counters, ok, identity))
+                    losses = [asdict(loss) for loss in getattr(source, "losses", [])]
+                    runs.append(Run(r, p, prompt.category, repeat, result, counters, ok, identity, losses))
     return runs

@@ -45,6 +45,8 @@ class RowSummary:
     attribution: Attribution | None = None
     delta_vs_ar: float | None = None
     delta_vs_local: float | None = None
+    worker_losses: int = 0
+    k_transitions: int = 0
 
 
 def _mean_of_medians(runs: list[Run]) -> tuple[float, dict[str, float]]:
@@ -117,6 +119,8 @@ def summarize_row(
         local_draft_tps=effective if spec.kind == "local" else None,
         lossless=lossless if spec.kind != "ar" else True if greedy else None,
         mismatches=mismatches,
+        worker_losses=sum(len(run.worker_losses) for run in runs),
+        k_transitions=sum(len(run.result.transitions) for run in runs),
     )
     if worker is not None:
         summary.local_draft_tps = worker.connection.hello.draft_tokens_per_second
