@@ -60,6 +60,12 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_DISCOVER_TIMEOUT_S,
         help="seconds to wait for workers to answer on Bonjour",
     )
+    add_worker_loss_arguments(p)
+    p.add_argument("--local-draft", default=FALLBACK_DRAFT, help="draft model for --on-worker-loss local")
+
+
+def add_worker_loss_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags for how long to wait for a worker, and what to do when it is lost."""
     p.add_argument(
         "--on-worker-loss",
         default="failover",
@@ -69,7 +75,6 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--round-timeout", type=float, default=ROUND_TIMEOUT_S, help="seconds to wait for a worker's reply"
     )
-    p.add_argument("--local-draft", default=FALLBACK_DRAFT, help="draft model for --on-worker-loss local")
 
 
 def check_worker(connection: WorkerConnection, target: LoadedModel, backend: str) -> None:
@@ -122,7 +127,9 @@ def remote_source(
 ) -> DraftSource:
     """A draft source on ``connection`` for the chosen backend."""
     if s.backend == BACKEND_PER_OP:
-        return PerOpDraftSource(runtime.portal, connection, target.fingerprint, s.granularity)
+        return PerOpDraftSource(
+            runtime.portal, connection, target.fingerprint, s.granularity, s.round_timeout
+        )
     return StreamDraftSource(runtime.portal, connection, target.fingerprint, s.round_timeout)
 
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TypeVar
 
 import anyio
 import grpc
+from google.protobuf.message import DecodeError, Message
 
 from coordinator.rpc_errors import remote_error, timeout_error
 from coordinator.workers import WorkerConnection
 from specwire.errors import RemoteWorkerError
+
+M = TypeVar("M", bound=Message)
 
 SESSION_TIMEOUT_S = 6 * 3600.0
 CLOSE_TIMEOUT_S = 5.0
@@ -60,6 +64,19 @@ class StreamCall:
         if raw is grpc.aio.EOF:
             raise await self.ended(action)
         return raw, time.perf_counter_ns()
+
+    async def read_message(self, kind: type[M], action: str) -> tuple[M, int, int, int]:
+        """Receive and parse one ``kind`` message: it, its size, parse time, and when it was parsed (ns)."""
+        raw, _ = await self.read(action)
+        t0 = time.perf_counter_ns()
+        try:
+            message = kind.FromString(raw)
+        except DecodeError as err:
+            raise RemoteWorkerError(
+                f"worker {self.worker} sent a malformed reply: {err}", "INTERNAL"
+            ) from err
+        t1 = time.perf_counter_ns()
+        return message, len(raw), t1 - t0, t1
 
     async def ended(self, action: str) -> RemoteWorkerError:
         """The error for a stream that is over: the status the worker sent, read off the stream."""

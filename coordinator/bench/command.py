@@ -24,13 +24,11 @@ from coordinator.bench.report import render, report_sections
 from coordinator.bench.runner import Settings, run_bench
 from coordinator.bench.summary import RowSummary, summarize
 from coordinator.credentials import Credentials, add_credential_arguments
-from coordinator.drafting.failover import POLICIES
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
-from coordinator.drafting.stream import ROUND_TIMEOUT_S
 from coordinator.fallback import add_fallback_arguments, fallback_settings
 from coordinator.prompts import encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
-from coordinator.sources import RemoteSettings, WorkerPool
+from coordinator.sources import RemoteSettings, WorkerPool, add_worker_loss_arguments
 from coordinator.workers import refresh_hello
 from specwire.bonjour import mdns_interfaces
 from specwire.errors import BenchFailure, InvalidArgumentError
@@ -88,15 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="write every raw figure here")
     p.add_argument("--plot", type=Path, help="write a PNG of the attribution and throughput here")
     p.add_argument("--markdown", type=Path, help="write the tables in Markdown here")
-    p.add_argument(
-        "--on-worker-loss",
-        default="failover",
-        choices=POLICIES,
-        help="when a worker dies or stalls mid-generation",
-    )
-    p.add_argument(
-        "--round-timeout", type=float, default=ROUND_TIMEOUT_S, help="seconds to wait for a worker's reply"
-    )
+    add_worker_loss_arguments(p)
     add_credential_arguments(p)
     add_fallback_arguments(p)
 

@@ -23,7 +23,7 @@ from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
 from coordinator.runtime import Runtime
-from coordinator.sources import WorkerPool
+from coordinator.sources import WorkerPool, remote_source
 from coordinator.workers import WorkerConnection, connect, incompatibility, is_address
 from specwire.errors import BackendUnavailableError, NoWorkerError
 from specwire.models import LoadedModel
@@ -160,14 +160,12 @@ def make_source(
         assert draft is not None
         return LocalDraftSource(draft)
     connection = workers[row.worker].connection
-    if row.backend == BACKEND_PER_OP:
-        source: DraftSource = PerOpDraftSource(
-            runtime.portal, connection, target.fingerprint, row.granularity
-        )
-    else:
-        source = StreamDraftSource(runtime.portal, connection, target.fingerprint)
     if on_loss is None:
-        return source
+        if row.backend == BACKEND_PER_OP:
+            return PerOpDraftSource(runtime.portal, connection, target.fingerprint, row.granularity)
+        return StreamDraftSource(runtime.portal, connection, target.fingerprint)
     policy, pool_for = on_loss
+    pool = pool_for(row)
+    source = remote_source(runtime, connection, target, pool.settings)
     local = (lambda: LocalDraftSource(draft)) if draft is not None else None
-    return FailoverDraftSource(source, policy, pool_for(row).next_source, local)
+    return FailoverDraftSource(source, policy, pool.next_source, local)

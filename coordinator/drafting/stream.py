@@ -20,7 +20,6 @@ import time
 from collections.abc import Sequence
 
 from anyio.from_thread import BlockingPortal
-from google.protobuf.message import DecodeError
 
 from coordinator.drafting.base import Outcome
 from coordinator.stream_call import StreamCall
@@ -172,17 +171,9 @@ class StreamDraftSource:
 
     async def _read(self, action: str) -> tuple[pb.DraftReply, int, int, int]:
         assert self._stream is not None
-        raw, _ = await self._stream.read(action)
-        t0 = time.perf_counter_ns()
-        try:
-            reply = pb.DraftReply.FromString(raw)
-        except DecodeError as err:
-            raise RemoteWorkerError(
-                f"worker {self.connection.name} sent a malformed reply: {err}", "INTERNAL"
-            ) from err
-        t1 = time.perf_counter_ns()
+        parsed = await self._stream.read_message(pb.DraftReply, action)
         self.received += 1
-        return reply, len(raw), t1 - t0, t1
+        return parsed
 
     async def _close(self) -> None:
         stream, self._stream = self._stream, None

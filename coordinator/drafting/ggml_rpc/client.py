@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import time
 
-from google.protobuf.message import DecodeError
-
 from coordinator.stream_call import StreamCall
 from coordinator.workers import WorkerConnection
 from specwire.errors import RemoteWorkerError
@@ -101,12 +99,5 @@ class TensorClient:
 
     async def _read(self, action: str) -> tuple[pb.TensorReply, int, int]:
         assert self._stream is not None
-        raw, _ = await self._stream.read(action)
-        t0 = time.perf_counter_ns()
-        try:
-            reply = pb.TensorReply.FromString(raw)
-        except DecodeError as err:
-            raise RemoteWorkerError(
-                f"worker {self.connection.name} sent a malformed reply: {err}", "INTERNAL"
-            ) from err
-        return reply, len(raw), time.perf_counter_ns() - t0
+        reply, size, parse_ns, _ = await self._stream.read_message(pb.TensorReply, action)
+        return reply, size, parse_ns

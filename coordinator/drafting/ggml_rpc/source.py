@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from anyio.from_thread import BlockingPortal
 
 from coordinator.drafting.base import Outcome
-from coordinator.drafting.ggml_rpc.client import TensorClient
+from coordinator.drafting.ggml_rpc.client import CALL_TIMEOUT_S, TensorClient
 from coordinator.drafting.ggml_rpc.graph import ForwardGraph, LlamaShape
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES, RemoteDraftModel
 from coordinator.workers import WorkerConnection
@@ -20,7 +20,12 @@ class PerOpDraftSource:
     """Drafts by sending the draft model's operations to a worker, GGML_RPC style."""
 
     def __init__(
-        self, portal: BlockingPortal, connection: WorkerConnection, fingerprint: str, granularity: str
+        self,
+        portal: BlockingPortal,
+        connection: WorkerConnection,
+        fingerprint: str,
+        granularity: str,
+        call_timeout: float = CALL_TIMEOUT_S,
     ) -> None:
         if granularity not in GRANULARITIES:
             raise InvalidArgumentError(
@@ -30,6 +35,7 @@ class PerOpDraftSource:
         self.connection = connection
         self.fingerprint = fingerprint
         self.granularity = granularity
+        self.call_timeout = call_timeout
         self.shape = LlamaShape.from_config(connection.model_config())
         self.name = f"ggml-rpc/{granularity}:{connection.name}"
         self.client: TensorClient | None = None
@@ -48,7 +54,7 @@ class PerOpDraftSource:
                 "granularity round chains greedy drafts on the worker (a tensor executor cannot sample); "
                 "use T = 0 or a finer granularity"
             )
-        client = TensorClient(self.connection, self.fingerprint)
+        client = TensorClient(self.connection, self.fingerprint, self.call_timeout)
         opened = self.portal.call(client.open)
         self.client = client
         graph = ForwardGraph(self.shape, {m.name: m.handle for m in opened.modules}, opened.session_tag)
