@@ -37,6 +37,7 @@ from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 
 MAX_K = 32
+VERIFY_STREAM = 1  # the acceptance test's random stream; draft blocks use 2 (specwire.drafter)
 
 
 __all__ = ["GenerationResult", "RoundRecord", "SpeculativeDecoder"]
@@ -113,7 +114,7 @@ class SpeculativeDecoder:
             )
         prefill(model, cache, list(prompt[:-1]))
         result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
-        rng = np.random.default_rng([params.seed, 1])
+        rng = np.random.default_rng([params.seed, VERIFY_STREAM])
         pending, outcome = int(prompt[-1]), None
         while len(result.tokens) < max_tokens:
             k_round = min(policy.k_now() if policy else k, max_tokens - len(result.tokens) - 1)

@@ -26,6 +26,8 @@ from specwire.bonjour import mdns_interfaces
 from specwire.errors import BackendUnavailableError, InvalidArgumentError, NoWorkerError, ProtocolVersionError
 from specwire.models import LoadedModel, load_model
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM, PROTOCOL_VERSION
+from specwire.speculation import ALLOCATIONS
+from specwire.v1 import draft_pb2 as pb
 from specwire.vocab import ensure_same_vocabulary
 
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
@@ -62,6 +64,34 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_worker_loss_arguments(p)
     p.add_argument("--local-draft", default=FALLBACK_DRAFT, help="draft model for --on-worker-loss local")
+    p.add_argument(
+        "--prespec",
+        action="store_true",
+        help="stream backend: the worker drafts the next round ahead while the target verifies",
+    )
+    add_prespec_arguments(p)
+
+
+def add_prespec_arguments(p: argparse.ArgumentParser) -> None:
+    """Per-session overrides of a worker's pre-speculation settings (unset: the worker's own)."""
+    p.add_argument("--prespec-budget", type=int, default=0, help="speculative forward passes per round")
+    p.add_argument("--prespec-fanout", type=int, default=0, help="candidate tokens per position")
+    p.add_argument(
+        "--prespec-allocation",
+        default="",
+        choices=["", *ALLOCATIONS],
+        help="how the budget is split over outcomes",
+    )
+
+
+def prespec_request(args: argparse.Namespace) -> pb.PreSpeculation:
+    """The PreSpeculation message of the command line's overrides (enabled)."""
+    return pb.PreSpeculation(
+        enabled=True,
+        budget=args.prespec_budget,
+        fanout=args.prespec_fanout,
+        allocation=args.prespec_allocation,
+    )
 
 
 def add_worker_loss_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,6 +138,7 @@ class RemoteSettings:
     round_timeout: float
     interfaces: object = None
     discover_timeout: float = DEFAULT_DISCOVER_TIMEOUT_S
+    prespec: pb.PreSpeculation | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RemoteSettings:
@@ -119,6 +150,7 @@ class RemoteSettings:
             round_timeout=args.round_timeout,
             interfaces=mdns_interfaces(args.interface),
             discover_timeout=args.discover_timeout,
+            prespec=prespec_request(args) if args.prespec else None,
         )
 
 
@@ -130,7 +162,7 @@ def remote_source(
         return PerOpDraftSource(
             runtime.portal, connection, target.fingerprint, s.granularity, s.round_timeout
         )
-    return StreamDraftSource(runtime.portal, connection, target.fingerprint, s.round_timeout)
+    return StreamDraftSource(runtime.portal, connection, target.fingerprint, s.round_timeout, s.prespec)
 
 
 @dataclass

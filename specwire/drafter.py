@@ -1,16 +1,23 @@
 """The drafter: a draft model, its KV cache and its sampler, for one generation session.
 
-Local drafting on the coordinator and every session on a worker use this one
-class, so both draft the same tokens from the same state. The drafter keeps
-the accepted context and tracks exactly which tokens its cache holds:
+Local drafting on the coordinator, every session on a worker, and a worker's
+pre-speculation all use this one class, so they draft the same tokens from
+the same state. The drafter keeps the accepted ``context`` and the exact
+token sequence its KV cache holds (``cached``). Any forward pass first trims
+the cache to the longest prefix it shares with the sequence being extended
+(mlx-lm's trimmable-cache helper), then feeds the rest in one batch. So the
+cache may wander onto a speculative branch and come back: reaching any state
+costs at most one batched pass.
 
-    cache = context[:n_cached] + fed_drafts
+A ``Drafting`` is one block of k drafts after a prefix, produced one or more
+passes at a time, so a worker can interleave it with other work and stop
+between passes. Its last draft is never fed. ``Drafter.draft`` runs one to
+the end after the current context; ``adopt`` takes a finished block as the
+session's drafts and refuses a block drafted after any other prefix.
 
-Drafting k tokens feeds the pending context tokens and the first k - 1 drafts;
-the last draft is never fed. ``apply(accepted, token)`` keeps the fed drafts
-the target accepted, trims the rest with mlx-lm's trimmable-cache helper, and
-appends the target's token to the context. The next ``draft`` feeds whatever
-the cache lacks (one token, or two after a full acceptance) in one pass.
+Each block's randomness comes from its own generator, seeded by (seed,
+block index). A block drafted ahead of time for the real prefix is therefore
+token for token the block that would be drafted on demand.
 
 All MLX work here runs on the caller's thread; callers keep it on their
 process's single compute thread.
@@ -28,10 +35,13 @@ import numpy as np
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from specwire.errors import InvalidArgumentError
-from specwire.sampling import SamplingParams, SparseDistribution, choose_draft_token
+from specwire.sampling import SamplingParams, SparseDistribution, choose_draft_token, draft_distribution
 from specwire.timing import CallRecord
 
 PREFILL_STEP = 512
+# Seeds are (seed, stream, ...): the verifier draws from stream 1, draft blocks from stream 2,
+# so a block's draws never coincide with the acceptance test's.
+DRAFT_STREAM = 2
 
 
 class LanguageModel(Protocol):
@@ -45,7 +55,9 @@ class DraftBlock:
     """k drafted tokens, the sparse q of each when sampling, and what producing them cost.
 
     ``calls`` holds one record per remote call that brought the drafts (empty
-    when drafting locally).
+    when drafting locally). ``speculation`` says how a pre-speculating worker
+    served them ("hit", "partial", "miss"; empty without pre-speculation),
+    and ``saved_ns`` how much of their compute ran ahead, off the critical path.
     """
 
     tokens: list[int]
@@ -53,6 +65,8 @@ class DraftBlock:
     forward_passes: int
     compute_ns: int
     calls: list[CallRecord] = field(default_factory=list)
+    speculation: str = ""
+    saved_ns: int = 0
 
 
 def prefill(model: LanguageModel, cache: list, tokens: Sequence[int], step: int = PREFILL_STEP) -> int:
@@ -65,6 +79,63 @@ def prefill(model: LanguageModel, cache: list, tokens: Sequence[int], step: int 
     return passes
 
 
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class Drafting:
+    """k drafts after ``prefix``, drafted a pass or more at a time; see the module docstring.
+
+    ``alternatives`` > 0 also keeps, for every position, the draft's
+    ``alternatives`` most probable tokens with their probabilities (its
+    sparse q when sampling), which pre-speculation uses to guess outcomes.
+    """
+
+    def __init__(
+        self, drafter: Drafter, prefix: Sequence[int], k: int, index: int, alternatives: int = 0
+    ) -> None:
+        self.drafter = drafter
+        self.prefix = list(prefix)
+        self.k = k
+        self.index = index
+        self.alternatives = alternatives
+        self.rng = drafter.block_rng(index)
+        self.tokens: list[int] = []
+        self.dists: list[SparseDistribution] = []
+        self.candidates: list[SparseDistribution] = []
+        self.forward_passes = 0
+        self.compute_ns = 0
+
+    @property
+    def done(self) -> bool:
+        """True once all k drafts are in hand."""
+        return len(self.tokens) >= self.k
+
+    def advance(self, passes: int | None = None) -> None:
+        """Run up to ``passes`` more forward passes (all that remain when None)."""
+        n = self.k - len(self.tokens) if passes is None else min(passes, self.k - len(self.tokens))
+        if n <= 0:
+            return
+        t0 = time.perf_counter_ns()
+        if self.drafter.params.greedy:
+            self.drafter.greedy_passes(self, n)
+        else:
+            self.drafter.sampled_passes(self, n)
+        self.forward_passes += n
+        self.compute_ns += time.perf_counter_ns() - t0
+
+    def block(self, k: int | None = None) -> DraftBlock:
+        """The first ``k`` drafts (all by default) as a block."""
+        k = self.k if k is None else k
+        dists = self.dists[:k] if not self.drafter.params.greedy else None
+        return DraftBlock(list(self.tokens[:k]), dists, self.forward_passes, self.compute_ns)
+
+
 class Drafter:
     """Drafts tokens for one session; see the module docstring for the cache invariant."""
 
@@ -72,12 +143,15 @@ class Drafter:
         self.model = model
         self.params = params
         self.cache = make_prompt_cache(model)  # type: ignore[arg-type]  # mlx-lm only calls make_cache or reads layers
-        self.rng = np.random.default_rng(params.seed)
         self.context: list[int] = []
-        self.n_cached = 0
-        self.fed_drafts: list[int] = []
+        self.cached: list[int] = []
         self.last_drafts: list[int] = []
+        self.blocks = 0
         self.forward_passes = 0
+
+    def block_rng(self, index: int) -> np.random.Generator:
+        """The generator of block ``index``: fresh, and the same wherever that block is drafted."""
+        return np.random.default_rng([self.params.seed, DRAFT_STREAM, index])
 
     def start(self, prompt: Sequence[int]) -> int:
         """Prefill all prompt tokens but the last; returns the compute time in ns."""
@@ -86,7 +160,7 @@ class Drafter:
         t0 = time.perf_counter_ns()
         self.context = list(prompt)
         self.forward_passes += prefill(self.model, self.cache, self.context[:-1])
-        self.n_cached = len(self.context) - 1
+        self.cached = self.context[:-1]
         return time.perf_counter_ns() - t0
 
     def apply(self, accepted: int, token: int) -> None:
@@ -96,55 +170,118 @@ class Drafter:
                 f"accepted count {accepted} is outside 0..{len(self.last_drafts)} "
                 "(the drafts of the last round)"
             )
-        kept = min(accepted, len(self.fed_drafts))
-        trim_prompt_cache(self.cache, len(self.fed_drafts) - kept)
-        self.n_cached += kept
         self.context.extend(self.last_drafts[:accepted])
         self.context.append(token)
-        self.fed_drafts = []
         self.last_drafts = []
 
-    def draft(self, k: int) -> DraftBlock:
+    def drafting(self, k: int, alternatives: int = 0) -> Drafting:
+        """The next block: ``k`` drafts after the context, not yet drafted."""
+        return Drafting(self, self.context, k, self.blocks, alternatives)
+
+    def adopt(self, block: Drafting, k: int | None = None) -> DraftBlock:
+        """Take the first ``k`` drafts of a finished block as this round's drafts."""
+        k = block.k if k is None else k
+        if block.prefix != self.context or len(block.tokens) < k:
+            raise InvalidArgumentError("a draft block may only be used for the prefix it was drafted after")
+        out = block.block(k)
+        self.last_drafts = out.tokens
+        self.blocks += 1
+        return out
+
+    def draft(self, k: int, alternatives: int = 0) -> DraftBlock:
         """Draft ``k`` tokens after the current context."""
-        t0 = time.perf_counter_ns()
         if k == 0:
             self.last_drafts = []
             return DraftBlock([], None, 0, 0)
-        feed = self.context[self.n_cached :]
-        if self.params.greedy:
-            tokens, dists = self._draft_greedy(feed, k), None
-        else:
-            tokens, dists = self._draft_sampled(feed, k)
-        self.n_cached = len(self.context)
-        self.fed_drafts = tokens[:-1]
-        self.last_drafts = tokens
-        self.forward_passes += k
-        return DraftBlock(tokens, dists, k, time.perf_counter_ns() - t0)
+        block = self.drafting(k, alternatives)
+        block.advance()
+        return self.adopt(block)
 
-    def _draft_greedy(self, feed: list[int], k: int) -> list[int]:
+    def distribution_after(self, sequence: Sequence[int], size: int) -> SparseDistribution:
+        """The draft's ``size`` most probable next tokens after ``sequence`` (one pass, no sampling)."""
+        logits = np.array(self._forward(list(sequence)).astype(mx.float32))
+        self.forward_passes += 1
+        if self.params.greedy:
+            return _top(logits, size)
+        dist = draft_distribution(logits, self.params)
+        return SparseDistribution(dist.ids[:size], dist.probs[:size])
+
+    # Forward passes; each trims the cache to what it shares with the sequence first.
+
+    def _reuse(self, sequence: list[int]) -> int:
+        """Trim the cache to its longest prefix shared with ``sequence`` (leaving one token to feed)."""
+        keep = min(shared_prefix(self.cached, sequence), len(sequence) - 1)
+        if keep < len(self.cached):
+            trim_prompt_cache(self.cache, len(self.cached) - keep)
+            del self.cached[keep:]
+        return keep
+
+    def _forward(self, sequence: list[int]) -> mx.array:
+        """Logits after ``sequence`` (lazy); the cache then holds all of it."""
+        keep = self._reuse(sequence)
+        logits = self.model(mx.array([sequence[keep:]]), cache=self.cache)[0, -1]
+        self.cached.extend(sequence[keep:])
+        return logits
+
+    def greedy_passes(self, block: Drafting, n: int) -> None:
+        """Extend ``block`` by ``n`` argmax drafts."""
+        sequence = block.prefix + block.tokens
+        keep = self._reuse(sequence)
+        feed = sequence[keep:]
         chain = getattr(self.model, "greedy_chain", None)
-        if chain is not None:  # a remote executor that runs the whole greedy round at once
-            return list(chain(feed, k, self.cache))
+        if chain is not None and not block.alternatives:
+            # A remote executor that runs the whole greedy round at once.
+            tokens = list(chain(feed, n, self.cache))
+        else:
+            tokens = self._greedy_chain(block, feed, n)
+        self.cached.extend(feed + tokens[:-1])
+        block.tokens.extend(tokens)
+        self.forward_passes += n
+
+    def _greedy_chain(self, block: Drafting, feed: list[int], n: int) -> list[int]:
         # The argmax stays in the graph, so MLX can run ahead without a host sync per token.
         y = mx.array([feed])
-        out = []
-        for i in range(k):
-            token = mx.argmax(self.model(y, cache=self.cache)[:, -1, :], axis=-1)
-            mx.async_eval(token)
+        out, tops = [], []
+        for i in range(n):
+            logits = self.model(y, cache=self.cache)[:, -1, :]
+            token = mx.argmax(logits, axis=-1)
+            if block.alternatives:
+                probs = mx.softmax(logits[0].astype(mx.float32))
+                ids = mx.argpartition(-probs, block.alternatives - 1)[: block.alternatives]
+                tops.append((ids, probs[ids]))
+                mx.async_eval(token, ids, tops[-1][1])
+            else:
+                mx.async_eval(token)
             out.append(token)
-            if i + 1 < k:
+            if i + 1 < n:
                 y = token[None]
-        return np.array(mx.concatenate(out)).astype(int).tolist()
+        tokens = np.array(mx.concatenate(out)).astype(int).tolist()
+        for ids, probs in tops:
+            order = np.argsort(-np.array(probs), kind="stable")
+            block.candidates.append(
+                SparseDistribution(np.array(ids).astype(np.int64)[order], np.array(probs)[order])
+            )
+        return tokens
 
-    def _draft_sampled(self, feed: list[int], k: int) -> tuple[list[int], list[SparseDistribution]]:
-        tokens: list[int] = []
-        dists: list[SparseDistribution] = []
-        y = feed
-        for _ in range(k):
-            logits = self.model(mx.array([y]), cache=self.cache)[0, -1].astype(mx.float32)
-            token, dist = choose_draft_token(np.array(logits), self.params, self.rng)
+    def sampled_passes(self, block: Drafting, n: int) -> None:
+        """Extend ``block`` by ``n`` drafts sampled from the truncated q with the block's generator."""
+        for _ in range(n):
+            sequence = block.prefix + block.tokens
+            logits = np.array(self._forward(sequence).astype(mx.float32))
+            token, dist = choose_draft_token(logits, self.params, block.rng)
             assert dist is not None
-            tokens.append(token)
-            dists.append(dist)
-            y = [token]
-        return tokens, dists
+            block.tokens.append(token)
+            block.dists.append(dist)
+            if block.alternatives:
+                block.candidates.append(dist)
+        # The last draft is never fed: the cache holds everything before it.
+        self.forward_passes += n
+
+
+def _top(logits: np.ndarray, size: int) -> SparseDistribution:
+    """The ``size`` most probable tokens of softmax(logits), most probable first."""
+    z = logits.astype(np.float64) - logits.max()
+    probs = np.exp(z) / np.exp(z).sum()
+    ids = np.argpartition(-probs, size - 1)[:size]
+    ids = ids[np.argsort(-probs[ids], kind="stable")]
+    return SparseDistribution(ids.astype(np.int64), probs[ids])

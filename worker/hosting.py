@@ -64,6 +64,10 @@ class WorkerCounters:
     sessions_active: int = 0
     forward_passes: int = 0
     draft_tokens: int = 0
+    prespec_hits: int = 0
+    prespec_partial: int = 0
+    prespec_misses: int = 0
+    speculative_passes: int = 0
 
 
 class SessionEnded(Exception):
@@ -82,6 +86,7 @@ class StreamLoop:
         self.received = 0
         self.sent = 0
         self.last_send_ns = 0
+        self.tasks: anyio.abc.TaskGroup | None = None  # the session's, for background work
 
     async def handle(self, arrived_ns: int, raw: bytes) -> None:
         """Handle one raw message that came off the stream at ``arrived_ns``."""
@@ -143,6 +148,7 @@ class SessionHost:
         with receive:
             async with anyio.create_task_group() as tg:
                 self._scopes.add(tg.cancel_scope)
+                loop.tasks = tg
                 tg.start_soon(_read_requests, requests, send)
                 try:
                     await _drain(receive, loop, self.idle_timeout_s)

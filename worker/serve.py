@@ -41,6 +41,7 @@ from specwire.protocol import (
     TENSOR_SERVICE_NAME,
 )
 from specwire.sampling import SamplingParams
+from specwire.speculation import ALLOCATIONS, DEFAULT_FANOUT, PrespecConfig
 from worker.advertise import Advertiser, advertised_addresses
 from worker.auth import AuthInterceptor
 from worker.echo import EchoServer
@@ -116,6 +117,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--warmup-tokens", type=int, default=8, help="tokens drafted to measure the local draft speed"
     )
     p.add_argument("--json", action="store_true", help="print the ready line as JSON")
+    p.add_argument(
+        "--prespec-budget",
+        type=int,
+        default=0,
+        help="pre-speculation: forward passes per round spent ahead (0 = 2k + 1); "
+        "a coordinator turns it on per session",
+    )
+    p.add_argument(
+        "--prespec-fanout",
+        type=int,
+        default=DEFAULT_FANOUT,
+        help="pre-speculation: candidate tokens per position (top-F of the draft's distribution)",
+    )
+    p.add_argument(
+        "--prespec-allocation",
+        default="probability",
+        choices=ALLOCATIONS,
+        help="pre-speculation: rank outcomes by estimated probability, or narrow the fan-out geometrically",
+    )
 
 
 def measure_draft_speed(model: LoadedModel, tokens: int) -> float:
@@ -141,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InvalidArgumentError("--tls-cert and --tls-key go together")
     interfaces = mdns_interfaces(args.interface)
+    PrespecConfig(args.prespec_budget, args.prespec_fanout, args.prespec_allocation)  # checked before loading
     token = _token(args)
     anyio.run(_serve, args, backends, interfaces, token)
     return 0
@@ -170,14 +191,14 @@ def _credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
 
 
 def _grpc_server(
-    model: LoadedModel, host: SessionHost, token: str | None
+    model: LoadedModel, host: SessionHost, token: str | None, prespec: PrespecConfig
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, list[str]]:
     """The gRPC server with every service this worker offers (not started)."""
     compute = compute_thread()
     interceptors = [AuthInterceptor(ProofChecker(token))] if token else []
     server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
     services = [SERVICE_NAME]
-    server.add_generic_rpc_handlers([DraftService(model, host, compute, token).handler()])
+    server.add_generic_rpc_handlers([DraftService(model, host, compute, token, prespec).handler()])
     if BACKEND_PER_OP in host.info.backends:
         server.add_generic_rpc_handlers([TensorService(model, host, compute).handler()])
         services.append(TENSOR_SERVICE_NAME)
@@ -201,7 +222,8 @@ async def _serve(
         advertised_echo = args.advertise_echo_port or echo.port
         info = WorkerInfo("", args.label, backends, tps, args.max_sessions, echo_port=advertised_echo)
         host = SessionHost(info, WorkerCounters(), idle_timeout_s=args.idle_timeout)
-        server, health_servicer, services = _grpc_server(model, host, token)
+        prespec = PrespecConfig(args.prespec_budget, args.prespec_fanout, args.prespec_allocation)
+        server, health_servicer, services = _grpc_server(model, host, token, prespec)
         credentials = _credentials(args)
         address = f"{args.host}:{args.port}"
         port = (

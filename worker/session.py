@@ -5,6 +5,11 @@ then ``round`` once per Round message. Both validate their input against the
 model (vocabulary, context length, k) before touching the KV cache, so a bad
 message never leaves a session half-updated. Methods that run the model must
 run on the worker's compute thread.
+
+With pre-speculation on, the session also owns a ``Speculator``: after each
+reply the stream service runs its passes one at a time, and the next Round is
+served from a finished branch (``serve_hit``, no compute), finishes a branch
+under way, or is drafted on demand (``round``).
 """
 
 from __future__ import annotations
@@ -12,36 +17,57 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from specwire.drafter import DraftBlock, Drafter
+from specwire.drafter import DraftBlock, Drafter, Drafting
 from specwire.errors import InvalidArgumentError, ProtocolVersionError, VocabularyMismatchError
 from specwire.models import LoadedModel
 from specwire.protocol import MAX_K, PROTOCOL_VERSION, sampling_from_pb
+from specwire.speculation import PrespecConfig, Speculator
 from specwire.v1 import draft_pb2 as pb
 from worker.hosting import WorkerCounters
 
 
 @dataclass(frozen=True)
 class Computed:
-    """A block of drafts, and when its compute started and ended (worker clock, ns)."""
+    """A block of drafts, and when its compute started and ended (worker clock, ns).
+
+    ``outcome`` says how pre-speculation served it (a ``pb.SpeculationOutcome``)
+    and ``saved_ns`` how much of its compute ran ahead, off the critical path.
+    """
 
     block: DraftBlock
     started_ns: int
     finished_ns: int
+    outcome: int = pb.SPECULATION_OFF
+    saved_ns: int = 0
 
 
 class DraftSession:
     """A draft model's state for one coordinator's generation."""
 
-    def __init__(self, model: LoadedModel, open_msg: pb.Open, totals: WorkerCounters) -> None:
+    def __init__(
+        self,
+        model: LoadedModel,
+        open_msg: pb.Open,
+        totals: WorkerCounters,
+        prespec_defaults: PrespecConfig | None = None,
+    ) -> None:
         check_open(model, open_msg)
         self.model = model
         self.totals = totals
         self.k = open_msg.k
         self.prompt = list(open_msg.prompt_tokens)
         self.drafter = Drafter(model.model, sampling_from_pb(open_msg.sampling))
+        config = prespec_config(open_msg.prespec, prespec_defaults or PrespecConfig())
+        self.speculator = Speculator(self.drafter, config) if config is not None else None
         self.next_seq = 0
         self.rounds = 0
         self.draft_tokens = 0
+        self.hits = 0
+        self.partial = 0
+        self.misses = 0
+        self.speculative_passes = 0
+        self._sent: Drafting | None = None
+        self._passes_counted = 0
 
     @property
     def forward_passes(self) -> int:
@@ -50,15 +76,15 @@ class DraftSession:
 
     def prefill(self) -> int:
         """Prefill the prompt; returns compute ns. Compute thread only."""
-        before = self.drafter.forward_passes
         elapsed = self.drafter.start(self.prompt)
-        self.totals.forward_passes += self.drafter.forward_passes - before
+        self._count_passes()
         return elapsed
 
     def first_drafts(self) -> Computed:
         """Draft round 0 (the k of the Open message). Compute thread only."""
         started = time.perf_counter_ns()
-        return Computed(self._draft(self.k), started, time.perf_counter_ns())
+        block = self._draft_on_demand(self.k)
+        return Computed(self._count(block), started, time.perf_counter_ns())
 
     def check_round(self, msg: pb.Round) -> None:
         """Raise ``InvalidArgumentError`` unless ``msg`` is the next valid round."""
@@ -78,21 +104,108 @@ class DraftSession:
                 f"of {self.model.context_length}"
             )
 
+    def serve_hit(self, msg: pb.Round) -> Computed | None:
+        """Serve ``msg`` from a finished branch, with no compute; None when there is none.
+
+        Runs on the event loop, possibly while a speculative pass is in
+        flight: it reads only the branch (whose first k drafts are final)
+        and updates only the accepted context.
+        """
+        self.check_round(msg)
+        if self.speculator is None:
+            return None
+        branch = self.speculator.find(msg.accepted, msg.token)
+        if branch is None or len(branch.tokens) < msg.k:
+            return None
+        now = time.perf_counter_ns()
+        self._verdict(msg)
+        block = self.drafter.adopt(branch, msg.k)
+        self.hits += 1
+        self.totals.prespec_hits += 1
+        self._sent = branch
+        return Computed(self._count(block), now, now, pb.SPECULATION_HIT, block.compute_ns)
+
     def round(self, msg: pb.Round) -> Computed:
-        """Apply the target's verdict, then draft the next k tokens. Compute thread only."""
+        """Apply the target's verdict, then draft the next k tokens. Compute thread only.
+
+        With pre-speculation, a branch begun ahead for this verdict is
+        finished rather than started over; speculation must be stopped first.
+        """
         started = time.perf_counter_ns()
         self.check_round(msg)
-        self.drafter.apply(msg.accepted, msg.token)
-        return Computed(self._draft(msg.k), started, time.perf_counter_ns())
+        branch = self.speculator.find(msg.accepted, msg.token) if self.speculator else None
+        self._verdict(msg)
+        if branch is None:
+            block = self._draft_on_demand(msg.k)
+            outcome, saved = (pb.SPECULATION_MISS if self.speculator else pb.SPECULATION_OFF), 0
+            self.misses += self.speculator is not None
+            self.totals.prespec_misses += self.speculator is not None
+        else:
+            saved = branch.compute_ns
+            branch.k = max(branch.k, msg.k)
+            branch.advance(msg.k - len(branch.tokens))
+            block = self.drafter.adopt(branch, msg.k)
+            self._sent = branch
+            outcome = pb.SPECULATION_PARTIAL
+            self.partial += 1
+            self.totals.prespec_partial += 1
+        return Computed(self._count(block), started, time.perf_counter_ns(), outcome, saved)
 
-    def _draft(self, k: int) -> DraftBlock:
-        block = self.drafter.draft(k)
+    def speculate(self) -> bool:
+        """One speculative forward pass for the next round; False when there is nothing to do.
+
+        Compute thread only.
+        """
+        if self.speculator is None:
+            return False
+        if not self.speculator.step():
+            return False
+        self.speculative_passes += 1
+        self.totals.speculative_passes += 1
+        self._count_passes()
+        return True
+
+    def plan_speculation(self) -> None:
+        """Rank the outcomes of the drafts just sent; call after each reply, before ``speculate``."""
+        if self.speculator is not None and self._sent is not None:
+            self.speculator.plan(self._sent)
+
+    def _verdict(self, msg: pb.Round) -> None:
+        if self.speculator is not None:
+            self.speculator.observe(msg.accepted, len(self.drafter.last_drafts))
+        self.drafter.apply(msg.accepted, msg.token)
+
+    def _draft_on_demand(self, k: int) -> DraftBlock:
+        alternatives = self.speculator.drafter_alternatives if self.speculator else 0
+        drafting = self.drafter.drafting(k, alternatives)
+        drafting.advance()
+        self._sent = drafting
+        return self.drafter.adopt(drafting)
+
+    def _count_passes(self) -> None:
+        """Add the drafter's new forward passes to the worker's total."""
+        passes = self.drafter.forward_passes
+        self.totals.forward_passes += passes - self._passes_counted
+        self._passes_counted = passes
+
+    def _count(self, block: DraftBlock) -> DraftBlock:
+        self._count_passes()
         self.next_seq += 1
         self.rounds += 1
         self.draft_tokens += len(block.tokens)
-        self.totals.forward_passes += block.forward_passes
         self.totals.draft_tokens += len(block.tokens)
         return block
+
+
+def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecConfig | None:
+    """The session's pre-speculation settings: the Open message's, over the worker's defaults."""
+    if not msg.enabled:
+        return None
+    return PrespecConfig(
+        budget=msg.budget or defaults.budget,
+        fanout=msg.fanout or defaults.fanout,
+        allocation=msg.allocation or defaults.allocation,
+    )
 
 
 def check_k(k: int) -> None:

@@ -4,6 +4,13 @@ One Draft stream is one session (hosted by ``worker.hosting``). Each message
 is parsed here, the drafter runs on the compute thread, and the reply is
 encoded here with the worker's own durations (parse, queueing, compute, hop
 back to the event loop, encode, previous send) and the session's counters.
+
+Pre-speculation: after each reply a background task of the session runs
+speculative passes one compute job at a time, so it can stop between any
+two. When the next Round arrives, a finished branch is answered at once,
+even while a pass is still in flight; otherwise speculation stops, the
+in-flight pass ends, and the round is drafted (finishing a branch under way
+when there is one).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
+import anyio
 import grpc
 import msgpack
 from google.protobuf.message import DecodeError
@@ -21,6 +29,7 @@ from specwire.errors import BackendUnavailableError, InvalidArgumentError
 from specwire.memory import current_rss_bytes, peak_rss_bytes
 from specwire.models import LoadedModel
 from specwire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb
+from specwire.speculation import PrespecConfig
 from specwire.v1 import draft_pb2 as pb
 from worker.auth import caller_proof_of
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
@@ -32,12 +41,18 @@ class DraftService:
     """Serves one draft model to many concurrent sessions over the stream protocol."""
 
     def __init__(
-        self, model: LoadedModel, host: SessionHost, compute: ComputeThread, token: str | None
+        self,
+        model: LoadedModel,
+        host: SessionHost,
+        compute: ComputeThread,
+        token: str | None,
+        prespec: PrespecConfig | None = None,
     ) -> None:
         self.model = model
         self.host = host
         self.compute = compute
         self.token = token
+        self.prespec = prespec or PrespecConfig()
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The gRPC handler of the DraftWorker service."""
@@ -81,6 +96,10 @@ class DraftService:
                 draft_tokens=t.draft_tokens,
                 peak_rss_bytes=peak_rss_bytes(),
                 rss_bytes=current_rss_bytes(),
+                prespec_hits=t.prespec_hits,
+                prespec_partial=t.prespec_partial,
+                prespec_misses=t.prespec_misses,
+                speculative_passes=t.speculative_passes,
             ),
             echo_port=info.echo_port,
             auth_proof=worker_proof(self.token, caller_proof_of(context)) if self.token else "",
@@ -102,6 +121,8 @@ class _DraftLoop(StreamLoop):
         super().__init__(context)
         self.service = service
         self.session: DraftSession | None = None
+        self._stop_speculating = False
+        self._speculation_done: anyio.Event | None = None
 
     async def handle(self, arrived_ns: int, raw: bytes) -> None:
         t0 = time.perf_counter_ns()
@@ -115,13 +136,42 @@ class _DraftLoop(StreamLoop):
         else:
             if kind != "round":
                 raise InvalidArgumentError("after Open, every message of a session must be a Round")
-            computed = await self.service.compute.run(self.session.round, request.round)
-            await self._reply(computed, request.round.seq, arrived_ns, deserialize_ns)
+            msg = request.round
+            computed = self.session.serve_hit(msg)
+            if computed is None:
+                await self._stop()
+                computed = await self.service.compute.run(self.session.round, msg)
+            await self._reply(computed, msg.seq, arrived_ns, deserialize_ns)
+            await self._stop()
+        self._speculate()
+
+    def _speculate(self) -> None:
+        """Plan the next round's branches and start drafting them in the background."""
+        session = self.session
+        if session is None or session.speculator is None or self.tasks is None:
+            return
+        session.plan_speculation()
+        self._stop_speculating = False
+        done = self._speculation_done = anyio.Event()
+        self.tasks.start_soon(self._speculation, session, done)
+
+    async def _speculation(self, session: DraftSession, done: anyio.Event) -> None:
+        try:
+            while not self._stop_speculating and await self.service.compute.run(session.speculate):
+                pass
+        finally:
+            done.set()
+
+    async def _stop(self) -> None:
+        """Stop speculating and wait for the pass in flight, if any."""
+        self._stop_speculating = True
+        if self._speculation_done is not None:
+            await self._speculation_done.wait()
 
     async def _open(self, msg: pb.Open, deserialize_ns: int) -> None:
         service = self.service
         totals = service.host.totals
-        session = DraftSession(service.model, msg, totals)
+        session = DraftSession(service.model, msg, totals, service.prespec)
         self.session = session
         totals.sessions_opened += 1
         prefill_ns = await service.compute.run(session.prefill)
@@ -144,8 +194,21 @@ class _DraftLoop(StreamLoop):
                 rounds=s.rounds,
                 forward_passes=s.forward_passes,
                 draft_tokens=s.draft_tokens,
+                prespec_hits=s.hits,
+                prespec_partial=s.partial,
+                prespec_misses=s.misses,
+                speculative_passes=s.speculative_passes,
             )
         )
+        if s.speculator is not None:
+            msg.speculation.CopyFrom(
+                pb.Speculation(
+                    outcome=computed.outcome,  # type: ignore[arg-type]
+                    saved_ns=computed.saved_ns,
+                    speculative_passes=s.speculator.passes,
+                    branches=len(s.speculator.branches),
+                )
+            )
         msg.timing.CopyFrom(
             server_timing(
                 deserialize_ns, arrived_ns, computed.started_ns, computed.finished_ns, t0, self.last_send_ns

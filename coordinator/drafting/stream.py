@@ -38,6 +38,11 @@ from specwire.timing import CallRecord
 from specwire.v1 import draft_pb2 as pb
 
 ROUND_TIMEOUT_S = 60.0
+SPECULATION_NAMES = {
+    pb.SPECULATION_HIT: "hit",
+    pb.SPECULATION_PARTIAL: "partial",
+    pb.SPECULATION_MISS: "miss",
+}
 
 
 class StreamDraftSource:
@@ -49,12 +54,14 @@ class StreamDraftSource:
         connection: WorkerConnection,
         fingerprint: str,
         round_timeout: float = ROUND_TIMEOUT_S,
+        prespec: pb.PreSpeculation | None = None,
     ) -> None:
         self.portal = portal
         self.connection = connection
         self.fingerprint = fingerprint
         self.round_timeout = round_timeout
-        self.name = f"stream:{connection.name}"
+        self.prespec = prespec
+        self.name = f"stream+prespec:{connection.name}" if prespec else f"stream:{connection.name}"
         self._stream: StreamCall | None = None
         self._reset()
 
@@ -107,6 +114,7 @@ class StreamDraftSource:
                 sampling=sampling_to_pb(params),
                 k=k,
                 vocab_fingerprint=self.fingerprint,
+                prespec=self.prespec,
             )
         )
         self._open_record = await self._send(request, "opening a session")
@@ -143,6 +151,8 @@ class StreamDraftSource:
             forward_passes=len(drafts.tokens),
             compute_ns=drafts.timing.compute_ns,
             calls=[record],
+            speculation=SPECULATION_NAMES.get(drafts.speculation.outcome, ""),
+            saved_ns=drafts.speculation.saved_ns,
         )
 
     async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int]:

@@ -7,6 +7,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SpeculationOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPECULATION_OFF: _ClassVar[SpeculationOutcome]
+    SPECULATION_HIT: _ClassVar[SpeculationOutcome]
+    SPECULATION_PARTIAL: _ClassVar[SpeculationOutcome]
+    SPECULATION_MISS: _ClassVar[SpeculationOutcome]
+
 class OpCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     OP_UNSPECIFIED: _ClassVar[OpCode]
@@ -24,6 +31,10 @@ class OpCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LM_HEAD: _ClassVar[OpCode]
     KV_TRIM: _ClassVar[OpCode]
     ARGMAX: _ClassVar[OpCode]
+SPECULATION_OFF: SpeculationOutcome
+SPECULATION_HIT: SpeculationOutcome
+SPECULATION_PARTIAL: SpeculationOutcome
+SPECULATION_MISS: SpeculationOutcome
 OP_UNSPECIFIED: OpCode
 SET_TENSOR: OpCode
 GET_TENSOR: OpCode
@@ -81,20 +92,28 @@ class ModelInfo(_message.Message):
     def __init__(self, spec: _Optional[str] = ..., fingerprint: _Optional[str] = ..., precision: _Optional[str] = ..., vocab_size: _Optional[int] = ..., context_length: _Optional[int] = ..., config_msgpack: _Optional[bytes] = ...) -> None: ...
 
 class WorkerCounters(_message.Message):
-    __slots__ = ("sessions_opened", "sessions_active", "forward_passes", "draft_tokens", "peak_rss_bytes", "rss_bytes")
+    __slots__ = ("sessions_opened", "sessions_active", "forward_passes", "draft_tokens", "peak_rss_bytes", "rss_bytes", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes")
     SESSIONS_OPENED_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
     FORWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PEAK_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PRESPEC_HITS_FIELD_NUMBER: _ClassVar[int]
+    PRESPEC_PARTIAL_FIELD_NUMBER: _ClassVar[int]
+    PRESPEC_MISSES_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_PASSES_FIELD_NUMBER: _ClassVar[int]
     sessions_opened: int
     sessions_active: int
     forward_passes: int
     draft_tokens: int
     peak_rss_bytes: int
     rss_bytes: int
-    def __init__(self, sessions_opened: _Optional[int] = ..., sessions_active: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., peak_rss_bytes: _Optional[int] = ..., rss_bytes: _Optional[int] = ...) -> None: ...
+    prespec_hits: int
+    prespec_partial: int
+    prespec_misses: int
+    speculative_passes: int
+    def __init__(self, sessions_opened: _Optional[int] = ..., sessions_active: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., peak_rss_bytes: _Optional[int] = ..., rss_bytes: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ...) -> None: ...
 
 class HelloReply(_message.Message):
     __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port", "auth_proof")
@@ -141,18 +160,32 @@ class DraftRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ...) -> None: ...
 
 class Open(_message.Message):
-    __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint")
+    __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint", "prespec")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     VOCAB_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    PRESPEC_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     prompt_tokens: _containers.RepeatedScalarFieldContainer[int]
     sampling: SamplingParams
     k: int
     vocab_fingerprint: str
-    def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ...) -> None: ...
+    prespec: PreSpeculation
+    def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ...) -> None: ...
+
+class PreSpeculation(_message.Message):
+    __slots__ = ("enabled", "budget", "fanout", "allocation")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    FANOUT_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    budget: int
+    fanout: int
+    allocation: str
+    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("seq", "accepted", "token", "k")
@@ -199,21 +232,41 @@ class ServerTiming(_message.Message):
     def __init__(self, deserialize_ns: _Optional[int] = ..., receive_to_start_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., compute_to_reply_ns: _Optional[int] = ..., serialize_ns: _Optional[int] = ..., previous_send_ns: _Optional[int] = ...) -> None: ...
 
 class SessionCounters(_message.Message):
-    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens")
+    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes")
     MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     FORWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PRESPEC_HITS_FIELD_NUMBER: _ClassVar[int]
+    PRESPEC_PARTIAL_FIELD_NUMBER: _ClassVar[int]
+    PRESPEC_MISSES_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_PASSES_FIELD_NUMBER: _ClassVar[int]
     messages_received: int
     messages_sent: int
     rounds: int
     forward_passes: int
     draft_tokens: int
-    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ...) -> None: ...
+    prespec_hits: int
+    prespec_partial: int
+    prespec_misses: int
+    speculative_passes: int
+    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ...) -> None: ...
+
+class Speculation(_message.Message):
+    __slots__ = ("outcome", "saved_ns", "speculative_passes", "branches")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SAVED_NS_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_PASSES_FIELD_NUMBER: _ClassVar[int]
+    BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    outcome: SpeculationOutcome
+    saved_ns: int
+    speculative_passes: int
+    branches: int
+    def __init__(self, outcome: _Optional[_Union[SpeculationOutcome, str]] = ..., saved_ns: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., branches: _Optional[int] = ...) -> None: ...
 
 class Drafts(_message.Message):
-    __slots__ = ("seq", "tokens", "dist_sizes", "dist_ids", "dist_probs", "timing", "counters")
+    __slots__ = ("seq", "tokens", "dist_sizes", "dist_ids", "dist_probs", "timing", "counters", "speculation")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     DIST_SIZES_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +274,7 @@ class Drafts(_message.Message):
     DIST_PROBS_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    SPECULATION_FIELD_NUMBER: _ClassVar[int]
     seq: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     dist_sizes: _containers.RepeatedScalarFieldContainer[int]
@@ -228,7 +282,8 @@ class Drafts(_message.Message):
     dist_probs: _containers.RepeatedScalarFieldContainer[float]
     timing: ServerTiming
     counters: SessionCounters
-    def __init__(self, seq: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., dist_sizes: _Optional[_Iterable[int]] = ..., dist_ids: _Optional[_Iterable[int]] = ..., dist_probs: _Optional[_Iterable[float]] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., counters: _Optional[_Union[SessionCounters, _Mapping]] = ...) -> None: ...
+    speculation: Speculation
+    def __init__(self, seq: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., dist_sizes: _Optional[_Iterable[int]] = ..., dist_ids: _Optional[_Iterable[int]] = ..., dist_probs: _Optional[_Iterable[float]] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., counters: _Optional[_Union[SessionCounters, _Mapping]] = ..., speculation: _Optional[_Union[Speculation, _Mapping]] = ...) -> None: ...
 
 class Op(_message.Message):
     __slots__ = ("code", "outputs", "inputs", "args", "data")

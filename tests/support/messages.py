@@ -7,15 +7,22 @@ from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
 
 
-def open_request(fingerprint: str, prompt: list[int] | None = None, k: int = 2) -> bytes:
-    """An encoded Open message (greedy sampling)."""
+def open_request(
+    fingerprint: str,
+    prompt: list[int] | None = None,
+    k: int = 2,
+    prespec: pb.PreSpeculation | None = None,
+    params: SamplingParams | None = None,
+) -> bytes:
+    """An encoded Open message (greedy sampling unless ``params`` say otherwise)."""
     return pb.DraftRequest(
         open=pb.Open(
             protocol_version=PROTOCOL_VERSION,
             prompt_tokens=prompt or [1, 2, 3],
-            sampling=sampling_to_pb(SamplingParams()),
+            sampling=sampling_to_pb(params or SamplingParams()),
             k=k,
             vocab_fingerprint=fingerprint,
+            prespec=prespec,
         )
     ).SerializeToString()
 

@@ -33,13 +33,14 @@ async def generate_remote(
     k: int,
     max_tokens: int,
     params: SamplingParams,
+    prespec: pb.PreSpeculation | None = None,
 ) -> list[RemoteRun]:
     """Run each prompt through the stream backend of the worker at ``address``."""
     runs = []
     async with coordinator_runtime() as runtime:
         connection = await connect(address, credentials())
         try:
-            source = StreamDraftSource(runtime.portal, connection, target.fingerprint)
+            source = StreamDraftSource(runtime.portal, connection, target.fingerprint, prespec=prespec)
             decoder = SpeculativeDecoder(target, source)
             for prompt in prompts:
                 result = await runtime.compute.run(

@@ -1,0 +1,168 @@
+"""Pre-speculation: drafting the next round for the target's likely verdicts while it verifies.
+
+After a round's k drafts d_1..d_k go out, the target will answer with one of
+these outcomes: a drafts accepted (0 <= a <= k), then its own token t (a
+correction when a < k, the bonus when a = k). The speculator ranks outcomes
+by an estimated probability and drafts the next block after the most likely
+ones, one forward pass at a time, until the real verdict arrives:
+
+* P(a) follows the geometric model of the paper's TPS formula: a per-token
+  acceptance rate alpha (estimated from this session's verdicts) gives
+  P(a) = alpha^a (1 - alpha) for a < k and alpha^k for a = k.
+* P(t | a) is the draft's own distribution at that position: q_{a+1}
+  without d_{a+1} for a correction, and q_{k+1} (one extra pass, the
+  "bonus probe") for the bonus. The top ``fanout`` tokens are candidates.
+* The budget (forward passes per round) goes to outcomes in order of
+  probability; the ``geometric`` allocation also narrows the fan-out by
+  half for each draft rejected earlier, as in Saguaro's geometric fan-out.
+
+Branches are keyed by (accepted, token) and each remembers the full prefix
+it was drafted after; ``find`` serves a branch only when that prefix is the
+real one. A branch is an ordinary ``Drafting`` of the next block index, so
+its drafts (and, when sampling, their randomness) are exactly the ones that
+drafting on demand would give.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from specwire.drafter import Drafter, Drafting
+from specwire.errors import InvalidArgumentError
+
+ALLOCATIONS = ("probability", "geometric")
+DEFAULT_FANOUT = 2
+PRIOR_ACCEPTED = 4.0  # the acceptance estimate starts at 4 / (4 + 1) = 0.8
+PRIOR_REJECTIONS = 1.0
+MAX_FANOUT = 32
+
+
+@dataclass(frozen=True)
+class PrespecConfig:
+    """How much to pre-speculate: forward passes per round, candidates per position, and how to rank."""
+
+    budget: int = 0  # 0: enough for the bonus probe and two branches (2k + 1)
+    fanout: int = DEFAULT_FANOUT
+    allocation: str = "probability"
+
+    def __post_init__(self) -> None:
+        if self.budget < 0:
+            raise InvalidArgumentError(f"pre-speculation budget must be >= 0 passes, got {self.budget}")
+        if not 1 <= self.fanout <= MAX_FANOUT:
+            raise InvalidArgumentError(f"pre-speculation fan-out must be within 1..{MAX_FANOUT}")
+        if self.allocation not in ALLOCATIONS:
+            raise InvalidArgumentError(
+                f"pre-speculation allocation {self.allocation!r} is not one of {', '.join(ALLOCATIONS)}"
+            )
+
+    def passes(self, k: int) -> int:
+        """The budget for a round of ``k`` drafts."""
+        return self.budget or 2 * k + 1
+
+
+@dataclass
+class Branch:
+    """The next block, drafted for one guessed outcome."""
+
+    accepted: int
+    token: int
+    probability: float
+    block: Drafting | None = None
+
+
+class Speculator:
+    """Pre-speculation for one session's drafter; every method that runs the model is compute-thread only."""
+
+    def __init__(self, drafter: Drafter, config: PrespecConfig) -> None:
+        self.drafter = drafter
+        self.config = config
+        self.accepted_total = PRIOR_ACCEPTED
+        self.rejections = PRIOR_REJECTIONS
+        self.branches: dict[tuple[int, int], Branch] = {}
+        self.passes = 0  # speculative passes since the last plan
+        self._queue: list[tuple[float, int, Branch | None]] = []
+        self._order = itertools.count()
+        self._base: list[int] = []
+        self._drafts: list[int] = []
+        self._index = 0
+        self._budget = 0
+        self._k = 0
+
+    @property
+    def acceptance(self) -> float:
+        """Estimated per-draft acceptance rate (geometric model)."""
+        return self.accepted_total / (self.accepted_total + self.rejections)
+
+    def observe(self, accepted: int, drafted: int) -> None:
+        """Learn from one verdict: ``accepted`` of ``drafted`` drafts."""
+        self.accepted_total += accepted
+        self.rejections += accepted < drafted
+
+    def plan(self, sent: Drafting) -> None:
+        """Rank the outcomes of ``sent``, the block just adopted and sent; forgets earlier branches."""
+        self.branches = {}
+        self._queue = []
+        self.passes = 0
+        self._base = list(sent.prefix)
+        self._k = len(self.drafter.last_drafts)
+        self._drafts = list(self.drafter.last_drafts)
+        self._index = self.drafter.blocks
+        self._budget = self.config.passes(self._k)
+        alpha = self.acceptance
+        for a in range(self._k):
+            p_a = alpha**a * (1.0 - alpha)
+            if a < len(sent.candidates):
+                cand = sent.candidates[a]
+                drafted = self._drafts[a]
+                rest = max(1e-12, 1.0 - cand.prob(drafted))
+                picks = [
+                    (int(t), float(q)) for t, q in zip(cand.ids, cand.probs, strict=True) if t != drafted
+                ]
+                for t, q in picks[: self._fanout(a)]:
+                    self._push(p_a * q / rest, Branch(a, t, p_a * q / rest))
+        self._push(alpha**self._k, None)  # the bonus probe: q_{k+1} after all k drafts
+
+    def _fanout(self, accepted: int) -> int:
+        if self.config.allocation == "geometric":
+            return max(1, self.config.fanout >> (self._k - accepted))
+        return self.config.fanout
+
+    def _push(self, probability: float, branch: Branch | None) -> None:
+        heapq.heappush(self._queue, (-probability, next(self._order), branch))
+
+    def step(self) -> bool:
+        """Run one speculative forward pass; False when the budget or the plan is spent."""
+        if self.passes >= self._budget or not self._queue:
+            return False
+        probability, _, branch = self._queue[0]
+        if branch is None:  # the bonus probe
+            heapq.heappop(self._queue)
+            dist = self.drafter.distribution_after(self._base + self._drafts, self._fanout(self._k))
+            for t, q in zip(dist.ids, dist.probs, strict=True):
+                p = -probability * float(q)
+                self._push(p, Branch(self._k, int(t), p))
+        else:
+            if branch.block is None:
+                prefix = self._base + self._drafts[: branch.accepted] + [branch.token]
+                branch.block = Drafting(self.drafter, prefix, self._k, self._index, self.drafter_alternatives)
+                self.branches[(branch.accepted, branch.token)] = branch
+            branch.block.advance(1)
+            if branch.block.done:
+                heapq.heappop(self._queue)
+        self.passes += 1
+        return True
+
+    @property
+    def drafter_alternatives(self) -> int:
+        """Candidates each drafted position keeps, so the next round can be planned from it."""
+        return self.config.fanout + 1
+
+    def find(self, accepted: int, token: int) -> Drafting | None:
+        """The branch drafted for this verdict, if any, and only if its prefix is the real one."""
+        branch = self.branches.get((accepted, token))
+        if branch is None or branch.block is None:
+            return None
+        real = self.drafter.context + self.drafter.last_drafts[:accepted] + [token]
+        return branch.block if branch.block.prefix == real else None

@@ -1,0 +1,69 @@
+"""A worker's DraftSession driven in-process, as a draft source, for statistical tests.
+
+The real session code (pre-speculation included) runs without gRPC, so a test
+can generate thousands of times on tiny models. Speculation runs to its full
+budget between rounds, as a worker does while the target verifies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specwire.drafter import DraftBlock
+from specwire.models import LoadedModel
+from specwire.protocol import PROTOCOL_VERSION, sampling_to_pb
+from specwire.sampling import SamplingParams
+from specwire.v1 import draft_pb2 as pb
+from worker.hosting import WorkerCounters
+from worker.session import DraftSession
+
+
+class SessionSource:
+    """Drafts through ``worker.session.DraftSession`` with pre-speculation as given."""
+
+    name = "session"
+
+    def __init__(self, model: LoadedModel, prespec: pb.PreSpeculation) -> None:
+        self.model = model
+        self.prespec = prespec
+        self.totals = WorkerCounters()
+        self.outcomes: list[int] = []
+        self._session: DraftSession | None = None
+        self._first: DraftBlock | None = None
+        self._seq = 0
+
+    def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
+        msg = pb.Open(
+            protocol_version=PROTOCOL_VERSION,
+            prompt_tokens=list(prompt),
+            sampling=sampling_to_pb(params),
+            k=k,
+            vocab_fingerprint=self.model.fingerprint,
+            prespec=self.prespec,
+        )
+        self._session = DraftSession(self.model, msg, self.totals)
+        self._session.prefill()
+        self._first = self._session.first_drafts().block
+        self._seq = 0
+        self._speculate()
+
+    def propose(self, k: int, outcome: object) -> DraftBlock:
+        assert self._session is not None and self._first is not None
+        if outcome is None:
+            block = self._first
+            return DraftBlock(block.tokens[:k], block.dists[:k] if block.dists else None, 0, 0)
+        self._seq += 1
+        msg = pb.Round(seq=self._seq, accepted=outcome.accepted, token=outcome.token, k=k)  # type: ignore[attr-defined]
+        computed = self._session.serve_hit(msg) or self._session.round(msg)
+        self.outcomes.append(computed.outcome)
+        self._speculate()
+        return computed.block
+
+    def _speculate(self) -> None:
+        assert self._session is not None
+        self._session.plan_speculation()
+        while self._session.speculate():
+            pass
+
+    def close(self) -> None:
+        self._session = None

@@ -1,0 +1,241 @@
+"""Pre-speculation: branches drafted ahead are exactly the drafts on demand, and are served only on a hit.
+
+The first tests drive the worker's session in-process on tiny models; the
+last speak to a real ``worker serve`` subprocess with the default model.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import coordinator.acceptance as acceptance
+from coordinator.engine import SpeculativeDecoder
+from specwire.drafter import Drafter
+from specwire.models import LoadedModel
+from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
+from specwire.sampling import SamplingParams, target_distribution
+from specwire.v1 import draft_pb2 as pb
+from specwire.v1 import draft_pb2_grpc
+from tests.coordinator.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p, exact_joint
+from tests.support.credentials import channel as worker_channel
+from tests.support.messages import open_request, round_request
+from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
+from tests.support.remote import generate_remote
+from tests.support.session_source import SessionSource
+from tests.support.tiny_models import as_loaded, tiny_llama
+from tests.support.workers import WorkerProcess
+from worker.hosting import WorkerCounters
+from worker.session import DraftSession
+
+PROMPT = [2, 5, 1]
+PRESPEC = pb.PreSpeculation(enabled=True)
+SAMPLED = {"temperature": 1.0, "draft_top_k": 8}
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[LoadedModel, LoadedModel]:
+    target, args = tiny_llama(0)
+    draft, _ = tiny_llama(1)
+    return as_loaded(target, args, "tiny-target"), as_loaded(draft, args, "tiny-draft")
+
+
+def _session(model: LoadedModel, params: SamplingParams, k: int, prespec: pb.PreSpeculation) -> DraftSession:
+    msg = pb.Open(
+        protocol_version=PROTOCOL_VERSION,
+        prompt_tokens=PROMPT,
+        sampling=sampling_to_pb(params),
+        k=k,
+        vocab_fingerprint=model.fingerprint,
+        prespec=prespec,
+    )
+    session = DraftSession(model, msg, WorkerCounters())
+    session.prefill()
+    return session
+
+
+@pytest.mark.parametrize("sampling", [{}, {**SAMPLED, "seed": 5}])
+def test_every_branch_equals_drafting_on_demand(
+    pair: tuple[LoadedModel, LoadedModel], sampling: dict
+) -> None:
+    draft = pair[1]
+    params = SamplingParams(**sampling)
+    session = _session(draft, params, 3, pb.PreSpeculation(enabled=True, budget=40, fanout=3))
+    sent = session.first_drafts().block.tokens
+    session.plan_speculation()
+    while session.speculate():
+        pass
+    assert session.speculator is not None
+    branches = session.speculator.branches
+    assert any(a == 3 for a, _ in branches), "the bonus outcome is speculated"
+    assert any(a < 3 for a, _ in branches), "rejection outcomes are speculated"
+    for (accepted, token), branch in branches.items():
+        assert branch.block is not None and branch.block.done
+        reference = Drafter(draft.model, params)
+        reference.start(PROMPT)
+        assert reference.draft(3).tokens == sent
+        reference.apply(accepted, token)
+        expected = reference.draft(3)
+        got = branch.block.block()
+        assert got.tokens == expected.tokens
+        if expected.dists is not None:
+            assert got.dists is not None
+            for a, b in zip(got.dists, expected.dists, strict=True):
+                assert a.ids.tolist() == b.ids.tolist()
+                np.testing.assert_allclose(a.probs, b.probs, rtol=1e-5)
+
+
+def test_a_branch_is_served_only_for_its_own_verdict(pair: tuple[LoadedModel, LoadedModel]) -> None:
+    session = _session(pair[1], SamplingParams(), 2, pb.PreSpeculation(enabled=True, budget=40, fanout=2))
+    session.first_drafts()
+    session.plan_speculation()
+    while session.speculate():
+        pass
+    assert session.speculator is not None
+    keys = set(session.speculator.branches)
+    unknown = next((0, t) for t in range(8) if (0, t) not in keys and t != session.drafter.last_drafts[0])
+    assert session.serve_hit(pb.Round(seq=1, accepted=unknown[0], token=unknown[1], k=2)) is None
+    assert session.drafter.last_drafts, "a miss leaves the session untouched for drafting on demand"
+    computed = session.round(pb.Round(seq=1, accepted=unknown[0], token=unknown[1], k=2))
+    assert computed.outcome == pb.SPECULATION_MISS and session.misses == 1 and session.hits == 0
+
+
+def _prespec_joint_counts(
+    pair: tuple[LoadedModel, LoadedModel], runs: int, **sampling: float
+) -> tuple[np.ndarray, list[int]]:
+    target, draft = pair
+    # Fan-out over the whole (tiny) vocabulary: every rejection round is then served by a hit.
+    source = SessionSource(draft, pb.PreSpeculation(enabled=True, budget=16, fanout=7))
+    decoder = SpeculativeDecoder(target, source)
+    vocab = target.vocab_size
+    counts = np.zeros((vocab, vocab, vocab))
+    for seed in range(runs):
+        params = SamplingParams(seed=seed, **sampling)  # type: ignore[arg-type]
+        tokens = decoder.generate(PROMPT, max_tokens=3, k=1, params=params).tokens
+        counts[tokens[0], tokens[1], tokens[2]] += 1
+    return counts, source.outcomes
+
+
+def _exact_joint3(target: LoadedModel, params: SamplingParams) -> np.ndarray:
+    """P(t1, t2, t3 | prompt) under the target's own sampling distribution."""
+
+    def p_next(context: list[int]) -> np.ndarray:
+        return target_distribution(np.array(target.model(mx.array([context]))[0, -1]), params)
+
+    two = exact_joint(target, params)
+    vocab = two.shape[0]
+    return np.stack(
+        [np.stack([two[a, b] * p_next([*PROMPT, a, b]) for b in range(vocab)]) for a in range(vocab)]
+    )
+
+
+def test_prespec_output_is_distributed_as_target(pair: tuple[LoadedModel, LoadedModel]) -> None:
+    counts, outcomes = _prespec_joint_counts(pair, 3000, **SAMPLED)
+    # Every round after the first (one per run that rejected its first draft) came from a hit.
+    assert len(outcomes) > 250 and set(outcomes) == {pb.SPECULATION_HIT}
+    assert chi_square_p(counts, _exact_joint3(pair[0], SamplingParams(**SAMPLED))) >= P_VALUE_FLOOR
+
+
+def test_prespec_check_fails_when_residual_is_replaced_by_p(
+    pair: tuple[LoadedModel, LoadedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(acceptance, "residual_distribution", lambda p, q: p)
+    counts, _ = _prespec_joint_counts(pair, 1500, **SAMPLED)
+    assert chi_square_p(counts, _exact_joint3(pair[0], SamplingParams(**SAMPLED))) < P_VALUE_FLOOR
+
+
+# Through a real worker and the default model.
+
+
+async def _counters(address: str) -> pb.WorkerCounters:
+    async with worker_channel(address) as channel:
+        reply = await draft_pb2_grpc.DraftWorkerStub(channel).Hello(pb.HelloRequest(), timeout=10)
+        return reply.counters
+
+
+@pytest.mark.anyio
+async def test_forced_hit_is_served_from_the_cache_and_forced_miss_is_drafted(
+    worker: WorkerProcess, default_q4: LoadedModel
+) -> None:
+    k = 2
+    prompt = default_q4.tokenizer.encode(PROMPTS[0])
+    reference = Drafter(default_q4.model, SamplingParams())
+    reference.start(prompt)
+    first = reference.draft(k).tokens
+    bonus = int(reference.distribution_after(prompt + first, 1).ids[0])  # the most likely verdict
+    reference.apply(k, bonus)
+    after_hit = reference.draft(k).tokens
+    likely = set(reference.distribution_after(prompt + first + [bonus], 16).ids.tolist())
+    unlikely = next(t for t in range(1000, 2000) if t not in likely)
+    reference.apply(0, unlikely)
+    after_miss = reference.draft(k).tokens
+
+    before = await _counters(worker.address)
+    budget = 2 * k + 1  # the worker's default budget
+    async with worker_channel(worker.address) as channel:
+        call = channel.stream_stream(DRAFT_METHOD)(timeout=120)
+        await call.write(open_request(default_q4.fingerprint, prompt, k, PRESPEC))
+        assert pb.DraftReply.FromString(await call.read()).WhichOneof("kind") == "opened"
+        round0 = pb.DraftReply.FromString(await call.read()).drafts
+        assert list(round0.tokens) == first
+        with anyio.fail_after(120):  # let the worker spend its budget before the verdict
+            while (await _counters(worker.address)).speculative_passes - before.speculative_passes < budget:
+                await anyio.sleep(0.05)
+
+        t0 = time.perf_counter()
+        await call.write(round_request(1, k, bonus, k))
+        hit = pb.DraftReply.FromString(await call.read()).drafts
+        hit_s = time.perf_counter() - t0
+        assert list(hit.tokens) == after_hit
+        assert hit.speculation.outcome == pb.SPECULATION_HIT
+        assert hit.timing.compute_ns == 0 and hit.speculation.saved_ns > 0
+        assert hit.counters.prespec_hits == 1 and hit.counters.prespec_misses == 0
+
+        await call.write(round_request(2, 0, unlikely, k))
+        miss = pb.DraftReply.FromString(await call.read()).drafts
+        assert list(miss.tokens) == after_miss
+        assert miss.speculation.outcome == pb.SPECULATION_MISS
+        assert miss.timing.compute_ns > 0
+        assert miss.counters.prespec_hits == 1 and miss.counters.prespec_misses == 1
+        await call.done_writing()
+    after = await _counters(worker.address)
+    assert after.prespec_hits - before.prespec_hits == 1
+    assert after.prespec_misses - before.prespec_misses == 1
+    print(f"hit answered in {hit_s * 1e3:.1f} ms; saved {hit.speculation.saved_ns / 1e6:.1f} ms of compute")
+
+
+@pytest.mark.anyio
+async def test_prespec_is_lossless_at_t0(worker: WorkerProcess, default_f32: LoadedModel) -> None:
+    prompts = [default_f32.tokenizer.encode(p) for p in PROMPTS]
+    runs = await generate_remote(
+        worker.address, default_f32, prompts, 4, MAX_TOKENS, SamplingParams(), PRESPEC
+    )
+    hits = 0
+    for prompt, run in zip(prompts, runs, strict=True):
+        assert run.result.tokens == ar_tokens(default_f32, prompt)
+        served = [r.draft.speculation for r in run.result.rounds if r.draft.calls]
+        assert served[0] == "" and all(s in ("hit", "partial", "miss") for s in served[1:])
+        assert run.worker_counters.prespec_hits == served.count("hit")
+        assert run.worker_counters.prespec_misses == served.count("miss")
+        hits += served.count("hit")
+    assert hits > 0
+
+
+@pytest.mark.anyio
+async def test_prespec_gives_the_same_sampled_tokens_as_drafting_on_demand(
+    worker: WorkerProcess, default_q4: LoadedModel
+) -> None:
+    # A hit serves the very drafts (and randomness) that drafting on demand would give.
+    params = SamplingParams(temperature=0.6, top_p=0.95, seed=7)
+    prompt = default_q4.tokenizer.encode(PROMPTS[4])
+    wide = pb.PreSpeculation(enabled=True, budget=40, fanout=8)
+    (plain,) = await generate_remote(worker.address, default_q4, [prompt], 2, 16, params)
+    (ahead,) = await generate_remote(worker.address, default_q4, [prompt], 2, 16, params, wide)
+    assert ahead.result.tokens == plain.result.tokens
+    assert [r.draft.tokens for r in ahead.result.rounds] == [r.draft.tokens for r in plain.result.rounds]
+    used = ahead.worker_counters.prespec_hits + ahead.worker_counters.prespec_partial
+    assert used > 0, ahead.worker_counters
