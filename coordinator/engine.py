@@ -28,6 +28,7 @@ import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from coordinator.acceptance import accept_greedy, accept_sampled
+from coordinator.adaptive_k import AdaptiveK
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.fallback import FallbackSettings, GradedFallback
 from coordinator.results import GenerationResult, RoundRecord
@@ -47,16 +48,26 @@ class SpeculativeDecoder:
     """Generates with a target model, drafting through an optional draft source.
 
     With ``fallback`` settings, a graded fallback chooses k each round
-    (``coordinator.fallback``); without, every round asks for the same k.
+    (``coordinator.fallback``); with ``adaptive_k``, the TPS model of
+    ``coordinator.adaptive_k`` chooses it, up to the k asked for; otherwise
+    every round asks for the same k.
     """
 
     def __init__(
-        self, target: LoadedModel, source: DraftSource | None = None, fallback: FallbackSettings | None = None
+        self,
+        target: LoadedModel,
+        source: DraftSource | None = None,
+        fallback: FallbackSettings | None = None,
+        adaptive_k: bool = False,
     ) -> None:
+        if fallback is not None and adaptive_k:
+            raise InvalidArgumentError("graded fallback and adaptive k both choose k: use one")
         self.target = target
         self.source = source
         self.fallback = fallback
+        self.adaptive_k = adaptive_k
         self._single_pass_s: float | None = None
+        self._verify_prior: dict[int, tuple[float, float]] = {}
 
     def generate(
         self,
@@ -71,9 +82,11 @@ class SpeculativeDecoder:
         self._check(prompt, k)
         max_tokens = min(max_tokens, self.target.context_length - len(prompt))
         source = self.source if k > 0 and max_tokens > 1 else None
-        policy = None
+        policy: GradedFallback | AdaptiveK | None = None
         if self.fallback is not None and source is not None:
             policy = GradedFallback(k, self.fallback, self.single_pass_s())
+        elif self.adaptive_k and source is not None:
+            policy = AdaptiveK(k, self.verify_prior(k))
         start = time.perf_counter_ns()
         if source is not None:
             source.start(prompt, params, min(k, max_tokens - 1))
@@ -104,7 +117,7 @@ class SpeculativeDecoder:
         source: DraftSource | None,
         start: int,
         on_tokens: Callable[[list[int]], None] | None,
-        policy: GradedFallback | None,
+        policy: GradedFallback | AdaptiveK | None,
     ) -> GenerationResult:
         model = self.target.model
         cache = make_prompt_cache(model)
@@ -147,15 +160,25 @@ class SpeculativeDecoder:
     def single_pass_s(self) -> float:
         """Seconds of one single-token target pass (measured once, after a short context)."""
         if self._single_pass_s is None:
+            self._single_pass_s = self._pass_s(1)
+        return self._single_pass_s
+
+    def verify_prior(self, k: int) -> tuple[float, float]:
+        """Seconds of a target pass over 1 and over k + 1 positions (measured once per k)."""
+        if k not in self._verify_prior:
+            self._verify_prior[k] = (self.single_pass_s(), self._pass_s(k + 1))
+        return self._verify_prior[k]
+
+    def _pass_s(self, positions: int) -> float:
+        """The faster of two target passes over ``positions`` tokens, after a short context."""
+        samples = []
+        for _ in range(2):
             cache = make_prompt_cache(self.target.model)
             prefill(self.target.model, cache, [0] * 8)
-            samples = []
-            for _ in range(2):
-                t0 = time.perf_counter()
-                mx.eval(self.target.model(mx.array([[0]]), cache=cache))
-                samples.append(time.perf_counter() - t0)
-            self._single_pass_s = min(samples)
-        return self._single_pass_s
+            t0 = time.perf_counter()
+            mx.eval(self.target.model(mx.array([[0] * positions]), cache=cache))
+            samples.append(time.perf_counter() - t0)
+        return min(samples)
 
     def _verify(
         self,

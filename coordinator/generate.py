@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import numpy as np
 
+from coordinator.adaptive_k import add_adaptive_k_argument
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.engine import GenerationResult, SpeculativeDecoder
 from coordinator.fallback import add_fallback_arguments, fallback_settings
@@ -58,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     add_worker_arguments(p)
     add_fallback_arguments(p)
+    add_adaptive_k_argument(p)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -148,7 +150,7 @@ async def _generate(args: argparse.Namespace, params: SamplingParams, text: str)
             sys.stdout.write(detok.last_segment)
             sys.stdout.flush()
 
-        decoder = SpeculativeDecoder(target, source, fallback_settings(args))
+        decoder = SpeculativeDecoder(target, source, fallback_settings(args), args.adaptive_k)
         result = await runtime.compute.run(
             decoder.generate,
             prompt,

@@ -17,7 +17,15 @@ from typing import Any
 
 import anyio
 
-from coordinator.bench.plan import RemoteWorker, RowSpec, connect_workers, find_addresses, plan_rows
+from coordinator.adaptive_k import add_adaptive_k_argument
+from coordinator.bench.plan import (
+    BACKEND_PRESPEC,
+    RemoteWorker,
+    RowSpec,
+    connect_workers,
+    find_addresses,
+    plan_rows,
+)
 from coordinator.bench.plot import write_plot
 from coordinator.bench.record import bench_record
 from coordinator.bench.report import render, report_sections
@@ -28,7 +36,13 @@ from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.fallback import add_fallback_arguments, fallback_settings
 from coordinator.prompts import encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
-from coordinator.sources import RemoteSettings, WorkerPool, add_worker_loss_arguments
+from coordinator.sources import (
+    RemoteSettings,
+    WorkerPool,
+    add_prespec_arguments,
+    add_worker_loss_arguments,
+    prespec_request,
+)
 from coordinator.workers import refresh_hello
 from specwire.bonjour import mdns_interfaces
 from specwire.errors import BenchFailure, InvalidArgumentError
@@ -46,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
         default=f"{BACKEND_STREAM},{BACKEND_PER_OP}",
-        help="remote backends: stream, ggml-rpc, or both",
+        help="remote backends, comma-separated: stream, stream+prespec (with pre-speculation), ggml-rpc",
     )
     p.add_argument(
         "--granularity",
@@ -89,17 +103,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_worker_loss_arguments(p)
     add_credential_arguments(p)
     add_fallback_arguments(p)
+    add_adaptive_k_argument(p)
+    add_prespec_arguments(p)
 
 
 def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     granularities = [g.strip() for g in args.granularity.split(",") if g.strip()]
-    if not backends or set(backends) - {BACKEND_STREAM, BACKEND_PER_OP}:
-        raise InvalidArgumentError(f"--backend {args.backend!r}: use stream, ggml-rpc, or stream,ggml-rpc")
+    if not backends or set(backends) - {BACKEND_STREAM, BACKEND_PRESPEC, BACKEND_PER_OP}:
+        raise InvalidArgumentError(
+            f"--backend {args.backend!r}: use any of {BACKEND_STREAM}, {BACKEND_PRESPEC}, {BACKEND_PER_OP}"
+        )
     if set(granularities) - set(GRANULARITIES) or not granularities:
         raise InvalidArgumentError(
             f"--granularity {args.granularity!r}: use any of {', '.join(GRANULARITIES)}"
         )
+    if args.fallback and args.adaptive_k:
+        raise InvalidArgumentError("--fallback and --adaptive-k both choose k: use one")
     if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32:
         raise InvalidArgumentError("--repeats and --max-tokens must be >= 1, and --k within 1..32")
     return backends, granularities
@@ -134,13 +154,16 @@ async def _bench(args: argparse.Namespace, backends: list[str], granularities: l
                 args.round_timeout,
                 mdns_interfaces(args.interface),
                 args.discover_timeout,
+                prespec_request(args) if row.prespec else None,
             )
             pool = WorkerPool(runtime, target, s)
             stack.push_async_callback(pool.aclose)
             return pool
 
         on_loss = (args.on_worker_loss, pool_for)
-        run_settings = Settings(args.k, args.max_tokens, params, fallback_settings(args), on_loss)
+        run_settings = Settings(
+            args.k, args.max_tokens, params, fallback_settings(args), on_loss, args.adaptive_k
+        )
         runs = await run_bench(runtime, rows, prompts, args.repeats, run_settings, target, draft, by_name)
         worker_rss = {w.name: (await refresh_hello(w.connection)).counters.peak_rss_bytes for w in workers}
     summaries = summarize(rows, runs, params.greedy, by_name)
@@ -161,6 +184,7 @@ def _settings(
         "top_p": args.top_p,
         "seed": args.seed,
         "repeats": args.repeats,
+        "adaptive_k": args.adaptive_k,
         "backends": backends,
         "granularities": granularities,
         "chat_template": not args.no_chat,

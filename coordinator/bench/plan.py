@@ -2,8 +2,9 @@
 
 Rows: AR with the target only, local SD with the local draft model, then for
 every chosen worker one row per backend (and per granularity of the per-op
-backend). Each worker's link is probed first (raw TCP echo), so attribution
-has this path's network floor.
+backend; ``stream+prespec`` is the stream backend with pre-speculation).
+Each worker's link is probed first (raw TCP echo), so attribution has this
+path's network floor.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from coordinator.workers import WorkerConnection, connect, incompatibility, is_a
 from specwire.errors import BackendUnavailableError, NoWorkerError
 from specwire.models import LoadedModel
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
+from specwire.v1 import draft_pb2 as pb
 from specwire.vocab import ensure_same_vocabulary
 
 PROBE_COUNT = 60
+BACKEND_PRESPEC = f"{BACKEND_STREAM}+prespec"  # a bench row kind, not a backend a worker offers
 PROBE_BUDGET_S = 1.0
 
 
@@ -43,6 +46,7 @@ class RowSpec:
     backend: str = ""
     granularity: str = ""
     worker: str = ""
+    prespec: bool = False
 
 
 @dataclass
@@ -63,6 +67,11 @@ class RemoteWorker:
         return NetworkFloor(self.probe)
 
 
+def wire_backend(backend: str) -> str:
+    """The worker backend a bench backend runs on."""
+    return BACKEND_STREAM if backend == BACKEND_PRESPEC else backend
+
+
 def plan_rows(
     workers: list[RemoteWorker], backends: list[str], granularities: list[str], with_local: bool
 ) -> list[RowSpec]:
@@ -78,6 +87,8 @@ def plan_rows(
                     RowSpec(f"{backend}/{g} → {label}", "remote", backend, g, worker.name)
                     for g in granularities
                 ]
+            elif backend == BACKEND_PRESPEC:
+                rows.append(RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, True))
             else:
                 rows.append(RowSpec(f"{backend} → {label}", "remote", backend, "", worker.name))
     return rows
@@ -132,7 +143,7 @@ async def connect_workers(
         ensure_same_vocabulary(
             target.fingerprint, hello.model.fingerprint, target.spec, f"worker {connection.name}"
         )
-        missing = [b for b in backends if b not in hello.backends]
+        missing = [b for b in {wire_backend(b) for b in backends} if b not in hello.backends]
         if missing:
             raise BackendUnavailableError(f"worker {connection.name} does not offer {', '.join(missing)}")
         if not hello.echo_port:
@@ -163,7 +174,8 @@ def make_source(
     if on_loss is None:
         if row.backend == BACKEND_PER_OP:
             return PerOpDraftSource(runtime.portal, connection, target.fingerprint, row.granularity)
-        return StreamDraftSource(runtime.portal, connection, target.fingerprint)
+        prespec = pb.PreSpeculation(enabled=True) if row.prespec else None
+        return StreamDraftSource(runtime.portal, connection, target.fingerprint, prespec=prespec)
     policy, pool_for = on_loss
     pool = pool_for(row)
     source = remote_source(runtime, connection, target, pool.settings)

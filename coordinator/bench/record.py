@@ -72,6 +72,8 @@ def run_record(run: Run) -> dict[str, Any]:
             "accepted": [r.accepted for r in result.rounds],
             "draft_ns": [r.draft_ns for r in result.rounds],
             "verify_ns": [r.verify_ns for r in result.rounds],
+            "speculation": [r.draft.speculation for r in result.rounds],
+            "saved_ns": [r.draft.saved_ns for r in result.rounds],
         },
         "calls": _calls([c for r in result.rounds for c in r.draft.calls]),
         "counters": run.counters,
@@ -104,6 +106,7 @@ def row_record(s: RowSummary) -> dict[str, Any]:
         "attribution": s.attribution.to_dict() if s.attribution is not None else None,
         "worker_losses": s.worker_losses,
         "k_transitions": s.k_transitions,
+        "drafting": asdict(s.drafting) if s.drafting is not None else None,
     }
 
 

@@ -55,6 +55,7 @@ class Settings:
     params: SamplingParams
     fallback: FallbackSettings | None = None
     on_loss: tuple[str, Callable[[RowSpec], WorkerPool]] | None = None
+    adaptive_k: bool = False
 
 
 def verify(
@@ -89,11 +90,23 @@ def verify(
             "worker_draft_tokens": w.draft_tokens,
             "worker_forward_passes": w.forward_passes,
         }
+        served = [r.draft.speculation for r in result.rounds if r.draft.calls]
+        if source.prespec is not None:
+            counters |= {
+                "client_prespec_hits": served.count("hit"),
+                "worker_prespec_hits": w.prespec_hits,
+                "client_prespec_misses": served.count("miss"),
+                "worker_prespec_misses": w.prespec_misses,
+                "worker_prespec_partial": w.prespec_partial,
+                "worker_speculative_passes": w.speculative_passes,
+            }
         ok = (
             source.sent == w.messages_received
             and source.received == w.messages_sent + 1
             and asked == w.rounds
             and drafted == w.draft_tokens
+            and served.count("hit") == w.prespec_hits
+            and served.count("miss") == w.prespec_misses
         )
         ident = source.opened.identity if source.opened is not None else None
     elif isinstance(source, PerOpDraftSource) and source.client is not None:
@@ -134,7 +147,7 @@ async def run_bench(
                 for r, row in enumerate(rows):
                     progress.step(f"{row.label} · {prompt.category} #{p + 1} · repeat {repeat + 1}")
                     source = make_source(row, runtime, workers, target, draft, settings.on_loss)
-                    decoder = SpeculativeDecoder(target, source, settings.fallback)
+                    decoder = SpeculativeDecoder(target, source, settings.fallback, settings.adaptive_k)
                     k = settings.k if source is not None else 0
                     result = await runtime.compute.run(
                         decoder.generate, ids, max_tokens=settings.max_tokens, k=k, params=settings.params

@@ -47,6 +47,53 @@ class RowSummary:
     delta_vs_local: float | None = None
     worker_losses: int = 0
     k_transitions: int = 0
+    drafting: DraftingFigures | None = None
+
+
+@dataclass(frozen=True)
+class DraftingFigures:
+    """Per drafting round: what the engine waited for drafts, and what pre-speculation did.
+
+    ``critical_ms`` is the time the engine waited for each round's drafts
+    (the drafting on its critical path, transport included). ``hit_rate`` and
+    ``partial_rate`` are shares of the rounds a pre-speculating worker was
+    asked for after the first; ``saved_ms`` is the compute those rounds got
+    done ahead, off the critical path. ``k_mean`` is the mean k asked, and
+    ``k_counts`` how many rounds asked for each k (adaptive k varies it).
+    """
+
+    rounds: int
+    critical_ms: float
+    k_mean: float
+    k_counts: dict[int, int]
+    hit_rate: float | None = None
+    partial_rate: float | None = None
+    saved_ms: float | None = None
+
+
+def drafting_figures(runs: list[Run]) -> DraftingFigures | None:
+    """The per-round drafting figures of a row's runs (None without drafting rounds)."""
+    rounds = [r for run in runs for r in run.result.rounds if r.k]
+    if not rounds:
+        return None
+    critical = float(np.mean([r.draft_ns for r in rounds])) / 1e6
+    k_mean = float(np.mean([r.k for r in rounds]))
+    k_counts: dict[int, int] = {}
+    for r in rounds:
+        k_counts[r.k] = k_counts.get(r.k, 0) + 1
+    speculated = [r for r in rounds if r.draft.speculation]
+    if not speculated:
+        return DraftingFigures(len(rounds), critical, k_mean, k_counts)
+    outcomes = [r.draft.speculation for r in speculated]
+    return DraftingFigures(
+        len(rounds),
+        critical,
+        k_mean,
+        k_counts,
+        hit_rate=outcomes.count("hit") / len(outcomes),
+        partial_rate=outcomes.count("partial") / len(outcomes),
+        saved_ms=float(np.mean([r.draft.saved_ns for r in speculated])) / 1e6,
+    )
 
 
 def _mean_of_medians(runs: list[Run]) -> tuple[float, dict[str, float]]:
@@ -121,6 +168,7 @@ def summarize_row(
         mismatches=mismatches,
         worker_losses=sum(len(run.worker_losses) for run in runs),
         k_transitions=sum(len(run.result.transitions) for run in runs),
+        drafting=drafting_figures(runs),
     )
     if worker is not None:
         summary.local_draft_tps = worker.connection.hello.draft_tokens_per_second

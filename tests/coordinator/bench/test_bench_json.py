@@ -33,6 +33,8 @@ ROW_FIELDS = {
     "counters": dict,
     "identity": dict,
     "attribution": (dict, type(None)),
+    "prespec": bool,
+    "drafting": (dict, type(None)),
 }
 RUN_FIELDS = {
     "row": int,
@@ -91,7 +93,7 @@ def bench(worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) -> tu
         "--workers",
         worker.address,
         "--backend",
-        "stream,ggml-rpc",
+        "stream,stream+prespec,ggml-rpc",
         "--granularity",
         "token,round",
         "--target",
@@ -133,7 +135,7 @@ def test_schema(bench: tuple[dict, str, Path]) -> None:
     } <= set(w)
     assert w["peak_rss_bytes"] > 0 and len(w["probe_tcp"]) == 5
     kinds = [r["kind"] for r in data["rows"]]
-    assert kinds == ["ar", "local", "remote", "remote", "remote"]
+    assert kinds == ["ar", "local", "remote", "remote", "remote", "remote"]
     for row in data["rows"]:
         check_fields(row, ROW_FIELDS)
     assert len(data["runs"]) == 2 * len(data["rows"])
@@ -158,6 +160,11 @@ def test_lossless_for_both_backends_and_counters_match(
             assert c["client_messages_sent"] == c["worker_messages_received"] > 0
             assert c["client_messages_received"] == c["worker_messages_sent"]
             assert c["client_draft_tokens"] == c["worker_draft_tokens"] > 0
+            if row["prespec"]:
+                assert c["client_prespec_hits"] == c["worker_prespec_hits"]
+                assert c["client_prespec_misses"] == c["worker_prespec_misses"]
+                assert c["worker_speculative_passes"] > 0
+                assert row["drafting"]["hit_rate"] is not None and row["drafting"]["saved_ms"] is not None
         else:
             assert c["client_calls"] == c["worker_graphs"] > 0 and c["client_ops"] == c["worker_ops"]
         attribution = row["attribution"]
@@ -176,7 +183,7 @@ def test_lossless_for_both_backends_and_counters_match(
 
 def test_tables_markdown_and_plot(bench: tuple[dict, str, Path]) -> None:
     _, stdout, tmp = bench
-    assert "Table 1." in stdout and "Table 2." in stdout and "Table 3." in stdout
+    assert "Table 1." in stdout and "Table 2." in stdout and "Table 3." in stdout and "Table 4." in stdout
     assert "Proof of remote execution" in stdout and "NOT VERIFIED" not in stdout and ": verified" in stdout
     assert "| Draft backend | Avg TPS |" in (tmp / "bench.md").read_text()
     assert (tmp / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
