@@ -163,16 +163,30 @@ class Drafter:
         self.cached = self.context[:-1]
         return time.perf_counter_ns() - t0
 
-    def apply(self, accepted: int, token: int) -> None:
-        """Record the target's verdict on the last block: ``accepted`` drafts, then ``token``."""
+    def apply(self, accepted: int, token: int, appended: Sequence[int] | None = None) -> None:
+        """Record the target's verdict on the last block: ``accepted`` drafts, then ``token``.
+
+        ``appended`` (the accepted tokens and ``token``) is given when the
+        verified drafts may have come from another drafter; the context then
+        takes exactly those tokens.
+        """
         if not 0 <= accepted <= len(self.last_drafts):
             raise InvalidArgumentError(
                 f"accepted count {accepted} is outside 0..{len(self.last_drafts)} "
                 "(the drafts of the last round)"
             )
-        self.context.extend(self.last_drafts[:accepted])
-        self.context.append(token)
+        self.context.extend(self.verdict_tokens(accepted, token, appended))
         self.last_drafts = []
+
+    def verdict_tokens(self, accepted: int, token: int, appended: Sequence[int] | None = None) -> list[int]:
+        """The tokens a verdict appends to the context."""
+        if not appended:
+            return [*self.last_drafts[:accepted], token]
+        if len(appended) != accepted + 1 or appended[-1] != token:
+            raise InvalidArgumentError(
+                f"appended tokens must be the {accepted} accepted drafts and then the token {token}"
+            )
+        return list(appended)
 
     def drafting(self, k: int, alternatives: int = 0) -> Drafting:
         """The next block: ``k`` drafts after the context, not yet drafted."""

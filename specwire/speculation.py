@@ -46,12 +46,16 @@ class PrespecConfig:
     budget: int = 0  # 0: enough for the bonus probe and two branches (2k + 1)
     fanout: int = DEFAULT_FANOUT
     allocation: str = "probability"
+    shard: int = 0  # with several workers: draft only branches of rank shard mod shards
+    shards: int = 1
 
     def __post_init__(self) -> None:
         if self.budget < 0:
             raise InvalidArgumentError(f"pre-speculation budget must be >= 0 passes, got {self.budget}")
         if not 1 <= self.fanout <= MAX_FANOUT:
             raise InvalidArgumentError(f"pre-speculation fan-out must be within 1..{MAX_FANOUT}")
+        if not 0 <= self.shard < max(1, self.shards):
+            raise InvalidArgumentError(f"pre-speculation shard {self.shard} is outside 0..{self.shards - 1}")
         if self.allocation not in ALLOCATIONS:
             raise InvalidArgumentError(
                 f"pre-speculation allocation {self.allocation!r} is not one of {', '.join(ALLOCATIONS)}"
@@ -89,6 +93,7 @@ class Speculator:
         self._index = 0
         self._budget = 0
         self._k = 0
+        self._ranked = 0
 
     @property
     def acceptance(self) -> float:
@@ -105,6 +110,7 @@ class Speculator:
         self.branches = {}
         self._queue = []
         self.passes = 0
+        self._ranked = 0
         self._base = list(sent.prefix)
         self._k = len(self.drafter.last_drafts)
         self._drafts = list(self.drafter.last_drafts)
@@ -134,6 +140,7 @@ class Speculator:
 
     def step(self) -> bool:
         """Run one speculative forward pass; False when the budget or the plan is spent."""
+        self._skip_other_shards()
         if self.passes >= self._budget or not self._queue:
             return False
         probability, _, branch = self._queue[0]
@@ -145,24 +152,45 @@ class Speculator:
                 self._push(p, Branch(self._k, int(t), p))
         else:
             if branch.block is None:
-                prefix = self._base + self._drafts[: branch.accepted] + [branch.token]
-                branch.block = Drafting(self.drafter, prefix, self._k, self._index, self.drafter_alternatives)
-                self.branches[(branch.accepted, branch.token)] = branch
+                branch.block = self._start(branch)
             branch.block.advance(1)
             if branch.block.done:
                 heapq.heappop(self._queue)
         self.passes += 1
         return True
 
+    def _skip_other_shards(self) -> None:
+        """Drop queued branches another worker drafts (rank mod shards != shard)."""
+        shards = max(1, self.config.shards)
+        while self._queue and shards > 1:
+            branch = self._queue[0][2]
+            if branch is None or branch.block is not None:
+                return
+            rank = self._ranked
+            self._ranked += 1
+            if rank % shards == self.config.shard:
+                branch.block = self._start(branch)
+                return
+            heapq.heappop(self._queue)
+
+    def _start(self, branch: Branch) -> Drafting:
+        prefix = self._base + self._drafts[: branch.accepted] + [branch.token]
+        block = Drafting(self.drafter, prefix, self._k, self._index, self.drafter_alternatives)
+        self.branches[(branch.accepted, branch.token)] = branch
+        return block
+
     @property
     def drafter_alternatives(self) -> int:
         """Candidates each drafted position keeps, so the next round can be planned from it."""
         return self.config.fanout + 1
 
-    def find(self, accepted: int, token: int) -> Drafting | None:
-        """The branch drafted for this verdict, if any, and only if its prefix is the real one."""
+    def find(self, accepted: int, token: int, appended: list[int] | None = None) -> Drafting | None:
+        """The branch drafted for this verdict, if any, and only if its prefix is the real one.
+
+        Call before the verdict is applied; ``appended`` as for ``Drafter.apply``.
+        """
         branch = self.branches.get((accepted, token))
         if branch is None or branch.block is None:
             return None
-        real = self.drafter.context + self.drafter.last_drafts[:accepted] + [token]
+        real = self.drafter.context + self.drafter.verdict_tokens(accepted, token, appended)
         return branch.block if branch.block.prefix == real else None

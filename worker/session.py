@@ -96,6 +96,12 @@ class DraftSession:
                 f"{len(self.drafter.last_drafts)} drafts sent"
             )
         check_token(self.model, msg.token, f"round {msg.seq} token")
+        if msg.appended:
+            if len(msg.appended) != msg.accepted + 1 or msg.appended[-1] != msg.token:
+                raise InvalidArgumentError(
+                    f"round {msg.seq}: appended must hold the {msg.accepted} accepted tokens, then the token"
+                )
+            check_token(self.model, max(msg.appended), f"round {msg.seq} appended token")
         check_k(msg.k)
         room = self.model.context_length - len(self.drafter.context) - msg.accepted - 1
         if msg.k > room:
@@ -114,7 +120,7 @@ class DraftSession:
         self.check_round(msg)
         if self.speculator is None:
             return None
-        branch = self.speculator.find(msg.accepted, msg.token)
+        branch = self.speculator.find(msg.accepted, msg.token, list(msg.appended))
         if branch is None or len(branch.tokens) < msg.k:
             return None
         now = time.perf_counter_ns()
@@ -133,7 +139,8 @@ class DraftSession:
         """
         started = time.perf_counter_ns()
         self.check_round(msg)
-        branch = self.speculator.find(msg.accepted, msg.token) if self.speculator else None
+        appended = list(msg.appended)
+        branch = self.speculator.find(msg.accepted, msg.token, appended) if self.speculator else None
         self._verdict(msg)
         if branch is None:
             block = self._draft_on_demand(msg.k)
@@ -173,7 +180,7 @@ class DraftSession:
     def _verdict(self, msg: pb.Round) -> None:
         if self.speculator is not None:
             self.speculator.observe(msg.accepted, len(self.drafter.last_drafts))
-        self.drafter.apply(msg.accepted, msg.token)
+        self.drafter.apply(msg.accepted, msg.token, list(msg.appended))
 
     def _draft_on_demand(self, k: int) -> DraftBlock:
         alternatives = self.speculator.drafter_alternatives if self.speculator else 0
@@ -205,6 +212,8 @@ def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecCo
         budget=msg.budget or defaults.budget,
         fanout=msg.fanout or defaults.fanout,
         allocation=msg.allocation or defaults.allocation,
+        shard=msg.shard,
+        shards=max(1, msg.shards),
     )
 
 

@@ -33,6 +33,7 @@ from coordinator.bench.runner import Settings, run_bench
 from coordinator.bench.summary import RowSummary, summarize
 from coordinator.credentials import Credentials, add_credential_arguments
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
+from coordinator.drafting.multi import MODES
 from coordinator.fallback import add_fallback_arguments, fallback_settings
 from coordinator.prompts import encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
@@ -105,6 +106,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fallback_arguments(p)
     add_adaptive_k_argument(p)
     add_prespec_arguments(p)
+    p.add_argument(
+        "--multi-worker",
+        default="",
+        help="with two or more workers, add rows drafting on all of them at once, pre-speculating: "
+        "split (the fan-out split over workers), race (all draft the same branches), or split,race",
+    )
 
 
 def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -118,6 +125,9 @@ def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         raise InvalidArgumentError(
             f"--granularity {args.granularity!r}: use any of {', '.join(GRANULARITIES)}"
         )
+    modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]
+    if set(modes) - set(MODES):
+        raise InvalidArgumentError(f"--multi-worker {args.multi_worker!r}: use split, race, or split,race")
     if args.fallback and args.adaptive_k:
         raise InvalidArgumentError("--fallback and --adaptive-k both choose k: use one")
     if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32:
@@ -142,7 +152,8 @@ async def _bench(args: argparse.Namespace, backends: list[str], granularities: l
             selectors, target.fingerprint, mdns_interfaces(args.interface), args.discover_timeout, credentials
         )
         workers = await connect_workers(addresses, target, backends, stack, credentials)
-        rows = plan_rows(workers, backends, granularities, draft is not None)
+        multi_modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]
+        rows = plan_rows(workers, backends, granularities, draft is not None, multi_modes)
         prompts = [(p, encode_prompt(target, p.text, not args.no_chat)) for p in load_prompts(args.prompts)]
         by_name = {w.name: w for w in workers}
 

@@ -9,7 +9,7 @@ path's network floor.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
@@ -21,6 +21,7 @@ from coordinator.drafting.base import DraftSource
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
+from coordinator.drafting.multi import MultiWorkerDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
 from coordinator.runtime import Runtime
@@ -47,6 +48,7 @@ class RowSpec:
     granularity: str = ""
     worker: str = ""
     prespec: bool = False
+    multi: str = ""  # "split" or "race": every bench worker at once (coordinator.drafting.multi)
 
 
 @dataclass
@@ -73,9 +75,13 @@ def wire_backend(backend: str) -> str:
 
 
 def plan_rows(
-    workers: list[RemoteWorker], backends: list[str], granularities: list[str], with_local: bool
+    workers: list[RemoteWorker],
+    backends: list[str],
+    granularities: list[str],
+    with_local: bool,
+    multi_modes: Sequence[str] = (),
 ) -> list[RowSpec]:
-    """AR, local SD, then every worker × backend (× granularity for the per-op backend)."""
+    """AR, local SD, every worker × backend (× granularity for the per-op backend), then multi-worker rows."""
     rows = [RowSpec("AR (target only)", "ar")]
     if with_local:
         rows.append(RowSpec("local SD", "local"))
@@ -91,6 +97,19 @@ def plan_rows(
                 rows.append(RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, True))
             else:
                 rows.append(RowSpec(f"{backend} → {label}", "remote", backend, "", worker.name))
+    if len(workers) >= 2:
+        rows += [
+            RowSpec(
+                f"{BACKEND_PRESPEC} ×{len(workers)} ({mode})",
+                "remote",
+                BACKEND_STREAM,
+                "",
+                workers[0].name,
+                True,
+                mode,
+            )
+            for mode in multi_modes
+        ]
     return rows
 
 
@@ -170,6 +189,14 @@ def make_source(
     if row.kind == "local":
         assert draft is not None
         return LocalDraftSource(draft)
+    if row.multi:
+        multi = multi_source(row, runtime, workers, target)
+        if on_loss is None:
+            return multi
+        policy, pool_for = on_loss
+        pool = pool_for(row)
+        local = (lambda: LocalDraftSource(draft)) if draft is not None else None
+        return FailoverDraftSource(multi, policy, pool.next_source, local)
     connection = workers[row.worker].connection
     if on_loss is None:
         if row.backend == BACKEND_PER_OP:
@@ -181,3 +208,21 @@ def make_source(
     source = remote_source(runtime, connection, target, pool.settings)
     local = (lambda: LocalDraftSource(draft)) if draft is not None else None
     return FailoverDraftSource(source, policy, pool.next_source, local)
+
+
+def multi_source(
+    row: RowSpec, runtime: Runtime, workers: dict[str, RemoteWorker], target: LoadedModel
+) -> MultiWorkerDraftSource:
+    """Every bench worker drafting for one row, pre-speculating (sharded in ``split`` mode)."""
+    chosen = list(workers.values())
+    shards = len(chosen) if row.multi == "split" else 1
+    sources = [
+        StreamDraftSource(
+            runtime.portal,
+            w.connection,
+            target.fingerprint,
+            prespec=pb.PreSpeculation(enabled=True, shard=i % shards, shards=shards),
+        )
+        for i, w in enumerate(chosen)
+    ]
+    return MultiWorkerDraftSource(runtime.portal, sources, row.multi)

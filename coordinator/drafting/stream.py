@@ -84,26 +84,31 @@ class StreamDraftSource:
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Open a session on the worker; it prefills and drafts k tokens right away."""
-        self.portal.call(self._open, list(prompt), params, k)
+        self.portal.call(self.open_session, list(prompt), params, k)
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Send the previous outcome and k, and return the worker's drafts."""
-        return self.portal.call(self._propose, k, outcome)
+        return self.portal.call(self.exchange, k, outcome)
 
     def close(self) -> None:
         """End the session; the worker frees its KV cache."""
         if self._stream is not None:
-            self.portal.call(self._close)
+            self.portal.call(self.close_session)
 
     def abort(self) -> None:
         """Drop the session at once, without waiting for a worker that may not answer."""
+        if self._stream is not None:
+            self.portal.call(self.cancel_session)
+
+    # The event-loop side; a source that drives several workers calls these directly.
+
+    async def cancel_session(self) -> None:
+        """Drop the session at once (event loop)."""
         stream, self._stream = self._stream, None
         if stream is not None:
-            self.portal.call(_cancel, stream)
+            stream.cancel()
 
-    # The event-loop side.
-
-    async def _open(self, prompt: list[int], params: SamplingParams, k: int) -> None:
+    async def open_session(self, prompt: list[int], params: SamplingParams, k: int) -> None:
         self._reset()
         self._open_k = k
         self._stream = StreamCall(self.connection, DRAFT_METHOD, self.round_timeout)
@@ -119,7 +124,9 @@ class StreamDraftSource:
         )
         self._open_record = await self._send(request, "opening a session")
 
-    async def _propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
+    async def exchange(
+        self, k: int, outcome: Outcome | None, appended: list[int] | None = None
+    ) -> DraftBlock:
         if outcome is None:
             if k > self._open_k:
                 raise InvalidArgumentError(
@@ -129,7 +136,9 @@ class StreamDraftSource:
         else:
             self._seq += 1
             seq = self._seq
-            round_msg = pb.Round(seq=seq, accepted=outcome.accepted, token=outcome.token, k=k)
+            round_msg = pb.Round(
+                seq=seq, accepted=outcome.accepted, token=outcome.token, k=k, appended=appended or []
+            )
             sent = await self._send(pb.DraftRequest(round=round_msg), f"round {seq}")
         drafts, raw_len, deserialize_ns, received_at = await self._receive_drafts(seq)
         send_ns, serialize_ns, bytes_sent = sent
@@ -185,11 +194,7 @@ class StreamDraftSource:
         self.received += 1
         return parsed
 
-    async def _close(self) -> None:
+    async def close_session(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
             await stream.close()
-
-
-async def _cancel(stream: StreamCall) -> None:
-    stream.cancel()

@@ -176,28 +176,34 @@ class Open(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ...) -> None: ...
 
 class PreSpeculation(_message.Message):
-    __slots__ = ("enabled", "budget", "fanout", "allocation")
+    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
     ALLOCATION_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     budget: int
     fanout: int
     allocation: str
-    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ...) -> None: ...
+    shard: int
+    shards: int
+    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ...) -> None: ...
 
 class Round(_message.Message):
-    __slots__ = ("seq", "accepted", "token", "k")
+    __slots__ = ("seq", "accepted", "token", "k", "appended")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     accepted: int
     token: int
     k: int
-    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ...) -> None: ...
+    appended: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ..., appended: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DraftReply(_message.Message):
     __slots__ = ("opened", "drafts")

@@ -1,0 +1,143 @@
+"""Drafting with several workers at once: every round goes to each, and the first reply is used.
+
+Each worker keeps its own session over the stream protocol and receives
+every verdict, with the appended tokens spelled out (``Round.appended``), so
+a worker whose drafts lost the race stays in sync with the accepted context.
+The engine gets the drafts of whichever worker answers first, which is also
+the hedge against a worker that stalls: the others carry on, and a worker
+that fails is dropped for the rest of the generation.
+
+Two modes, for pre-speculating workers:
+
+* ``split``: the fan-out is split, so worker i drafts only the branches of
+  rank i, i + n, ... (``PreSpeculation.shard``/``shards``); together they
+  cover more verdicts, and the worker holding the right branch answers at once.
+* ``race``: every worker drafts the same most likely branches; the fastest
+  answer wins.
+
+A worker still busy with an earlier round gets the next one as soon as it
+is free; one that falls ``MAX_LAG`` rounds behind is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from anyio.from_thread import BlockingPortal
+
+from coordinator.drafting.base import Outcome
+from coordinator.drafting.stream import StreamDraftSource
+from specwire.drafter import DraftBlock
+from specwire.errors import InvalidArgumentError, RemoteWorkerError
+from specwire.sampling import SamplingParams
+
+MODES = ("split", "race")
+MAX_LAG = 2
+
+
+class MultiWorkerDraftSource:
+    """A draft source racing several workers' stream sessions (see the module docstring)."""
+
+    def __init__(self, portal: BlockingPortal, sources: Sequence[StreamDraftSource], mode: str) -> None:
+        if mode not in MODES:
+            raise InvalidArgumentError(f"multi-worker mode {mode!r} is not one of {', '.join(MODES)}")
+        if len(sources) < 2:
+            raise InvalidArgumentError("multi-worker drafting needs at least two workers")
+        self.portal = portal
+        self.sources = list(sources)
+        self.mode = mode
+        self.name = f"multi-{mode}:" + "+".join(s.worker for s in sources)
+        self.live: list[StreamDraftSource] = []
+        self.winners: list[str] = []
+        self.dropped: list[tuple[str, str]] = []
+        self._pending: dict[int, list[asyncio.Task[DraftBlock]]] = {}
+        self._last: list[int] = []
+
+    # The engine's interface; called on the compute thread.
+
+    def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
+        """Open a session on every worker."""
+        self.portal.call(self._start, list(prompt), params, k)
+
+    def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
+        """Send the verdict to every worker; return the first drafts to arrive."""
+        return self.portal.call(self._propose, k, outcome)
+
+    def close(self) -> None:
+        """Let every worker finish its last round, then end every session."""
+        self.portal.call(self._close)
+
+    # The event-loop side.
+
+    async def _start(self, prompt: list[int], params: SamplingParams, k: int) -> None:
+        self.live, self.winners, self.dropped, self._pending, self._last = [], [], [], {}, []
+        errors = []
+        for source in self.sources:
+            try:
+                await source.open_session(prompt, params, k)
+            except RemoteWorkerError as err:
+                errors.append(err)
+                self.dropped.append((source.worker, str(err)))
+                continue
+            self.live.append(source)
+            self._pending[id(source)] = []
+        if not self.live:
+            raise errors[0]
+
+    async def _propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
+        appended = None if outcome is None else [*self._last[: outcome.accepted], outcome.token]
+        racing: dict[asyncio.Task[DraftBlock], StreamDraftSource] = {}
+        for source in list(self.live):
+            queue = [t for t in self._pending[id(source)] if not t.done()]
+            if len(queue) >= MAX_LAG:
+                await self._drop(source, f"fell {len(queue)} rounds behind")
+                continue
+            previous = queue[-1] if queue else None
+            task = asyncio.ensure_future(self._after(previous, source, k, outcome, appended))
+            self._pending[id(source)] = [*queue, task]
+            racing[task] = source
+        first_error: BaseException | None = None
+        while racing:
+            done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                source = racing.pop(task)
+                error = task.exception()
+                if error is None:
+                    block = task.result()
+                    self.winners.append(source.worker)
+                    self._last = block.tokens
+                    return block
+                first_error = first_error or error
+                await self._drop(source, str(error))
+        if isinstance(first_error, RemoteWorkerError):
+            raise first_error
+        raise RemoteWorkerError(f"every worker of {self.name} was lost: {first_error}", "UNAVAILABLE")
+
+    async def _after(
+        self,
+        previous: asyncio.Task[DraftBlock] | None,
+        source: StreamDraftSource,
+        k: int,
+        outcome: Outcome | None,
+        appended: list[int] | None,
+    ) -> DraftBlock:
+        if previous is not None:
+            await asyncio.wait([previous])
+        return await source.exchange(k, outcome, appended)
+
+    async def _drop(self, source: StreamDraftSource, reason: str) -> None:
+        if source in self.live:
+            self.live.remove(source)
+            self.dropped.append((source.worker, reason))
+            await source.cancel_session()
+
+    async def _close(self) -> None:
+        pending = [t for tasks in self._pending.values() for t in tasks]
+        if pending:
+            await asyncio.wait(pending)
+        for task in pending:
+            if not task.cancelled():
+                task.exception()  # retrieved: a dropped worker's error is already recorded
+        for source in self.live:
+            await source.close_session()

@@ -1,0 +1,100 @@
+"""Two real workers drafting at once, pre-speculating: lossless at T = 0, and when one is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from coordinator.drafting.multi import MultiWorkerDraftSource
+from coordinator.drafting.stream import StreamDraftSource
+from coordinator.engine import GenerationResult, SpeculativeDecoder
+from coordinator.runtime import coordinator_runtime
+from coordinator.workers import connect
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+from specwire.v1 import draft_pb2 as pb
+from tests.support.credentials import credentials
+from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
+from tests.support.workers import WorkerProcess, running_worker, unique_name
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def second_worker() -> Iterator[WorkerProcess]:
+    with running_worker("--name", unique_name("m2-pro"), "--label", "M2 Pro (test)", "--no-advertise") as w:
+        yield w
+
+
+async def generate_multi(
+    addresses: list[str], target: LoadedModel, prompt: list[int], mode: str, kill_after: int = 0, pid: int = 0
+) -> tuple[GenerationResult, MultiWorkerDraftSource]:
+    """Generate with every worker at ``addresses``; optionally SIGKILL ``pid`` after ``kill_after`` tokens."""
+    emitted = [0]
+
+    def on_tokens(tokens: list[int]) -> None:
+        before, emitted[0] = emitted[0], emitted[0] + len(tokens)
+        if kill_after and before < kill_after <= emitted[0]:
+            os.kill(pid, signal.SIGKILL)
+
+    async with coordinator_runtime() as runtime:
+        connections = [await connect(a, credentials()) for a in addresses]
+        try:
+            shards = len(addresses) if mode == "split" else 1
+            sources = [
+                StreamDraftSource(
+                    runtime.portal,
+                    c,
+                    target.fingerprint,
+                    round_timeout=20.0,
+                    prespec=pb.PreSpeculation(enabled=True, shard=i % shards, shards=shards),
+                )
+                for i, c in enumerate(connections)
+            ]
+            source = MultiWorkerDraftSource(runtime.portal, sources, mode)
+            decoder = SpeculativeDecoder(target, source)
+            result = await runtime.compute.run(
+                decoder.generate,
+                prompt,
+                max_tokens=MAX_TOKENS,
+                k=3,
+                params=SamplingParams(),
+                on_tokens=on_tokens,
+            )
+        finally:
+            for c in connections:
+                await c.close()
+    return result, source
+
+
+@pytest.mark.parametrize("mode", ["split", "race"])
+async def test_two_prespeculating_workers_are_lossless(
+    worker: WorkerProcess, second_worker: WorkerProcess, default_f32: LoadedModel, mode: str
+) -> None:
+    for text in PROMPTS[:2]:
+        prompt = default_f32.tokenizer.encode(text)
+        result, source = await generate_multi(
+            [worker.address, second_worker.address], default_f32, prompt, mode
+        )
+        assert result.tokens == ar_tokens(default_f32, prompt)
+        assert len(source.live) == 2 and not source.dropped
+        assert set(source.winners) <= {worker.name, second_worker.name}
+        served = [r.draft.speculation for r in result.rounds[1:] if r.draft.calls]
+        assert served and all(s in ("hit", "partial", "miss") for s in served)
+
+
+async def test_killing_one_worker_mid_generation_loses_nothing(default_f32: LoadedModel) -> None:
+    with (
+        running_worker("--name", unique_name("doomed"), "--no-advertise") as doomed,
+        running_worker("--name", unique_name("survivor"), "--no-advertise") as survivor,
+    ):
+        prompt = default_f32.tokenizer.encode(PROMPTS[4])
+        result, source = await generate_multi(
+            [doomed.address, survivor.address], default_f32, prompt, "split", kill_after=4, pid=doomed.pid
+        )
+    assert result.tokens == ar_tokens(default_f32, prompt)
+    assert [w for w, _ in source.dropped] == [doomed.name]
+    assert [s.worker for s in source.live] == [survivor.name]
