@@ -15,6 +15,7 @@ import numpy as np
 
 from coordinator.adaptive_k import add_adaptive_k_argument
 from coordinator.drafting.failover import FailoverDraftSource
+from coordinator.drafting.multi import MultiWorkerDraftSource
 from coordinator.engine import GenerationResult, SpeculativeDecoder
 from coordinator.fallback import add_fallback_arguments, fallback_settings
 from coordinator.prompts import encode_prompt
@@ -108,11 +109,15 @@ def remote_report(source: object) -> dict[str, Any]:
     """Which worker finished the generation, and every worker lost on the way."""
     if not isinstance(source, FailoverDraftSource):
         return {}
-    connection = getattr(source.current, "connection", None)
-    return {
-        "worker": connection.identity() if connection is not None else None,
-        "worker_losses": [asdict(loss) for loss in source.losses],
-    }
+    current = source.current
+    report: dict[str, Any] = {"worker_losses": [asdict(loss) for loss in source.losses]}
+    if isinstance(current, MultiWorkerDraftSource):
+        report["workers"] = [s.connection.identity() for s in current.live]
+        report["rounds_won"] = {w: current.winners.count(w) for w in sorted(set(current.winners))}
+        report["workers_dropped"] = [{"worker": w, "reason": r} for w, r in current.dropped]
+        return report
+    connection = getattr(current, "connection", None)
+    return {"worker": connection.identity() if connection is not None else None, **report}
 
 
 def stats_line(stats: dict[str, Any]) -> str:

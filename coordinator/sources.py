@@ -19,9 +19,10 @@ from coordinator.drafting.failover import POLICIES, FailoverDraftSource
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
+from coordinator.drafting.multi import MODES, MultiWorkerDraftSource
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.runtime import Runtime
-from coordinator.workers import WorkerConnection, connect, find_worker, incompatibility
+from coordinator.workers import WorkerConnection, connect, find_addresses, find_worker, incompatibility
 from specwire.bonjour import mdns_interfaces
 from specwire.errors import BackendUnavailableError, InvalidArgumentError, NoWorkerError, ProtocolVersionError
 from specwire.models import LoadedModel, load_model
@@ -70,6 +71,12 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         help="stream backend: the worker drafts the next round ahead while the target verifies",
     )
     add_prespec_arguments(p)
+    p.add_argument(
+        "--multi-worker",
+        choices=MODES,
+        help="draft on several workers at once (--worker a,b or all discovered), first reply wins: "
+        "split the pre-speculation fan-out over them, or race them on the same branches",
+    )
 
 
 def add_prespec_arguments(p: argparse.ArgumentParser) -> None:
@@ -220,6 +227,42 @@ async def connect_worker(
     return connection
 
 
+async def multi_worker_source(
+    args: argparse.Namespace, target: LoadedModel, runtime: Runtime, stack: AsyncExitStack, s: RemoteSettings
+) -> MultiWorkerDraftSource:
+    """Stream sessions on every chosen worker (``--worker a,b`` or all discovered), raced."""
+    if s.backend != BACKEND_STREAM:
+        raise InvalidArgumentError("--multi-worker drafts over the stream backend only")
+    selectors = [w.strip() for w in (args.worker or "all").split(",") if w.strip()]
+    addresses = await find_addresses(
+        selectors,
+        target.fingerprint,
+        s.interfaces,  # type: ignore[arg-type]  # mdns_interfaces() output
+        s.discover_timeout,
+        s.credentials,
+    )
+    sources = []
+    shards = len(addresses) if args.multi_worker == "split" else 1
+    for i, address in enumerate(addresses):
+        connection = await connect(address, s.credentials)
+        stack.push_async_callback(connection.close)
+        check_worker(connection, target, BACKEND_STREAM)
+        prespec = pb.PreSpeculation()
+        if s.prespec is not None:
+            prespec.CopyFrom(s.prespec)
+            prespec.shard, prespec.shards = i % shards, shards
+        sources.append(
+            StreamDraftSource(
+                runtime.portal,
+                connection,
+                target.fingerprint,
+                s.round_timeout,
+                prespec if s.prespec else None,
+            )
+        )
+    return MultiWorkerDraftSource(runtime.portal, sources, args.multi_worker)
+
+
 async def open_draft_source(
     args: argparse.Namespace, target: LoadedModel, runtime: Runtime, stack: AsyncExitStack
 ) -> DraftSource | None:
@@ -229,14 +272,18 @@ async def open_draft_source(
         return None
     if spec == "remote":
         settings = RemoteSettings.from_args(args)
-        connection = await connect_worker(args, target, stack, args.backend)
         pool = WorkerPool(runtime, target, settings)
         stack.push_async_callback(pool.aclose)
 
         def local() -> DraftSource:
             return LocalDraftSource(load_model(args.local_draft))  # runs on the compute thread
 
-        first = remote_source(runtime, connection, target, settings)
+        first: DraftSource
+        if args.multi_worker:
+            first = await multi_worker_source(args, target, runtime, stack, settings)
+        else:
+            connection = await connect_worker(args, target, stack, args.backend)
+            first = remote_source(runtime, connection, target, settings)
         return FailoverDraftSource(first, args.on_worker_loss, pool.next_source, local)
     kind, _, rest = spec.partition(":")
     if kind == "local" and rest:

@@ -24,7 +24,7 @@ from coordinator.rpc_errors import remote_error
 from specwire.auth import AUTH_METADATA, caller_proof, check_worker_proof
 from specwire.bonjour import WorkerAdvert
 from specwire.errors import AuthenticationError, NoWorkerError
-from specwire.protocol import HELLO_METHOD, PROTOCOL_VERSION
+from specwire.protocol import BACKEND_STREAM, HELLO_METHOD, PROTOCOL_VERSION
 from specwire.v1 import draft_pb2 as pb
 from specwire.v1 import draft_pb2_grpc
 
@@ -188,3 +188,36 @@ async def find_worker(
         if await directory.wait_until(found, timeout) and selector is None:
             await anyio.sleep(SETTLE_S)  # let the other workers' answers arrive before choosing
         return choose(directory.workers(), fingerprint, backend, selector, credentials).address
+
+
+async def find_addresses(
+    selectors: list[str],
+    fingerprint: str,
+    interfaces: InterfaceChoice | list[str],
+    timeout: float,
+    credentials: Credentials,
+) -> list[str]:
+    """Addresses of the workers to bench: HOST:PORT as given, names (or ``all``) through Bonjour."""
+    addresses = [s for s in selectors if is_address(s)]
+    names = [s for s in selectors if not is_address(s)]
+    if not names:
+        return addresses
+    async with WorkerDirectory(interfaces) as directory:
+        if "all" in names:
+            await directory.wait_until(
+                lambda ws: False, timeout
+            )  # collect every answer for the whole timeout
+        else:
+            await directory.wait_until(lambda ws: set(names) <= {w.name for w in ws}, timeout)
+        found = directory.workers()
+    chosen = [w for w in found if "all" in names or w.name in names]
+    missing = [n for n in names if n != "all" and n not in {w.name for w in found}]
+    if missing:
+        raise NoWorkerError(f"no worker named {', '.join(missing)} answered on Bonjour")
+    usable = [w for w in chosen if incompatibility(w, fingerprint, BACKEND_STREAM, credentials) is None]
+    if not usable and not addresses:
+        reasons = "; ".join(
+            f"{w.name}: {incompatibility(w, fingerprint, BACKEND_STREAM, credentials)}" for w in chosen
+        )
+        raise NoWorkerError("no compatible worker found" + (f" ({reasons})" if reasons else ""))
+    return addresses + [w.address for w in usable]

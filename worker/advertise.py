@@ -10,6 +10,7 @@ minutes.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 from types import TracebackType
 
@@ -60,7 +61,10 @@ class Advertiser:
 
     async def __aenter__(self) -> Advertiser:
         self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
-        host_label = socket.gethostname().split(".")[0] or "specwire"
+        # The SRV target names this worker, not just the machine: workers that share a
+        # hostname (two on one Mac, or test-bed namespaces) must not share address records.
+        machine = socket.gethostname().split(".")[0] or "specwire"
+        host_label = re.sub(r"[^A-Za-z0-9-]+", "-", f"{machine}-{self.advert.name}").strip("-")[:63]
         self._info = AsyncServiceInfo(
             SERVICE_TYPE,
             f"{self.advert.name}.{SERVICE_TYPE}",

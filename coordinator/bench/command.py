@@ -23,7 +23,6 @@ from coordinator.bench.plan import (
     RemoteWorker,
     RowSpec,
     connect_workers,
-    find_addresses,
     plan_rows,
 )
 from coordinator.bench.plot import write_plot
@@ -44,7 +43,7 @@ from coordinator.sources import (
     add_worker_loss_arguments,
     prespec_request,
 )
-from coordinator.workers import refresh_hello
+from coordinator.workers import find_addresses, refresh_hello
 from specwire.bonjour import mdns_interfaces
 from specwire.errors import BenchFailure, InvalidArgumentError
 from specwire.memory import peak_rss_bytes

@@ -13,10 +13,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
-from zeroconf import InterfaceChoice
-
 from coordinator.credentials import Credentials
-from coordinator.discovery import WorkerDirectory
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
@@ -26,7 +23,7 @@ from coordinator.drafting.stream import StreamDraftSource
 from coordinator.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
 from coordinator.runtime import Runtime
 from coordinator.sources import WorkerPool, remote_source
-from coordinator.workers import WorkerConnection, connect, incompatibility, is_address
+from coordinator.workers import WorkerConnection, connect
 from specwire.errors import BackendUnavailableError, NoWorkerError
 from specwire.models import LoadedModel
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
@@ -111,39 +108,6 @@ def plan_rows(
             for mode in multi_modes
         ]
     return rows
-
-
-async def find_addresses(
-    selectors: list[str],
-    fingerprint: str,
-    interfaces: InterfaceChoice | list[str],
-    timeout: float,
-    credentials: Credentials,
-) -> list[str]:
-    """Addresses of the workers to bench: HOST:PORT as given, names (or ``all``) through Bonjour."""
-    addresses = [s for s in selectors if is_address(s)]
-    names = [s for s in selectors if not is_address(s)]
-    if not names:
-        return addresses
-    async with WorkerDirectory(interfaces) as directory:
-        if "all" in names:
-            await directory.wait_until(
-                lambda ws: False, timeout
-            )  # collect every answer for the whole timeout
-        else:
-            await directory.wait_until(lambda ws: set(names) <= {w.name for w in ws}, timeout)
-        found = directory.workers()
-    chosen = [w for w in found if "all" in names or w.name in names]
-    missing = [n for n in names if n != "all" and n not in {w.name for w in found}]
-    if missing:
-        raise NoWorkerError(f"no worker named {', '.join(missing)} answered on Bonjour")
-    usable = [w for w in chosen if incompatibility(w, fingerprint, BACKEND_STREAM, credentials) is None]
-    if not usable and not addresses:
-        reasons = "; ".join(
-            f"{w.name}: {incompatibility(w, fingerprint, BACKEND_STREAM, credentials)}" for w in chosen
-        )
-        raise NoWorkerError("no compatible worker found" + (f" ({reasons})" if reasons else ""))
-    return addresses + [w.address for w in usable]
 
 
 async def connect_workers(

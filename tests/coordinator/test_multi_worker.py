@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from coordinator.workers import connect
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
+from tests.support.cli import run_cli
 from tests.support.credentials import credentials
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.workers import WorkerProcess, running_worker, unique_name
@@ -98,3 +100,28 @@ async def test_killing_one_worker_mid_generation_loses_nothing(default_f32: Load
     assert result.tokens == ar_tokens(default_f32, prompt)
     assert [w for w, _ in source.dropped] == [doomed.name]
     assert [s.worker for s in source.live] == [survivor.name]
+
+
+def test_generate_cli_with_two_workers(
+    worker: WorkerProcess, second_worker: WorkerProcess, default_q4: LoadedModel
+) -> None:
+    args = ["--prompt", PROMPTS[5], "--target", "default", "--max-tokens", "8", "--json"]
+    both = f"{worker.address},{second_worker.address}"
+    multi = run_cli(
+        "coordinator",
+        "generate",
+        "--draft",
+        "remote",
+        "--prespec",
+        "--multi-worker",
+        "race",
+        "--worker",
+        both,
+        *args,
+    )
+    assert multi.returncode == 0, multi.stderr
+    ar = run_cli("coordinator", "generate", "--draft", "none", *args)
+    out = json.loads(multi.stdout)
+    assert out["token_ids"] == json.loads(ar.stdout)["token_ids"]
+    assert {w["pid"] for w in out["stats"]["workers"]} == {worker.pid, second_worker.pid}
+    assert sum(out["stats"]["rounds_won"].values()) > 0

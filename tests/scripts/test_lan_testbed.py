@@ -85,8 +85,8 @@ def ours() -> set[str]:
 
 
 @contextmanager
-def worker_on_lan(state: Path) -> Iterator[dict]:
-    """A worker serving the default model on the worker host, through the test bed's exec."""
+def worker_on_lan(state: Path, host: str = WORKER) -> Iterator[dict]:
+    """A worker serving the default model on a worker host, through the test bed's exec."""
     env = {**os.environ, "SPECWIRE_TESTBED_STATE": str(state)}
     serve = [
         sys.executable,
@@ -94,15 +94,15 @@ def worker_on_lan(state: Path) -> Iterator[dict]:
         "worker.cli",
         "serve",
         "--name",
-        WORKER,
+        host,
         "--label",
-        "M1 Max",
+        host,
         "--json",
         "--warmup-tokens",
         "2",
     ]
     process = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "exec", WORKER, "--", *serve],
+        [sys.executable, str(SCRIPT), "exec", host, "--", *serve],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -146,12 +146,14 @@ def test_up_is_idempotent_and_refuses_names_it_does_not_own(state: Path, tmp_pat
 
 def test_worker_is_discovered_across_the_bridge_and_generation_is_lossless(state: Path) -> None:
     run_testbed(*up_args("0.15ms"), state=state)
-    with worker_on_lan(state) as ready:
+    with worker_on_lan(state) as ready, worker_on_lan(state, OTHER) as other:
         assert ready["advertised"].startswith("198.18.78.")
         found = on_coordinator(state, "-m", "coordinator.cli", "discover", "--timeout", "3", "--json")
         assert found.returncode == 0, found.stderr
         workers = {w["name"]: w for w in json.loads(found.stdout)["workers"]}
         assert workers[WORKER]["address"] == ready["advertised"] and workers[WORKER]["fingerprint_match"]
+        # Both hosts share the machine's hostname: each worker must still resolve to its own address.
+        assert workers[OTHER]["address"] == other["advertised"] != ready["advertised"]
         args = ["--target", "default", "--max-tokens", "6", "--json", "--prompt", "The sky is blue because"]
         remote = on_coordinator(
             state, "-m", "coordinator.cli", "generate", "--draft", "remote", "--worker", WORKER, *args
