@@ -37,6 +37,7 @@ DEFAULT_FANOUT = 2
 PRIOR_ACCEPTED = 4.0  # the acceptance estimate starts at 4 / (4 + 1) = 0.8
 PRIOR_REJECTIONS = 1.0
 MAX_FANOUT = 32
+MAX_BUDGET = 256  # forward passes per round: a session cannot keep the worker busy for long
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,10 @@ class PrespecConfig:
     shards: int = 1
 
     def __post_init__(self) -> None:
-        if self.budget < 0:
-            raise InvalidArgumentError(f"pre-speculation budget must be >= 0 passes, got {self.budget}")
+        if not 0 <= self.budget <= MAX_BUDGET:
+            raise InvalidArgumentError(
+                f"pre-speculation budget must be within 0..{MAX_BUDGET} passes, got {self.budget}"
+            )
         if not 1 <= self.fanout <= MAX_FANOUT:
             raise InvalidArgumentError(f"pre-speculation fan-out must be within 1..{MAX_FANOUT}")
         if not 0 <= self.shard < max(1, self.shards):

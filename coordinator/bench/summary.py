@@ -136,9 +136,19 @@ def _lossless(runs: list[Run], ar: dict[tuple[int, int], list[int]]) -> tuple[bo
 def _sum_counters(runs: list[Run]) -> dict[str, Any]:
     total: dict[str, Any] = {}
     for run in runs:
-        for key, value in run.counters.items():
-            total[key] = total.get(key, 0) + value
+        _add_counters(total, run.counters)
     return total
+
+
+def _add_counters(total: dict[str, Any], counters: dict[str, Any]) -> None:
+    """Add ``counters`` into ``total``: numbers add, nested dicts add per key, lists concatenate."""
+    for key, value in counters.items():
+        if isinstance(value, dict):
+            _add_counters(total.setdefault(key, {}), value)
+        elif isinstance(value, list):
+            total[key] = [*total.get(key, []), *value]
+        else:
+            total[key] = total.get(key, 0) + value
 
 
 def summarize_row(

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,42 @@ def test_generate_cli_with_two_workers(
     assert out["token_ids"] == json.loads(ar.stdout)["token_ids"]
     assert {w["pid"] for w in out["stats"]["workers"]} == {worker.pid, second_worker.pid}
     assert sum(out["stats"]["rounds_won"].values()) > 0
+
+
+def test_bench_multi_worker_rows(worker: WorkerProcess, second_worker: WorkerProcess, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The sky is blue because\n")
+    out = run_cli(
+        "coordinator",
+        "bench",
+        "--workers",
+        f"{worker.address},{second_worker.address}",
+        "--backend",
+        "stream+prespec",
+        "--multi-worker",
+        "split,race",
+        "--draft",
+        "none",
+        "--target",
+        "default",
+        "--max-tokens",
+        "6",
+        "--k",
+        "2",
+        "--adaptive-k",
+        "--prompts",
+        str(prompts),
+        "--no-chat",
+        "--json",
+        str(tmp_path / "bench.json"),
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "bench.json").read_text())
+    multi = [r for r in data["rows"] if r["multi"]]
+    assert [r["multi"] for r in multi] == ["split", "race"]
+    for row in multi:
+        assert row["lossless"] is True and row["verified"] is True
+        assert set(row["counters"]) >= {worker.name, second_worker.name, "winners"}
+        assert row["drafting"]["hit_rate"] is not None
+    assert "Table 4." in out.stdout and "(split)" in out.stdout

@@ -16,6 +16,7 @@ import pytest
 import coordinator.acceptance as acceptance
 from coordinator.engine import SpeculativeDecoder
 from specwire.drafter import Drafter
+from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
 from specwire.sampling import SamplingParams, target_distribution
@@ -239,3 +240,27 @@ async def test_prespec_gives_the_same_sampled_tokens_as_drafting_on_demand(
     assert [r.draft.tokens for r in ahead.result.rounds] == [r.draft.tokens for r in plain.result.rounds]
     used = ahead.worker_counters.prespec_hits + ahead.worker_counters.prespec_partial
     assert used > 0, ahead.worker_counters
+
+
+@pytest.mark.parametrize(
+    ("prespec", "message"),
+    [
+        (pb.PreSpeculation(enabled=True, budget=100_000), "budget must be within"),
+        (pb.PreSpeculation(enabled=True, fanout=99), "fan-out must be within"),
+        (pb.PreSpeculation(enabled=True, allocation="greedy"), "is not one of"),
+        (pb.PreSpeculation(enabled=True, shard=2, shards=2), "shard 2 is outside"),
+    ],
+)
+def test_bad_prespec_options_are_refused_with_a_clear_message(
+    pair: tuple[LoadedModel, LoadedModel], prespec: pb.PreSpeculation, message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        _session(pair[1], SamplingParams(), 2, prespec)
+
+
+def test_appended_tokens_must_match_the_verdict(pair: tuple[LoadedModel, LoadedModel]) -> None:
+    session = _session(pair[1], SamplingParams(), 2, PRESPEC)
+    session.first_drafts()
+    with pytest.raises(InvalidArgumentError, match="appended must hold"):
+        session.check_round(pb.Round(seq=1, accepted=1, token=3, k=2, appended=[5, 4]))
+    session.check_round(pb.Round(seq=1, accepted=1, token=3, k=2, appended=[5, 3]))
