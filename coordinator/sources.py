@@ -19,7 +19,7 @@ from coordinator.drafting.failover import POLICIES, FailoverDraftSource
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
-from coordinator.drafting.multi import MODES, MultiWorkerDraftSource
+from coordinator.drafting.multi import DEFAULT_MODE, MODES, MultiWorkerDraftSource
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.runtime import Runtime
 from coordinator.workers import WorkerConnection, connect, find_addresses, find_worker, incompatibility
@@ -73,9 +73,12 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     add_prespec_arguments(p)
     p.add_argument(
         "--multi-worker",
+        nargs="?",
+        const=DEFAULT_MODE,
         choices=MODES,
-        help="draft on several workers at once (--worker a,b or all discovered), first reply wins: "
-        "split the pre-speculation fan-out over them, or race them on the same branches",
+        help=f"draft on several workers at once (--worker a,b or all discovered), first reply wins: "
+        f"race them on the same branches (the default, {DEFAULT_MODE}) or split the pre-speculation "
+        "fan-out over them",
     )
 
 

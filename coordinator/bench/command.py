@@ -32,7 +32,7 @@ from coordinator.bench.runner import Settings, run_bench
 from coordinator.bench.summary import RowSummary, summarize
 from coordinator.credentials import Credentials, add_credential_arguments
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
-from coordinator.drafting.multi import MODES
+from coordinator.drafting.multi import DEFAULT_MODE, MODES
 from coordinator.fallback import add_fallback_arguments, fallback_settings
 from coordinator.prompts import encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
@@ -107,9 +107,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_prespec_arguments(p)
     p.add_argument(
         "--multi-worker",
+        nargs="?",
+        const=DEFAULT_MODE,
         default="",
         help="with two or more workers, add rows drafting on all of them at once, pre-speculating: "
-        "split (the fan-out split over workers), race (all draft the same branches), or split,race",
+        "race (all draft the same branches; the default when no mode is given), split (the fan-out "
+        "split over workers), or split,race",
     )
 
 

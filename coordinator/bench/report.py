@@ -65,6 +65,18 @@ def throughput_table(rows: Sequence[RowSummary]) -> Table:
     return head, body
 
 
+def _counts(c: dict[str, Any]) -> str:
+    """Client and worker counts of one session, side by side."""
+    if "client_ops" in c:
+        return f"calls {c['client_calls']}/{c['worker_graphs']}, ops {c['client_ops']}/{c['worker_ops']}"
+    return (
+        f"messages {c.get('client_messages_sent')}/{c.get('worker_messages_received')} up, "
+        f"{c.get('client_messages_received')}/{c.get('worker_messages_sent')} down, "
+        f"draft tokens {c.get('client_draft_tokens')}/{c.get('worker_draft_tokens')}, "
+        f"forward passes {c.get('worker_forward_passes')}"
+    )
+
+
 def proof_lines(rows: Sequence[RowSummary]) -> list[str]:
     """For every remote row: which process drafted, and whether its counters match the client's."""
     lines = []
@@ -72,17 +84,15 @@ def proof_lines(rows: Sequence[RowSummary]) -> list[str]:
         if s.spec.kind != "remote":
             continue
         ident, c = s.identity, s.counters
-        if "client_ops" in c:
-            counts = (
-                f"calls {c['client_calls']}/{c['worker_graphs']}, ops {c['client_ops']}/{c['worker_ops']}"
+        if s.spec.multi:
+            won = c.get("winners", {})
+            counts = "; ".join(
+                f"{name} ({won.get(name, 0)} rounds won) {_counts(per)}"
+                for name, per in c.items()
+                if isinstance(per, dict) and name != "winners"
             )
         else:
-            counts = (
-                f"messages {c.get('client_messages_sent')}/{c.get('worker_messages_received')} up, "
-                f"{c.get('client_messages_received')}/{c.get('worker_messages_sent')} down, "
-                f"draft tokens {c.get('client_draft_tokens')}/{c.get('worker_draft_tokens')}, "
-                f"forward passes {c.get('worker_forward_passes')}"
-            )
+            counts = _counts(c)
         verdict = "verified" if s.verified and ident.get("session_identities_match") else "NOT VERIFIED"
         if s.worker_losses:
             verdict += f"; {s.worker_losses} worker loss(es), see the JSON"

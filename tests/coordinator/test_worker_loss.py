@@ -17,6 +17,7 @@ from coordinator.sources import RemoteSettings, WorkerPool, remote_source
 from coordinator.workers import connect
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
+from specwire.v1 import draft_pb2 as pb
 from tests.support.cli import run_cli
 from tests.support.credentials import credentials
 from tests.support.prompts import ar_tokens
@@ -29,8 +30,8 @@ MAX_TOKENS = 16
 KILL_AFTER_TOKENS = 4
 
 
-def settings(round_timeout: float = 20.0) -> RemoteSettings:
-    return RemoteSettings("stream", "op", credentials(), round_timeout, ["127.0.0.1"], 3.0)
+def settings(round_timeout: float = 20.0, prespec: pb.PreSpeculation | None = None) -> RemoteSettings:
+    return RemoteSettings("stream", "op", credentials(), round_timeout, ["127.0.0.1"], 3.0, prespec)
 
 
 async def generate_through(
@@ -40,6 +41,7 @@ async def generate_through(
     on_tokens_after: int,
     harm: object,
     round_timeout: float = 20.0,
+    prespec: pb.PreSpeculation | None = None,
 ) -> tuple[GenerationResult, FailoverDraftSource, int]:
     """Generate via the worker at ``address``; call ``harm()`` once enough tokens are out."""
     prompt = target.tokenizer.encode(PROMPT)
@@ -53,7 +55,7 @@ async def generate_through(
             harmed_at[0] = time.perf_counter_ns()
 
     async with coordinator_runtime() as runtime:
-        s = settings(round_timeout)
+        s = settings(round_timeout, prespec)
         pool = WorkerPool(runtime, target, s)
         connection = await connect(address, s.credentials)
         source = FailoverDraftSource(remote_source(runtime, connection, target, s), policy, pool.next_source)
@@ -102,6 +104,23 @@ async def test_sigkill_fails_over_to_another_worker(
         r.drafted for r in result.rounds[-3:]
     )  # drafting resumed on the other worker
     print(f"failover: next accepted token {recovery_ms(result, killed_at):.0f} ms after SIGKILL")
+
+
+async def test_sigkill_of_a_prespeculating_worker_fails_over_losslessly(
+    doomed: WorkerProcess, worker: WorkerProcess, default_f32: LoadedModel
+) -> None:
+    result, source, _ = await generate_through(
+        doomed.address,
+        default_f32,
+        "failover",
+        KILL_AFTER_TOKENS,
+        lambda: os.kill(doomed.pid, signal.SIGKILL),
+        prespec=pb.PreSpeculation(enabled=True),
+    )
+    assert result.tokens == ar_tokens(default_f32, default_f32.tokenizer.encode(PROMPT), MAX_TOKENS)
+    assert [loss.worker for loss in source.losses] == [doomed.name]
+    served = [r.draft.speculation for r in result.rounds if r.draft.calls]
+    assert {"hit", "partial", "miss"} & set(served), "the new session pre-speculates as well"
 
 
 async def test_sigkill_falls_back_to_autoregressive(doomed: WorkerProcess, default_f32: LoadedModel) -> None:
