@@ -87,6 +87,12 @@ def add_prespec_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prespec-budget", type=int, default=0, help="speculative forward passes per round")
     p.add_argument("--prespec-fanout", type=int, default=0, help="candidate tokens per position")
     p.add_argument(
+        "--prespec-min-drafts",
+        type=int,
+        default=0,
+        help="take a branch's drafts at once when this many are ready, even if fewer than k",
+    )
+    p.add_argument(
         "--prespec-allocation",
         default="",
         choices=["", *ALLOCATIONS],
@@ -94,13 +100,14 @@ def add_prespec_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def prespec_request(args: argparse.Namespace) -> pb.PreSpeculation:
-    """The PreSpeculation message of the command line's overrides (enabled)."""
+def prespec_request(args: argparse.Namespace, min_drafts: int = 0) -> pb.PreSpeculation:
+    """The PreSpeculation message of the command line's overrides (enabled); ``min_drafts`` wins if set."""
     return pb.PreSpeculation(
         enabled=True,
         budget=args.prespec_budget,
         fanout=args.prespec_fanout,
         allocation=args.prespec_allocation,
+        min_drafts=min_drafts or args.prespec_min_drafts,
     )
 
 

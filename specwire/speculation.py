@@ -49,6 +49,7 @@ class PrespecConfig:
     allocation: str = "probability"
     shard: int = 0  # with several workers: draft only branches of rank shard mod shards
     shards: int = 1
+    min_drafts: int = 0  # serve a branch with this many drafts ready at once (0: only a whole one)
 
     def __post_init__(self) -> None:
         if not 0 <= self.budget <= MAX_BUDGET:
@@ -57,6 +58,8 @@ class PrespecConfig:
             )
         if not 1 <= self.fanout <= MAX_FANOUT:
             raise InvalidArgumentError(f"pre-speculation fan-out must be within 1..{MAX_FANOUT}")
+        if not 0 <= self.min_drafts <= MAX_FANOUT:
+            raise InvalidArgumentError(f"pre-speculation min drafts must be within 0..{MAX_FANOUT}")
         if not 0 <= self.shard < max(1, self.shards):
             raise InvalidArgumentError(f"pre-speculation shard {self.shard} is outside 0..{self.shards - 1}")
         if self.allocation not in ALLOCATIONS:

@@ -131,10 +131,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="pre-speculation: candidate tokens per position (top-F of the draft's distribution)",
     )
     p.add_argument(
+        "--prespec-min-drafts",
+        type=int,
+        default=0,
+        help="pre-speculation: answer at once from a branch with this many drafts ready, "
+        "even if fewer than k (0 = only a whole branch)",
+    )
+    p.add_argument(
         "--prespec-allocation",
         default="probability",
         choices=ALLOCATIONS,
         help="pre-speculation: rank outcomes by estimated probability, or narrow the fan-out geometrically",
+    )
+
+
+def prespec_defaults(args: argparse.Namespace) -> PrespecConfig:
+    """The worker's pre-speculation defaults from its flags."""
+    return PrespecConfig(
+        args.prespec_budget, args.prespec_fanout, args.prespec_allocation, min_drafts=args.prespec_min_drafts
     )
 
 
@@ -161,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InvalidArgumentError("--tls-cert and --tls-key go together")
     interfaces = mdns_interfaces(args.interface)
-    PrespecConfig(args.prespec_budget, args.prespec_fanout, args.prespec_allocation)  # checked before loading
+    prespec_defaults(args)  # checked before the model loads
     token = _token(args)
     anyio.run(_serve, args, backends, interfaces, token)
     return 0
@@ -222,7 +236,7 @@ async def _serve(
         advertised_echo = args.advertise_echo_port or echo.port
         info = WorkerInfo("", args.label, backends, tps, args.max_sessions, echo_port=advertised_echo)
         host = SessionHost(info, WorkerCounters(), idle_timeout_s=args.idle_timeout)
-        prespec = PrespecConfig(args.prespec_budget, args.prespec_fanout, args.prespec_allocation)
+        prespec = prespec_defaults(args)
         server, health_servicer, services = _grpc_server(model, host, token, prespec)
         credentials = _credentials(args)
         address = f"{args.host}:{args.port}"

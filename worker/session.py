@@ -121,11 +121,13 @@ class DraftSession:
         if self.speculator is None:
             return None
         branch = self.speculator.find(msg.accepted, msg.token, list(msg.appended))
-        if branch is None or len(branch.tokens) < msg.k:
+        ready = len(branch.tokens) if branch is not None else 0  # a pass in flight may add more
+        least = min(msg.k, self.speculator.config.min_drafts or msg.k)
+        if branch is None or ready < least:
             return None
         now = time.perf_counter_ns()
         self._verdict(msg)
-        block = self.drafter.adopt(branch, msg.k)
+        block = self.drafter.adopt(branch, min(msg.k, ready))
         self.hits += 1
         self.totals.prespec_hits += 1
         self._sent = branch
@@ -214,6 +216,7 @@ def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecCo
         allocation=msg.allocation or defaults.allocation,
         shard=msg.shard,
         shards=max(1, msg.shards),
+        min_drafts=msg.min_drafts or defaults.min_drafts,
     )
 
 

@@ -20,6 +20,7 @@ import anyio
 from coordinator.adaptive_k import add_adaptive_k_argument
 from coordinator.bench.plan import (
     BACKEND_PRESPEC,
+    BACKEND_PRESPEC_READY,
     RemoteWorker,
     RowSpec,
     connect_workers,
@@ -60,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
         default=f"{BACKEND_STREAM},{BACKEND_PER_OP}",
-        help="remote backends, comma-separated: stream, stream+prespec (with pre-speculation), ggml-rpc",
+        help="remote backends, comma-separated: stream, stream+prespec (with pre-speculation), "
+        "stream+prespec+ready (taking a branch's ready drafts at once), ggml-rpc",
     )
     p.add_argument(
         "--granularity",
@@ -119,10 +121,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     granularities = [g.strip() for g in args.granularity.split(",") if g.strip()]
-    if not backends or set(backends) - {BACKEND_STREAM, BACKEND_PRESPEC, BACKEND_PER_OP}:
-        raise InvalidArgumentError(
-            f"--backend {args.backend!r}: use any of {BACKEND_STREAM}, {BACKEND_PRESPEC}, {BACKEND_PER_OP}"
-        )
+    known = (BACKEND_STREAM, BACKEND_PRESPEC, BACKEND_PRESPEC_READY, BACKEND_PER_OP)
+    if not backends or set(backends) - set(known):
+        raise InvalidArgumentError(f"--backend {args.backend!r}: use any of {', '.join(known)}")
     if set(granularities) - set(GRANULARITIES) or not granularities:
         raise InvalidArgumentError(
             f"--granularity {args.granularity!r}: use any of {', '.join(GRANULARITIES)}"
@@ -167,7 +168,7 @@ async def _bench(args: argparse.Namespace, backends: list[str], granularities: l
                 args.round_timeout,
                 mdns_interfaces(args.interface),
                 args.discover_timeout,
-                prespec_request(args) if row.prespec else None,
+                prespec_request(args, row.min_drafts) if row.prespec else None,
             )
             pool = WorkerPool(runtime, target, s)
             stack.push_async_callback(pool.aclose)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coordinator.credentials import Credentials
 from coordinator.drafting.base import DraftSource
@@ -31,7 +31,8 @@ from specwire.v1 import draft_pb2 as pb
 from specwire.vocab import ensure_same_vocabulary
 
 PROBE_COUNT = 60
-BACKEND_PRESPEC = f"{BACKEND_STREAM}+prespec"  # a bench row kind, not a backend a worker offers
+BACKEND_PRESPEC = f"{BACKEND_STREAM}+prespec"  # bench row kinds, not backends a worker offers
+BACKEND_PRESPEC_READY = f"{BACKEND_PRESPEC}+ready"  # takes a branch's ready drafts at once (min_drafts 1)
 PROBE_BUDGET_S = 1.0
 
 
@@ -46,6 +47,7 @@ class RowSpec:
     worker: str = ""
     prespec: bool = False
     multi: str = ""  # "split" or "race": every bench worker at once (coordinator.drafting.multi)
+    min_drafts: int = 0  # pre-speculation: take a branch's ready drafts at once from this many
 
 
 @dataclass
@@ -68,7 +70,7 @@ class RemoteWorker:
 
 def wire_backend(backend: str) -> str:
     """The worker backend a bench backend runs on."""
-    return BACKEND_STREAM if backend == BACKEND_PRESPEC else backend
+    return BACKEND_STREAM if backend in (BACKEND_PRESPEC, BACKEND_PRESPEC_READY) else backend
 
 
 def plan_rows(
@@ -90,8 +92,10 @@ def plan_rows(
                     RowSpec(f"{backend}/{g} → {label}", "remote", backend, g, worker.name)
                     for g in granularities
                 ]
-            elif backend == BACKEND_PRESPEC:
-                rows.append(RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, True))
+            elif backend in (BACKEND_PRESPEC, BACKEND_PRESPEC_READY):
+                ready = int(backend == BACKEND_PRESPEC_READY)
+                row = RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, True)
+                rows.append(replace(row, min_drafts=ready))
             else:
                 rows.append(RowSpec(f"{backend} → {label}", "remote", backend, "", worker.name))
     if len(workers) >= 2:
@@ -154,18 +158,20 @@ def make_source(
         assert draft is not None
         return LocalDraftSource(draft)
     if row.multi:
-        multi = multi_source(row, runtime, workers, target)
         if on_loss is None:
-            return multi
+            return multi_source(row, runtime, workers, target, pb.PreSpeculation(enabled=True))
         policy, pool_for = on_loss
         pool = pool_for(row)
+        multi = multi_source(
+            row, runtime, workers, target, pool.settings.prespec or pb.PreSpeculation(enabled=True)
+        )
         local = (lambda: LocalDraftSource(draft)) if draft is not None else None
         return FailoverDraftSource(multi, policy, pool.next_source, local)
     connection = workers[row.worker].connection
     if on_loss is None:
         if row.backend == BACKEND_PER_OP:
             return PerOpDraftSource(runtime.portal, connection, target.fingerprint, row.granularity)
-        prespec = pb.PreSpeculation(enabled=True) if row.prespec else None
+        prespec = pb.PreSpeculation(enabled=True, min_drafts=row.min_drafts) if row.prespec else None
         return StreamDraftSource(runtime.portal, connection, target.fingerprint, prespec=prespec)
     policy, pool_for = on_loss
     pool = pool_for(row)
@@ -175,18 +181,19 @@ def make_source(
 
 
 def multi_source(
-    row: RowSpec, runtime: Runtime, workers: dict[str, RemoteWorker], target: LoadedModel
+    row: RowSpec,
+    runtime: Runtime,
+    workers: dict[str, RemoteWorker],
+    target: LoadedModel,
+    prespec: pb.PreSpeculation,
 ) -> MultiWorkerDraftSource:
     """Every bench worker drafting for one row, pre-speculating (sharded in ``split`` mode)."""
     chosen = list(workers.values())
     shards = len(chosen) if row.multi == "split" else 1
-    sources = [
-        StreamDraftSource(
-            runtime.portal,
-            w.connection,
-            target.fingerprint,
-            prespec=pb.PreSpeculation(enabled=True, shard=i % shards, shards=shards),
-        )
-        for i, w in enumerate(chosen)
-    ]
+    sources = []
+    for i, w in enumerate(chosen):
+        own = pb.PreSpeculation()
+        own.CopyFrom(prespec)
+        own.shard, own.shards = i % shards, shards
+        sources.append(StreamDraftSource(runtime.portal, w.connection, target.fingerprint, prespec=own))
     return MultiWorkerDraftSource(runtime.portal, sources, row.multi)

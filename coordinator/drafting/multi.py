@@ -69,6 +69,10 @@ class MultiWorkerDraftSource:
         """Let every worker finish its last round, then end every session."""
         self.portal.call(self._close)
 
+    def abort(self) -> None:
+        """Drop every session at once, without waiting on workers that may not answer."""
+        self.portal.call(self._abort)
+
     # The event-loop side.
 
     async def _start(self, prompt: list[int], params: SamplingParams, k: int) -> None:
@@ -132,6 +136,13 @@ class MultiWorkerDraftSource:
             self.live.remove(source)
             self.dropped.append((source.worker, reason))
             await source.cancel_session()
+
+    async def _abort(self) -> None:
+        for task in [t for tasks in self._pending.values() for t in tasks]:
+            task.cancel()
+        for source in self.sources:
+            await source.cancel_session()
+        self.live = []
 
     async def _close(self) -> None:
         pending = [t for tasks in self._pending.values() for t in tasks]
