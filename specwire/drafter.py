@@ -284,10 +284,11 @@ class Drafter:
             logits = np.array(self._forward(sequence).astype(mx.float32))
             token, dist = choose_draft_token(logits, self.params, block.rng)
             assert dist is not None
-            block.tokens.append(token)
             block.dists.append(dist)
             if block.alternatives:
                 block.candidates.append(dist)
+            # The token goes last: a reader on another thread may take every token it sees.
+            block.tokens.append(token)
         # The last draft is never fed: the cache holds everything before it.
         self.forward_passes += n
 
