@@ -281,6 +281,8 @@ async def open_draft_source(
     if spec == "none":
         return None
     if spec == "remote":
+        if (args.prespec or args.multi_worker) and args.backend != BACKEND_STREAM:
+            raise InvalidArgumentError("--prespec and --multi-worker need the stream backend")
         settings = RemoteSettings.from_args(args)
         pool = WorkerPool(runtime, target, settings)
         stack.push_async_callback(pool.aclose)

@@ -99,3 +99,21 @@ async def test_four_concurrent_sessions_match_their_solo_runs(
     for process, (stdout, stderr), alone in zip(processes, outputs, solo, strict=True):
         assert process.returncode == 0, stderr
         assert json.loads(stdout)["token_ids"] == alone.result.tokens
+
+
+def test_prespec_needs_the_stream_backend() -> None:
+    out = run_cli(
+        "coordinator",
+        "generate",
+        "--prompt",
+        "hi",
+        "--target",
+        "default",
+        "--draft",
+        "remote",
+        "--backend",
+        "ggml-rpc",
+        "--prespec",
+    )
+    assert out.returncode == 1
+    assert "--prespec and --multi-worker need the stream backend" in one_error_line(out.stderr)
