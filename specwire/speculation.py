@@ -13,8 +13,9 @@ ones, one forward pass at a time, until the real verdict arrives:
   without d_{a+1} for a correction, and q_{k+1} (one extra pass, the
   "bonus probe") for the bonus. The top ``fanout`` tokens are candidates.
 * The budget (forward passes per round) goes to outcomes in order of
-  probability; the ``geometric`` allocation also narrows the fan-out by
-  half for each draft rejected earlier, as in Saguaro's geometric fan-out.
+  probability; the ``geometric`` allocation also halves the fan-out for
+  each draft fewer accepted (F for the bonus, F/2 after k - 1 accepted, and
+  so on, at least 1), after Saguaro's geometric fan-out.
 
 Branches are keyed by (accepted, token) and each remembers the full prefix
 it was drafted after; ``find`` serves a branch only when that prefix is the
