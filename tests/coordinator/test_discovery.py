@@ -1,4 +1,4 @@
-"""Bonjour discovery on 127.0.0.1 with real workers."""
+"""Bonjour discovery on 127.0.0.1 with real workers (serving the tiny model: discovery is the point)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ pytestmark = pytest.mark.anyio
 LOOPBACK = ["127.0.0.1"]
 
 
-async def test_discover_lists_worker_with_txt_matching_what_it_serves(worker: WorkerProcess) -> None:
+async def test_discover_lists_worker_with_txt_matching_what_it_serves(tiny_worker: WorkerProcess) -> None:
+    worker = tiny_worker
     out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "2", "--json")
     assert out.returncode == 0, out.stderr
     listed = {w["name"]: w for w in json.loads(out.stdout)["workers"]}
@@ -42,14 +43,15 @@ async def test_discover_lists_worker_with_txt_matching_what_it_serves(worker: Wo
     assert row["address"] == worker.address
     assert row["fingerprint"] == hello.model.fingerprint and row["fingerprint_match"] is True
     assert row["model"] == hello.model.spec
-    assert row["label"] == hello.identity.label == "M1 Max (test)"
+    assert row["label"] == hello.identity.label == "M1 Max (tiny)"
     assert row["backends"] == list(hello.backends)
     assert row["pid"] == hello.identity.pid == worker.pid
     assert row["draft_tok_s"] == pytest.approx(hello.draft_tokens_per_second, abs=0.01)
     assert row["protocol_version"] == hello.protocol_version == 1
 
 
-async def test_discover_table_output(worker: WorkerProcess) -> None:
+async def test_discover_table_output(tiny_worker: WorkerProcess) -> None:
+    worker = tiny_worker
     out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "2")
     assert out.returncode == 0
     header, *rows = out.stdout.splitlines()
@@ -58,16 +60,14 @@ async def test_discover_table_output(worker: WorkerProcess) -> None:
     assert len(mine) == 1 and worker.address in mine[0] and " yes " in mine[0]
 
 
-async def test_sigterm_ends_sessions_and_leaves_running_browser(default_q4: LoadedModel) -> None:
+async def test_sigterm_ends_sessions_and_leaves_running_browser(tiny: LoadedModel) -> None:
     name = unique_name("short-lived")
-    with running_worker("--name", name) as w:
+    with running_worker("--model", "tiny", "--name", name) as w:
         async with WorkerDirectory(LOOPBACK) as directory:
             assert await directory.wait_until(lambda ws: any(x.name == name for x in ws), 15)
             async with worker_channel(w.address) as channel:
                 call = channel.stream_stream(DRAFT_METHOD)(timeout=60)
-                await call.write(
-                    open_request(default_q4.fingerprint, default_q4.tokenizer.encode("Hello there"))
-                )
+                await call.write(open_request(tiny.fingerprint, tiny.tokenizer.encode("Hello there")))
                 kinds = [pb.DraftReply.FromString(await call.read()).WhichOneof("kind") for _ in range(2)]
                 assert kinds == ["opened", "drafts"]
                 w.process.send_signal(signal.SIGTERM)  # while the session waits for its next round
@@ -79,14 +79,12 @@ async def test_sigterm_ends_sessions_and_leaves_running_browser(default_q4: Load
             assert await directory.wait_until(lambda ws: all(x.name != name for x in ws), 15)
 
 
-async def test_drafting_from_a_stopped_worker_names_it(default_q4: LoadedModel) -> None:
-    with running_worker("--name", unique_name("goes-away")) as w:
+async def test_drafting_from_a_stopped_worker_names_it(tiny: LoadedModel) -> None:
+    with running_worker("--model", "tiny", "--name", unique_name("goes-away")) as w:
         async with coordinator_runtime() as runtime:
             connection = await connect(w.address, credentials())
-            source = StreamDraftSource(runtime.portal, connection, default_q4.fingerprint)
-            await runtime.compute.run(
-                source.start, default_q4.tokenizer.encode("Hello there"), SamplingParams(), 2
-            )
+            source = StreamDraftSource(runtime.portal, connection, tiny.fingerprint)
+            await runtime.compute.run(source.start, tiny.tokenizer.encode("Hello there"), SamplingParams(), 2)
             first = await runtime.compute.run(source.propose, 2, None)
             assert w.stop(signal.SIGTERM) == 0
             with pytest.raises(RemoteWorkerError, match="worker goes-away"):

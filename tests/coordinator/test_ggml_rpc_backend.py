@@ -1,4 +1,8 @@
-"""The GGML_RPC-style per-op baseline against a real worker and the real default model."""
+"""The GGML_RPC-style per-op baseline against real workers.
+
+Call and operation counts run on the tiny model (same graph shape, two
+blocks); lossless drafting and bit-exact logits on the real default model.
+"""
 
 from __future__ import annotations
 
@@ -24,15 +28,15 @@ MAX_TOKENS = 8
 def ops_per_forward_pass(model: nn.Module) -> int:
     """Count the operations of one forward pass from the model's own modules.
 
-    Each linear layer is one matmul; each RMSNorm one norm (the final one
+    Each linear layer of a block is one matmul; each RMSNorm one norm (the final one
     included); per block, queries and keys are each rotated once, the KV cache
     is written once, attention runs once, two residual adds, one SiLU and one
     multiply; around the blocks, the token ids go up, the embedding runs, the
     LM head runs and the logits row comes back.
     """
-    modules = [m for _, m in model.named_modules()]
-    linear = sum(isinstance(m, (nn.Linear, nn.QuantizedLinear)) for m in modules)
-    norms = sum(isinstance(m, nn.RMSNorm) for m in modules)
+    in_blocks = [m for layer in model.layers for _, m in layer.named_modules()]
+    linear = sum(isinstance(m, (nn.Linear, nn.QuantizedLinear)) for m in in_blocks)  # the LM head: below
+    norms = sum(isinstance(m, nn.RMSNorm) for _, m in model.named_modules())
     blocks = len(model.layers)
     per_block_other = 2 + 1 + 1 + 2 + 1 + 1  # rope q/k, kv write, attention, adds, silu, mul
     return linear + norms + blocks * per_block_other + 4
@@ -53,14 +57,16 @@ def drafting_calls(run: PerOpRun, per_call: int, granularity: str, forward_ops: 
     return calls
 
 
-async def test_op_count_comes_from_the_model_and_every_op_ran_remotely_once(
-    worker: WorkerProcess, default_f32: LoadedModel, default_q4: LoadedModel
-) -> None:
-    forward_ops = ops_per_forward_pass(default_q4.model)
-    assert forward_ops == 17 * 30 + 5
-    prompt = default_f32.tokenizer.encode(PROMPTS[3])
+def test_op_count_comes_from_the_model(default_q4: LoadedModel, tiny: LoadedModel) -> None:
+    assert ops_per_forward_pass(default_q4.model) == 17 * 30 + 5  # tied embeddings
+    assert ops_per_forward_pass(tiny.model) == 17 * 2 + 5  # its own LM head
+
+
+async def test_every_op_ran_remotely_once(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
+    forward_ops = ops_per_forward_pass(tiny.model)
+    prompt = tiny.tokenizer.encode(PROMPTS[3])
     (run,) = await generate_per_op(
-        worker.address, default_f32, [prompt], 3, MAX_TOKENS, SamplingParams(), "op"
+        tiny_worker.address, tiny, [prompt], 3, 4 * MAX_TOKENS, SamplingParams(), "op"
     )
     assert run.prefill_calls == forward_ops  # the prompt's one prefill pass
     expected = run.prefill_calls + drafting_calls(run, forward_ops, "op", forward_ops)
@@ -69,27 +75,24 @@ async def test_op_count_comes_from_the_model_and_every_op_ran_remotely_once(
     assert run.worker_counters.messages_received == run.client_calls + 1  # plus the TensorOpen
     draft_calls = sum(len(r.draft.calls) for r in run.result.rounds)
     assert draft_calls == expected - run.prefill_calls
-    assert run.worker_counters.tensor_bytes == 4 * default_q4.vocab_size * (run.result.drafted + 1)
+    assert run.worker_counters.tensor_bytes == 4 * tiny.vocab_size * (run.result.drafted + 1)
 
 
-@pytest.mark.parametrize(("granularity", "per_pass"), [("layer", 32), ("token", 1), ("round", None)])
+@pytest.mark.parametrize(("granularity", "per_pass"), [("layer", 4), ("token", 1), ("round", None)])
 async def test_calls_per_token_match_each_granularity(
-    worker: WorkerProcess, default_q4: LoadedModel, granularity: str, per_pass: int | None
+    tiny_worker: WorkerProcess, tiny: LoadedModel, granularity: str, per_pass: int | None
 ) -> None:
-    prompt = default_q4.tokenizer.encode(PROMPTS[0])
-    (run,) = await generate_per_op(
-        worker.address, default_q4, [prompt], 3, MAX_TOKENS, SamplingParams(), granularity
-    )
+    worker, tokens = tiny_worker, 4 * MAX_TOKENS
+    prompt = tiny.tokenizer.encode(PROMPTS[0])
+    (run,) = await generate_per_op(worker.address, tiny, [prompt], 3, tokens, SamplingParams(), granularity)
     if per_pass is not None:
-        assert per_pass == len(default_q4.model.layers) + 2 or per_pass == 1
+        assert per_pass == len(tiny.model.layers) + 2 or per_pass == 1
     expected_prefill = per_pass if per_pass is not None else 1
     assert run.prefill_calls == expected_prefill
     expected = run.prefill_calls + drafting_calls(run, per_pass or 0, granularity, 0)
     assert run.client_calls == expected == run.worker_counters.graphs
     if granularity == "round":
-        (stream,) = await generate_remote(
-            worker.address, default_q4, [prompt], 3, MAX_TOKENS, SamplingParams()
-        )
+        (stream,) = await generate_remote(worker.address, tiny, [prompt], 3, tokens, SamplingParams())
         drafting_rounds = sum(1 for r in run.result.rounds if r.drafted)
         stream_rounds = sum(1 for r in stream.result.rounds if r.drafted)
         assert drafting_rounds == stream_rounds == run.client_calls - run.prefill_calls
@@ -98,12 +101,12 @@ async def test_calls_per_token_match_each_granularity(
 async def test_per_op_is_lossless_and_drafts_what_the_stream_backend_drafts(
     worker: WorkerProcess, default_f32: LoadedModel
 ) -> None:
-    prompts = [default_f32.tokenizer.encode(p) for p in PROMPTS[:4]]
+    prompts = [default_f32.tokenizer.encode(p) for p in PROMPTS[:2]]
     per_op = await generate_per_op(
-        worker.address, default_f32, prompts[:2], 3, MAX_TOKENS, SamplingParams(), "op"
+        worker.address, default_f32, prompts[:1], 3, MAX_TOKENS, SamplingParams(), "op"
     )
     per_op += await generate_per_op(
-        worker.address, default_f32, prompts[2:], 3, MAX_TOKENS, SamplingParams(), "token"
+        worker.address, default_f32, prompts[1:], 3, MAX_TOKENS, SamplingParams(), "token"
     )
     stream = await generate_remote(worker.address, default_f32, prompts, 3, MAX_TOKENS, SamplingParams())
     for prompt, a, b in zip(prompts, per_op, stream, strict=True):
@@ -112,13 +115,12 @@ async def test_per_op_is_lossless_and_drafts_what_the_stream_backend_drafts(
         assert [r.draft.tokens for r in a.result.rounds] == [r.draft.tokens for r in b.result.rounds]
 
 
-async def test_sampled_drafts_match_the_stream_backend(
-    worker: WorkerProcess, default_q4: LoadedModel
-) -> None:
+async def test_sampled_drafts_match_the_stream_backend(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
     params = SamplingParams(temperature=0.8, seed=5)
-    prompt = default_q4.tokenizer.encode(PROMPTS[4])
-    (per_op,) = await generate_per_op(worker.address, default_q4, [prompt], 3, MAX_TOKENS, params, "token")
-    (stream,) = await generate_remote(worker.address, default_q4, [prompt], 3, MAX_TOKENS, params)
+    prompt = tiny.tokenizer.encode(PROMPTS[4])
+    address, tokens = tiny_worker.address, 4 * MAX_TOKENS
+    (per_op,) = await generate_per_op(address, tiny, [prompt], 3, tokens, params, "token")
+    (stream,) = await generate_remote(address, tiny, [prompt], 3, tokens, params)
     assert per_op.result.tokens == stream.result.tokens
     assert [r.draft.tokens for r in per_op.result.rounds] == [r.draft.tokens for r in stream.result.rounds]
 

@@ -1,10 +1,15 @@
 """At T = 0, speculative decoding emits exactly the target's greedy tokens.
 
-Real default model, six completion prompts (code, math, prose), k in
-{1, 2, 4, 8}, with the default pair (float32 target, Q4_1 draft) and with an
-identical pair (Q4_1 drafting for itself). A divergence is excused only where
-the target's two best logits lie within 1e-4 of each other (batched and
-single-token passes may round differently there); anything else fails.
+Real default model: the default pair (float32 target, Q4_1 draft) at the
+default k = 4 on six completion prompts (code, math, prose), and at k = 1, 2
+and 8 on two; an identical pair (Q4_1 drafting for itself) at k = 1 and 8.
+A divergence is excused only where the target's two best logits lie within
+1e-4 of each other (batched and single-token passes may round differently
+there); anything else fails.
+
+The real pair accepts nearly every draft, so the rejection paths (a
+correction after 0..k-1 accepted drafts, every k) are covered on tiny
+random models that disagree often, where a run costs milliseconds.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from coordinator.engine import SpeculativeDecoder
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
+from tests.support.tiny_models import disagreeing_pair
 
 TIE_TOLERANCE = 1e-4
 PAIRS = {
@@ -52,19 +58,22 @@ def assert_lossless(target: LoadedModel, prompt: list[int], ar: list[int], sd: l
     warnings.warn(f"excused divergence at token {at}: top-2 logit gap {gap:.2e}", stacklevel=2)
 
 
-@pytest.fixture(scope="module", params=list(PAIRS))
-def pair(request: pytest.FixtureRequest) -> tuple[str, LoadedModel, LoadedModel]:
-    target_name, draft_name = PAIRS[request.param]
-    return request.param, request.getfixturevalue(target_name), request.getfixturevalue(draft_name)
+CASES = [
+    ("f32-target/q4-draft", 4, PROMPTS),
+    *[("f32-target/q4-draft", k, PROMPTS[k % 2 :: 3]) for k in (1, 2, 8)],
+    *[("identical-q4", k, PROMPTS[k % 3 :: 6]) for k in (1, 8)],
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k", [1, 2, 4, 8])
-def test_sd_equals_ar_on_every_prompt(pair: tuple[str, LoadedModel, LoadedModel], k: int) -> None:
-    _, target, draft = pair
+@pytest.mark.parametrize(("pair", "k", "texts"), CASES, ids=[f"{p}-k{k}" for p, k, _ in CASES])
+def test_sd_equals_ar_on_every_prompt(
+    request: pytest.FixtureRequest, pair: str, k: int, texts: list[str]
+) -> None:
+    target, draft = (request.getfixturevalue(name) for name in PAIRS[pair])
     decoder = SpeculativeDecoder(target, LocalDraftSource(draft))
     drafted = 0
-    for text in PROMPTS:
+    for text in texts:
         prompt = target.tokenizer.encode(text)
         result = decoder.generate(prompt, max_tokens=MAX_TOKENS, k=k, params=SamplingParams())
         assert_lossless(target, prompt, ar_tokens(target, prompt), result.tokens)
@@ -81,3 +90,25 @@ def test_identical_pair_accepts_every_draft(default_q4: LoadedModel) -> None:
         prompt, max_tokens=MAX_TOKENS, k=4, params=SamplingParams()
     )
     assert result.acceptance_rate == 1.0
+
+
+@pytest.fixture(scope="module")
+def disagreeing() -> tuple[LoadedModel, LoadedModel]:
+    """Tiny random models whose greedy choices often differ (every rejection path is taken)."""
+    return disagreeing_pair()
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
+def test_sd_equals_ar_through_every_rejection_path(
+    disagreeing: tuple[LoadedModel, LoadedModel], k: int
+) -> None:
+    target, draft = disagreeing
+    decoder = SpeculativeDecoder(target, LocalDraftSource(draft))
+    accepted_counts: set[int] = set()
+    for seed in range(12):
+        prompt = [(seed * 7 + 3 * i) % 8 for i in range(1 + seed % 4)]
+        result = decoder.generate(prompt, max_tokens=24, k=k, params=SamplingParams())
+        assert result.tokens == ar_tokens(target, prompt, 24)
+        accepted_counts |= {r.accepted for r in result.rounds if r.drafted == k}
+    # A first-draft rejection and full acceptance occurred; up to k = 4, every count in between too.
+    assert {0, k} <= accepted_counts and (k > 4 or accepted_counts == set(range(k + 1))), accepted_counts

@@ -1,4 +1,7 @@
-"""Two real workers drafting at once, pre-speculating: lossless at T = 0, and when one is killed."""
+"""Two real workers drafting at once, pre-speculating: lossless at T = 0, and when one is killed.
+
+Orchestration is the point here, so the workers and the target serve the tiny model.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +31,9 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(scope="module")
 def second_worker() -> Iterator[WorkerProcess]:
-    with running_worker("--name", unique_name("m2-pro"), "--label", "M2 Pro (test)", "--no-advertise") as w:
+    with running_worker(
+        "--model", "tiny", "--name", unique_name("m2-pro"), "--label", "M2 Pro (tiny)", "--no-advertise"
+    ) as w:
         yield w
 
 
@@ -75,38 +80,36 @@ async def generate_multi(
 
 @pytest.mark.parametrize("mode", ["split", "race"])
 async def test_two_prespeculating_workers_are_lossless(
-    worker: WorkerProcess, second_worker: WorkerProcess, default_f32: LoadedModel, mode: str
+    tiny_worker: WorkerProcess, second_worker: WorkerProcess, tiny: LoadedModel, mode: str
 ) -> None:
-    for text in PROMPTS if mode == "split" else PROMPTS[:2]:
-        prompt = default_f32.tokenizer.encode(text)
-        result, source = await generate_multi(
-            [worker.address, second_worker.address], default_f32, prompt, mode
-        )
-        assert result.tokens == ar_tokens(default_f32, prompt)
+    worker = tiny_worker
+    for text in PROMPTS:
+        prompt = tiny.tokenizer.encode(text)
+        result, source = await generate_multi([worker.address, second_worker.address], tiny, prompt, mode)
+        assert result.tokens == ar_tokens(tiny, prompt)
         assert len(source.live) == 2 and not source.dropped
         assert set(source.winners) <= {worker.name, second_worker.name}
         served = [r.draft.speculation for r in result.rounds[1:] if r.draft.calls]
         assert served and all(s in ("hit", "partial", "miss") for s in served)
 
 
-async def test_killing_one_worker_mid_generation_loses_nothing(default_f32: LoadedModel) -> None:
-    with (
-        running_worker("--name", unique_name("doomed"), "--no-advertise") as doomed,
-        running_worker("--name", unique_name("survivor"), "--no-advertise") as survivor,
-    ):
-        prompt = default_f32.tokenizer.encode(PROMPTS[4])
+async def test_killing_one_worker_mid_generation_loses_nothing(
+    second_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    survivor = second_worker
+    with running_worker("--model", "tiny", "--name", unique_name("doomed"), "--no-advertise") as doomed:
+        prompt = tiny.tokenizer.encode(PROMPTS[4])
         result, source = await generate_multi(
-            [doomed.address, survivor.address], default_f32, prompt, "split", kill_after=4, pid=doomed.pid
+            [doomed.address, survivor.address], tiny, prompt, "split", kill_after=4, pid=doomed.pid
         )
-    assert result.tokens == ar_tokens(default_f32, prompt)
+    assert result.tokens == ar_tokens(tiny, prompt)
     assert [w for w, _ in source.dropped] == [doomed.name]
     assert [s.worker for s in source.live] == [survivor.name]
 
 
-def test_generate_cli_with_two_workers(
-    worker: WorkerProcess, second_worker: WorkerProcess, default_q4: LoadedModel
-) -> None:
-    args = ["--prompt", PROMPTS[5], "--target", "default", "--max-tokens", "8", "--json"]
+def test_generate_cli_with_two_workers(tiny_worker: WorkerProcess, second_worker: WorkerProcess) -> None:
+    worker = tiny_worker
+    args = ["--prompt", PROMPTS[5], "--target", "tiny", "--max-tokens", "24", "--json"]
     both = f"{worker.address},{second_worker.address}"
     multi = run_cli(
         "coordinator",
@@ -128,7 +131,10 @@ def test_generate_cli_with_two_workers(
     assert sum(out["stats"]["rounds_won"].values()) > 0
 
 
-def test_bench_multi_worker_rows(worker: WorkerProcess, second_worker: WorkerProcess, tmp_path: Path) -> None:
+def test_bench_multi_worker_rows(
+    tiny_worker: WorkerProcess, second_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    worker = tiny_worker
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The sky is blue because\n")
     out = run_cli(
@@ -143,9 +149,9 @@ def test_bench_multi_worker_rows(worker: WorkerProcess, second_worker: WorkerPro
         "--draft",
         "none",
         "--target",
-        "default",
+        "tiny",
         "--max-tokens",
-        "6",
+        "16",
         "--k",
         "2",
         "--adaptive-k",

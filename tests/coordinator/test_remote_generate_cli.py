@@ -1,4 +1,4 @@
-"""``coordinator generate --draft remote`` against real workers."""
+"""``coordinator generate --draft remote`` against real workers, on the tiny model."""
 
 from __future__ import annotations
 
@@ -15,18 +15,17 @@ from tests.support.prompts import PROMPTS
 from tests.support.remote import generate_remote
 from tests.support.workers import WorkerProcess
 
-MAX_TOKENS = 8
+MAX_TOKENS = 32
 
 
-def test_remote_picks_discovered_worker_and_is_lossless(
-    worker: WorkerProcess, default_q4: LoadedModel
-) -> None:
-    args = ["--prompt", PROMPTS[5], "--target", "default", "--max-tokens", str(MAX_TOKENS), "--json"]
+def test_remote_picks_discovered_worker_and_is_lossless(tiny_worker: WorkerProcess) -> None:
+    args = ["--prompt", PROMPTS[5], "--target", "tiny", "--max-tokens", str(MAX_TOKENS), "--json"]
     remote = run_cli("coordinator", "generate", "--draft", "remote", "--interface", "127.0.0.1", *args)
     assert remote.returncode == 0, remote.stderr
     ar = run_cli("coordinator", "generate", "--draft", "none", *args)
     assert json.loads(remote.stdout)["token_ids"] == json.loads(ar.stdout)["token_ids"]
-    assert json.loads(remote.stdout)["stats"]["acceptance_rate"] is not None
+    stats = json.loads(remote.stdout)["stats"]
+    assert stats["acceptance_rate"] == 1.0 and stats["worker"]["pid"] == tiny_worker.pid
 
 
 def test_named_worker_that_does_not_exist() -> None:
@@ -36,7 +35,7 @@ def test_named_worker_that_does_not_exist() -> None:
         "--prompt",
         "hi",
         "--target",
-        "default",
+        "tiny",
         "--draft",
         "remote",
         "--worker",
@@ -57,7 +56,7 @@ def test_dead_address_is_a_clear_error() -> None:
         "--prompt",
         "hi",
         "--target",
-        "default",
+        "tiny",
         "--draft",
         "remote",
         "--worker",
@@ -69,16 +68,12 @@ def test_dead_address_is_a_clear_error() -> None:
 
 @pytest.mark.anyio
 async def test_four_concurrent_sessions_match_their_solo_runs(
-    worker: WorkerProcess, default_q4: LoadedModel
+    tiny_worker: WorkerProcess, tiny: LoadedModel
 ) -> None:
-    prompts = PROMPTS[:4]
+    worker, prompts = tiny_worker, PROMPTS[:4]
+    params = SamplingParams(temperature=0.8, seed=3)  # sampled: sessions must not share random streams
     solo = await generate_remote(
-        worker.address,
-        default_q4,
-        [default_q4.tokenizer.encode(p) for p in prompts],
-        3,
-        MAX_TOKENS,
-        SamplingParams(),
+        worker.address, tiny, [tiny.tokenizer.encode(p) for p in prompts], 3, MAX_TOKENS, params
     )
     command = [
         sys.executable,
@@ -90,7 +85,8 @@ async def test_four_concurrent_sessions_match_their_solo_runs(
         "--worker",
         worker.address,
     ]
-    command += ["--target", "default", "--k", "3", "--max-tokens", str(MAX_TOKENS), "--json", "--prompt"]
+    command += ["--target", "tiny", "--k", "3", "--max-tokens", str(MAX_TOKENS), "--temperature", "0.8"]
+    command += ["--seed", "3", "--json", "--prompt"]
     processes = [
         subprocess.Popen([*command, p], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for p in prompts
@@ -108,7 +104,7 @@ def test_prespec_needs_the_stream_backend() -> None:
         "--prompt",
         "hi",
         "--target",
-        "default",
+        "tiny",
         "--draft",
         "remote",
         "--backend",

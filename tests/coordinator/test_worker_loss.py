@@ -1,4 +1,7 @@
-"""A worker dies (SIGKILL), stalls, or restarts mid-generation: the output is still the target's own."""
+"""A worker dies (SIGKILL), stalls, or restarts mid-generation: the output is still the target's own.
+
+Recovery is orchestration, so workers and target serve the tiny model.
+"""
 
 from __future__ import annotations
 
@@ -83,23 +86,23 @@ def recovery_ms(result: GenerationResult, harmed_at: int) -> float:
 
 @pytest.fixture
 def doomed() -> Iterator[WorkerProcess]:
-    with running_worker("--name", unique_name("doomed")) as w:
+    with running_worker("--model", "tiny", "--name", unique_name("doomed")) as w:
         yield w
 
 
 async def test_sigkill_fails_over_to_another_worker(
-    doomed: WorkerProcess, worker: WorkerProcess, default_f32: LoadedModel
+    doomed: WorkerProcess, tiny_worker: WorkerProcess, tiny: LoadedModel
 ) -> None:
     result, source, killed_at = await generate_through(
         doomed.address,
-        default_f32,
+        tiny,
         "failover",
         KILL_AFTER_TOKENS,
         lambda: os.kill(doomed.pid, signal.SIGKILL),
     )
-    assert result.tokens == ar_tokens(default_f32, default_f32.tokenizer.encode(PROMPT), MAX_TOKENS)
+    assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     (loss,) = source.losses
-    assert loss.worker == doomed.name and f"continues on stream:{worker.name}" in loss.action
+    assert loss.worker == doomed.name and f"continues on stream:{tiny_worker.name}" in loss.action
     assert result.drafted > 0 and any(
         r.drafted for r in result.rounds[-3:]
     )  # drafting resumed on the other worker
@@ -107,27 +110,27 @@ async def test_sigkill_fails_over_to_another_worker(
 
 
 async def test_sigkill_of_a_prespeculating_worker_fails_over_losslessly(
-    doomed: WorkerProcess, worker: WorkerProcess, default_f32: LoadedModel
+    doomed: WorkerProcess, tiny_worker: WorkerProcess, tiny: LoadedModel
 ) -> None:
     result, source, _ = await generate_through(
         doomed.address,
-        default_f32,
+        tiny,
         "failover",
         KILL_AFTER_TOKENS,
         lambda: os.kill(doomed.pid, signal.SIGKILL),
         prespec=pb.PreSpeculation(enabled=True),
     )
-    assert result.tokens == ar_tokens(default_f32, default_f32.tokenizer.encode(PROMPT), MAX_TOKENS)
+    assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     assert [loss.worker for loss in source.losses] == [doomed.name]
     served = [r.draft.speculation for r in result.rounds if r.draft.calls]
     assert {"hit", "partial", "miss"} & set(served), "the new session pre-speculates as well"
 
 
-async def test_sigkill_falls_back_to_autoregressive(doomed: WorkerProcess, default_f32: LoadedModel) -> None:
+async def test_sigkill_falls_back_to_autoregressive(doomed: WorkerProcess, tiny: LoadedModel) -> None:
     result, source, killed_at = await generate_through(
-        doomed.address, default_f32, "ar", KILL_AFTER_TOKENS, lambda: os.kill(doomed.pid, signal.SIGKILL)
+        doomed.address, tiny, "ar", KILL_AFTER_TOKENS, lambda: os.kill(doomed.pid, signal.SIGKILL)
     )
-    assert result.tokens == ar_tokens(default_f32, default_f32.tokenizer.encode(PROMPT), MAX_TOKENS)
+    assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     (loss,) = source.losses
     assert loss.action == "continuing autoregressively"
     after = [r for r in result.rounds if r.end_ns > killed_at]
@@ -135,11 +138,11 @@ async def test_sigkill_falls_back_to_autoregressive(doomed: WorkerProcess, defau
     print(f"AR fallback: next accepted token {recovery_ms(result, killed_at):.0f} ms after SIGKILL")
 
 
-async def test_stall_hits_the_deadline_and_fails_over(
-    worker: WorkerProcess, default_f32: LoadedModel
-) -> None:
+async def test_stall_hits_the_deadline_and_fails_over(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
     grpc_port, echo_port, relay_port = free_port(), free_port(), free_port()
     args = [
+        "--model",
+        "tiny",
         "--name",
         unique_name("stalls"),
         "--port",
@@ -151,28 +154,28 @@ async def test_stall_hits_the_deadline_and_fails_over(
     with running_worker(*args), delay_relay(0.0, [(relay_port, grpc_port)]) as relay:
         result, source, stalled_at = await generate_through(
             f"127.0.0.1:{relay_port}",
-            default_f32,
+            tiny,
             "failover",
             KILL_AFTER_TOKENS,
             lambda: relay.send_signal(signal.SIGUSR1),  # black hole: nothing passes any more
             round_timeout=3.0,
         )
-    assert result.tokens == ar_tokens(default_f32, default_f32.tokenizer.encode(PROMPT), MAX_TOKENS)
+    assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     (loss,) = source.losses
-    assert loss.code == "DEADLINE_EXCEEDED" and worker.name in loss.action
+    assert loss.code == "DEADLINE_EXCEEDED" and tiny_worker.name in loss.action
     assert recovery_ms(result, stalled_at) >= 3000  # the deadline, then the new session
 
 
 def test_restarted_worker_is_rediscovered_for_new_sessions() -> None:
     name = unique_name("phoenix")
-    args = ["generate", "--prompt", PROMPT, "--target", "default", "--max-tokens", "3", "--draft", "remote"]
+    args = ["generate", "--prompt", PROMPT, "--target", "tiny", "--max-tokens", "3", "--draft", "remote"]
     args += ["--worker", name, "--interface", "127.0.0.1", "--json"]
-    with running_worker("--name", name) as first:
+    with running_worker("--model", "tiny", "--name", name) as first:
         out = run_cli("coordinator", *args)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["stats"]["worker"]["pid"] == first.pid
         first.stop(signal.SIGKILL)  # no Bonjour goodbye
-    with running_worker("--name", name) as second:
+    with running_worker("--model", "tiny", "--name", name) as second:
         out = run_cli("coordinator", *args)
         assert out.returncode == 0, out.stderr
         identity = json.loads(out.stdout)["stats"]["worker"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from types import TracebackType
 from typing import Any
 
 import grpc
@@ -16,34 +17,47 @@ def credentials() -> Credentials:
     return Credentials(token=os.environ[TOKEN_ENV])
 
 
-def channel(address: str) -> grpc.aio.Channel:
+def channel(address: str) -> ProvingChannel:
     """A channel to a test worker that proves the session's token on every call."""
-    return grpc.aio.insecure_channel(address, interceptors=_proof_interceptors(os.environ[TOKEN_ENV]))
+    return ProvingChannel(address, os.environ[TOKEN_ENV])
 
 
-class _Proof:
-    def __init__(self, token: str) -> None:
+class ProvingChannel:
+    """A grpc.aio channel whose calls each carry a fresh proof of the token.
+
+    The proof goes in each call's metadata, as the coordinator sends it,
+    rather than through an interceptor: an intercepted stream call feeds its
+    writes through a task of its own, which stays pending after the stream
+    fails and is reported, when collected, in whatever test runs then.
+    """
+
+    def __init__(self, address: str, token: str) -> None:
         self.token = token
+        self._channel = grpc.aio.insecure_channel(address)
 
-    def details(self, details: Any) -> Any:
-        method = details.method.decode() if isinstance(details.method, bytes) else details.method
-        extra = (AUTH_METADATA, caller_proof(self.token, method))
-        md = grpc.aio.Metadata(*list(details.metadata or []), extra)
-        return grpc.aio.ClientCallDetails(
-            details.method, details.timeout, md, details.credentials, details.wait_for_ready
-        )
+    def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> _Proving:
+        return _Proving(self._channel.unary_unary(method, *args, **kwargs), method, self.token)
 
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> _Proving:
+        return _Proving(self._channel.stream_stream(method, *args, **kwargs), method, self.token)
 
-class _UnaryUnary(_Proof, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return await continuation(self.details(details), request)
+    async def __aenter__(self) -> ProvingChannel:
+        return self
 
-
-class _StreamStream(_Proof, grpc.aio.StreamStreamClientInterceptor):
-    async def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
-        return await continuation(self.details(details), request_iterator)
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._channel.close()
 
 
-def _proof_interceptors(token: str) -> list[grpc.aio.ClientInterceptor]:
-    """Raw test channels prove the token through interceptors (gRPC sorts them by call shape)."""
-    return [_UnaryUnary(token), _StreamStream(token)]
+class _Proving:
+    """A multi-callable that adds the proof for its method to every call."""
+
+    def __init__(self, callable_: Any, method: str, token: str) -> None:
+        self._callable = callable_
+        self._method = method
+        self._token = token
+
+    def __call__(self, *args: Any, metadata: Any = None, **kwargs: Any) -> Any:
+        proof = (AUTH_METADATA, caller_proof(self._token, self._method))
+        return self._callable(*args, metadata=[*(metadata or []), proof], **kwargs)

@@ -43,3 +43,16 @@ def as_loaded(model: nn.Module, args: dict, name: str, eos: frozenset[int] = fro
         precision="float32",
         eos_token_ids=eos,
     )
+
+
+def disagreeing_pair() -> tuple[LoadedModel, LoadedModel]:
+    """A tiny target and a tiny draft that often disagree.
+
+    After the prompt [2, 5, 1] the draft's next-token distribution differs
+    from the target's by 0.68 in total variation at T = 1, and greedy drafts
+    are rejected after every number of accepted tokens, so every rejection
+    path of the engine and of pre-speculation is taken within a few runs.
+    """
+    target, args = tiny_llama(0)
+    draft, _ = tiny_llama(3)
+    return as_loaded(target, args, "tiny-target"), as_loaded(draft, args, "tiny-draft")

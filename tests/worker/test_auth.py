@@ -1,4 +1,7 @@
-"""The shared token: refused without it everywhere, created on first start, found by coordinators."""
+"""The shared token: refused without it everywhere, created on first start, found by coordinators.
+
+Workers and targets serve the tiny model: authentication is the point.
+"""
 
 from __future__ import annotations
 
@@ -40,8 +43,8 @@ def proofs(method: str) -> dict[str, list[tuple[str, str]] | None]:
     }
 
 
-async def test_every_method_refuses_calls_without_the_token(worker: WorkerProcess) -> None:
-    async with grpc.aio.insecure_channel(worker.address) as channel:
+async def test_every_method_refuses_calls_without_the_token(tiny_worker: WorkerProcess) -> None:
+    async with grpc.aio.insecure_channel(tiny_worker.address) as channel:
         for method, payload in UNARY.items():
             for case, metadata in proofs(method).items():
                 with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -83,8 +86,8 @@ def _echo(port: int, proof: str | None) -> bytes:
         return data
 
 
-def test_echo_port_refuses_everyone_without_the_token(worker: WorkerProcess) -> None:
-    port = worker.ready["echo_port"]
+def test_echo_port_refuses_everyone_without_the_token(tiny_worker: WorkerProcess) -> None:
+    port = tiny_worker.ready["echo_port"]
     assert echo_round_trip(port, None) == b""
     assert echo_round_trip(port, caller_proof(WRONG, "/specwire.echo")) == b""
     assert (
@@ -98,7 +101,7 @@ def test_token_is_created_on_first_start_and_found_by_a_coordinator(tmp_path: Pa
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        with running_worker("--name", unique_name("fresh")) as w:
+        with running_worker("--model", "tiny", "--name", unique_name("fresh")) as w:
             token_file = tmp_path / "specwire" / "token"
             assert token_file.exists() and stat.S_IMODE(token_file.stat().st_mode) == 0o600
             assert "created the shared token in" in w.process.stderr.readline()
@@ -109,7 +112,7 @@ def test_token_is_created_on_first_start_and_found_by_a_coordinator(tmp_path: Pa
                 "--prompt",
                 "Hi",
                 "--target",
-                "default",
+                "tiny",
                 "--max-tokens",
                 "3",
                 "--draft",
@@ -127,7 +130,7 @@ def test_token_is_created_on_first_start_and_found_by_a_coordinator(tmp_path: Pa
                 del os.environ[k]
 
 
-def test_coordinator_without_the_token_gets_a_clear_error(worker: WorkerProcess, tmp_path: Path) -> None:
+def test_coordinator_without_the_token_gets_a_clear_error(tiny_worker: WorkerProcess, tmp_path: Path) -> None:
     wrong = tmp_path / "wrong-token"
     wrong.write_text(WRONG)
     out = run_cli(
@@ -136,11 +139,11 @@ def test_coordinator_without_the_token_gets_a_clear_error(worker: WorkerProcess,
         "--prompt",
         "Hi",
         "--target",
-        "default",
+        "tiny",
         "--draft",
         "remote",
         "--worker",
-        worker.address,
+        tiny_worker.address,
         "--token-file",
         str(wrong),
     )
@@ -187,7 +190,7 @@ async def test_spoofed_advertisements_are_not_used_and_the_coordinator_says_why(
                 "--prompt",
                 "Hi",
                 "--target",
-                "default",
+                "tiny",
                 "--draft",
                 "remote",
                 "--worker",
@@ -207,7 +210,7 @@ async def test_spoofed_advertisements_are_not_used_and_the_coordinator_says_why(
 
 def test_a_worker_that_cannot_prove_the_token_is_not_used(tmp_path: Path) -> None:
     # A worker without authentication answers Hello, but cannot show the token.
-    with running_worker("--name", unique_name("open"), "--insecure") as w:
+    with running_worker("--model", "tiny", "--name", unique_name("open"), "--insecure") as w:
         assert "warning: --insecure" in w.process.stderr.readline()
         out = run_cli(
             "coordinator",
@@ -215,7 +218,7 @@ def test_a_worker_that_cannot_prove_the_token_is_not_used(tmp_path: Path) -> Non
             "--prompt",
             "Hi",
             "--target",
-            "default",
+            "tiny",
             "--draft",
             "remote",
             "--worker",
@@ -226,14 +229,14 @@ def test_a_worker_that_cannot_prove_the_token_is_not_used(tmp_path: Path) -> Non
     # A worker holding another token refuses the coordinator's proof.
     other = tmp_path / "other-token"
     other.write_text("another-token-" + "x" * 20)
-    with running_worker("--name", unique_name("other"), "--token-file", str(other)) as w:
+    with running_worker("--model", "tiny", "--name", unique_name("other"), "--token-file", str(other)) as w:
         out = run_cli(
             "coordinator",
             "generate",
             "--prompt",
             "Hi",
             "--target",
-            "default",
+            "tiny",
             "--draft",
             "remote",
             "--worker",

@@ -1,4 +1,4 @@
-"""The per-op tensor executor refuses bad operations precisely and keeps serving."""
+"""The per-op tensor executor refuses bad operations precisely and keeps serving (tiny model)."""
 
 from __future__ import annotations
 
@@ -56,10 +56,10 @@ def set_tokens(handle: int, ids: list[int]) -> pb.Op:
 
 
 async def test_unknown_op_bad_handle_and_foreign_handle(
-    worker: WorkerProcess, default_q4: LoadedModel
+    tiny_worker: WorkerProcess, tiny: LoadedModel
 ) -> None:
-    fp = default_q4.fingerprint
-    async with worker_channel(worker.address) as channel:
+    fp = tiny.fingerprint
+    async with worker_channel(tiny_worker.address) as channel:
         a, b = Session(channel), Session(channel)
         tag_a = (await a.open(fp)).session_tag
         opened_b = await b.open(fp)
@@ -91,10 +91,10 @@ async def test_unknown_op_bad_handle_and_foreign_handle(
         assert (await Session(channel).open(fp)).session_tag > 0
 
 
-async def test_module_of_wrong_kind_and_bad_arity(worker: WorkerProcess, default_q4: LoadedModel) -> None:
-    async with worker_channel(worker.address) as channel:
+async def test_module_of_wrong_kind_and_bad_arity(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
+    async with worker_channel(tiny_worker.address) as channel:
         s = Session(channel)
-        opened = await s.open(default_q4.fingerprint)
+        opened = await s.open(tiny.fingerprint)
         modules = {m.name: m.handle for m in opened.modules}
         tag = opened.session_tag
         await s.run(1, set_tokens(tag << 32 | 1, [5]))
@@ -103,7 +103,7 @@ async def test_module_of_wrong_kind_and_bad_arity(worker: WorkerProcess, default
         )
         assert "is not a linear layer of this model" in (err.details() or "")
         s2 = Session(channel)
-        await s2.open(default_q4.fingerprint)
+        await s2.open(tiny.fingerprint)
         err = await s2.refused(1, pb.Op(code=pb.KV_TRIM))
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "takes 0 outputs, 0 inputs and 1 args" in (
             err.details() or ""
@@ -111,7 +111,7 @@ async def test_module_of_wrong_kind_and_bad_arity(worker: WorkerProcess, default
 
 
 def test_backend_can_be_switched_off() -> None:
-    with running_worker("--name", unique_name("stream-only"), "--backends", "stream") as w:
+    with running_worker("--model", "tiny", "--name", unique_name("stream-only"), "--backends", "stream") as w:
         assert w.ready["backends"] == ["stream"]
         out = run_cli(
             "coordinator",
@@ -119,7 +119,7 @@ def test_backend_can_be_switched_off() -> None:
             "--prompt",
             "hi",
             "--target",
-            "default",
+            "tiny",
             "--draft",
             "remote",
             "--worker",

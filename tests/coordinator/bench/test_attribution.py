@@ -1,12 +1,22 @@
 """Attribution of drafting time: the arithmetic, and its validity under a known added delay.
 
-The validity test benches the stream backend through the project's delay
-relay three times at no added delay and three times at 2 ms each way,
-interleaved. The network share per call must rise by the added round trip
-(4 ms) within ±15%, while the protocol and compute shares stay within ±15%.
-On this shared two-core machine the coordinator's and the worker's compute
-contend for the cores when no delay separates them, so both shares are
-slightly lower with the delay; the tolerances hold with margin.
+The validity test benches the stream backend of a tiny-model worker through
+the project's delay relay, REPEATS times at no added delay and REPEATS times
+at 2 ms each way, interleaved, k = 1, so each run makes about 50 calls of
+roughly 2 ms compute and 1-2 ms protocol (the tiny model leaves the
+protocol share visible instead of burying it under 140 ms of compute). The
+network share per call must rise by the added round trip (4 ms), and the
+protocol and compute shares must not move, each within
+max(15%, the measured noise of that share).
+
+The noise figures (NOISE_MS) were measured on the 2-core development
+machine with one core kept busy by another process (``python -c 'while
+True: pass'``): ``python -m tests.coordinator.bench.test_attribution 12``
+runs this test's measurement 12 times and prints, per share, the largest
+difference between the two delays that a correct attribution showed. Each
+figure here is that maximum, rounded up. They stay far below the 4 ms the
+test injects: booking the delay to the protocol share, or dropping it from
+the network share, fails the test by several times its tolerance.
 """
 
 from __future__ import annotations
@@ -30,6 +40,10 @@ from tests.support.relay import delay_relay, free_port
 from tests.support.workers import running_worker, unique_name
 
 ADDED_DELAY_MS = 2.0
+REPEATS = 4  # bench runs per delay
+MAX_TOKENS = 48
+RELATIVE = 0.15
+NOISE_MS = {"network": 0.25, "protocol": 0.35, "compute": 0.25}
 
 
 def summary(size: int, p50_us: float) -> RttSummary:
@@ -147,9 +161,9 @@ def run_bench_through_relay(
             "--draft",
             "none",
             "--target",
-            "default",
+            "tiny",
             "--max-tokens",
-            "40",
+            str(MAX_TOKENS),
             "--k",
             "1",
             "--prompts",
@@ -157,31 +171,54 @@ def run_bench_through_relay(
             "--no-chat",
             "--json",
             str(out),
-            timeout=900,
+            timeout=300,
         )
     assert result.returncode == 0, result.stderr
     return json.loads(out.read_text())
 
 
-def test_added_delay_lands_in_the_network_share_only(tmp_path: Path) -> None:
+def measure(tmp_path: Path, repeats: int = REPEATS) -> tuple[dict[str, float], dict[str, float]]:
+    """Typical shares per call (ms) with no added delay and with ADDED_DELAY_MS each way."""
     grpc_port, echo_port, relay_grpc, relay_echo = (free_port() for _ in range(4))
-    worker_args = [
-        "--name",
-        unique_name("relayed"),
-        "--port",
-        str(grpc_port),
-        "--echo-port",
-        str(echo_port),
-        "--advertise-echo-port",
-        str(relay_echo),
-        "--no-advertise",
-    ]
+    worker_args = ["--model", "tiny", "--name", unique_name("relayed"), "--port", str(grpc_port)]
+    worker_args += ["--echo-port", str(echo_port), "--advertise-echo-port", str(relay_echo), "--no-advertise"]
     pooled: dict[float, list[CallShares]] = {0.0: [], ADDED_DELAY_MS: []}
     with running_worker(*worker_args), vcpus_kept_awake():
-        for delay in (0.0, ADDED_DELAY_MS) * 3:  # interleaved against drift
+        for delay in (0.0, ADDED_DELAY_MS) * repeats:  # interleaved against drift
             bench = run_bench_through_relay(tmp_path, delay, grpc_port, relay_grpc, (echo_port, relay_echo))
             pooled[delay] += call_shares(bench)
-    base, slow = typical(pooled[0.0]), typical(pooled[ADDED_DELAY_MS])
-    assert slow["network"] - base["network"] == pytest.approx(2 * ADDED_DELAY_MS, rel=0.15)
-    assert slow["protocol"] == pytest.approx(base["protocol"], rel=0.15)
-    assert slow["compute"] == pytest.approx(base["compute"], rel=0.15)
+    return typical(pooled[0.0]), typical(pooled[ADDED_DELAY_MS])
+
+
+def within(measured: float, expected: float, share: str) -> bool:
+    """``measured`` equals ``expected`` within max(RELATIVE, the share's measured noise)."""
+    return abs(measured - expected) <= max(RELATIVE * abs(expected), NOISE_MS[share])
+
+
+def test_added_delay_lands_in_the_network_share_only(tmp_path: Path) -> None:
+    base, slow = measure(tmp_path)
+    shares = f"no delay {base}, +{ADDED_DELAY_MS} ms each way {slow}"
+    assert within(slow["network"] - base["network"], 2 * ADDED_DELAY_MS, "network"), shares
+    assert within(slow["protocol"], base["protocol"], "protocol"), shares
+    assert within(slow["compute"], base["compute"], "compute"), shares
+
+
+if __name__ == "__main__":
+    # The noise of each share: the largest change between the two delays over N measurements.
+    import tempfile
+
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    os.environ.setdefault("SPECWIRE_TOKEN", "noise-measurement-token-0123456789")
+    os.environ["SPECWIRE_MDNS_INTERFACES"] = "127.0.0.1"
+    worst = {"network": 0.0, "protocol": 0.0, "compute": 0.0}
+    for i in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            base, slow = measure(Path(tmp))
+        diff = {
+            "network": slow["network"] - base["network"] - 2 * ADDED_DELAY_MS,
+            "protocol": slow["protocol"] - base["protocol"],
+            "compute": slow["compute"] - base["compute"],
+        }
+        worst = {k: max(worst[k], abs(v)) for k, v in diff.items()}
+        print(f"{i + 1}/{runs}: base {base} slow {slow} diff {diff}", flush=True)
+    print("largest |difference| (ms):", worst)

@@ -1,0 +1,78 @@
+"""``tiny``: a model for measuring protocol and orchestration cost, whose text is meaningless.
+
+On the machines this project is for, a draft forward pass takes about 10 ms
+and a verification 20–30 ms, so a millisecond of protocol per round decides
+the result. The default 135M model takes about 140 ms a pass on a CPU, which
+hides any protocol cost. ``tiny`` makes compute small enough that it cannot.
+
+It is a llama-architecture model (mlx-lm's ``llama.Model``) of two blocks and
+width 8, with random weights drawn from a fixed seed by NumPy's PCG64
+generator, so every process on every machine builds the same weights: a
+coordinator's ``--target tiny`` and a worker's ``--model tiny`` agree
+exactly, and acceptance at T = 0 is 100%. Its tokenizer and vocabulary are
+the default model's (read from the bundled GGUF file's metadata, no weights),
+so token ids, chat templates and the vocabulary fingerprint are real.
+
+Why this shape rather than a slice of the real model: the cost of a pass on
+MLX's CPU backend is set by the output layer over the 49,152-token
+vocabulary and by per-operation dispatch, not by depth. The real model's
+width of 576 makes its output layer alone about 12 ms here; width 8 brings a
+whole pass to about 1.5 ms, within a few tenths of a millisecond of a single
+block of width 8 (see the README's fast-regime section).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+from mlx_lm.models import llama
+
+TINY_MODEL = "tiny"
+SEED = 20260323  # the paper's month; any fixed value gives every process the same weights
+ARGS: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 8,
+    "num_hidden_layers": 2,
+    "intermediate_size": 16,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 4,
+    "rms_norm_eps": 1e-5,
+    "vocab_size": 49152,
+    "rope_theta": 100000.0,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+}
+
+
+def build_tiny(vocab_size: int) -> tuple[nn.Module, dict[str, Any]]:
+    """The ``tiny`` model for a vocabulary of ``vocab_size`` tokens, and its args.
+
+    Weights: the embedding and the (untied) output layer N(0, 1), so the
+    logits spread widely (the top two of a row lie far apart, and batched and
+    single-token passes pick the same argmax); other linear layers
+    N(0, 1/fan_in); norms one. Tied embeddings would make every token its
+    own most likely successor, and greedy text one token repeated.
+    """
+    args = {**ARGS, "vocab_size": vocab_size}
+    model = llama.Model(llama.ModelArgs.from_dict(args))
+    rng = np.random.default_rng(SEED)
+    params: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    weights = []
+    for name, value in params:
+        shape = tuple(value.shape)
+        if name.endswith("norm.weight"):
+            array = np.ones(shape, np.float32)
+        elif "embed_tokens" in name or "lm_head" in name:
+            array = rng.standard_normal(shape, np.float32)
+        else:
+            array = rng.standard_normal(shape, np.float32) / np.float32(np.sqrt(shape[-1]))
+        weights.append((name, mx.array(array)))
+    model.update(tree_unflatten(weights))
+    mx.eval(model.parameters())
+    return model, args
