@@ -86,13 +86,15 @@ def ours() -> set[str]:
 
 @contextmanager
 def worker_on_lan(state: Path, host: str = WORKER) -> Iterator[dict]:
-    """A worker serving the default model on a worker host, through the test bed's exec."""
+    """A worker serving the tiny model on a worker host, through the test bed's exec (reaching it is the point)."""
     env = {**os.environ, "SPECWIRE_TESTBED_STATE": str(state)}
     serve = [
         sys.executable,
         "-m",
         "worker.cli",
         "serve",
+        "--model",
+        "tiny",
         "--name",
         host,
         "--label",
@@ -154,7 +156,7 @@ def test_worker_is_discovered_across_the_bridge_and_generation_is_lossless(state
         assert workers[WORKER]["address"] == ready["advertised"] and workers[WORKER]["fingerprint_match"]
         # Both hosts share the machine's hostname: each worker must still resolve to its own address.
         assert workers[OTHER]["address"] == other["advertised"] != ready["advertised"]
-        args = ["--target", "default", "--max-tokens", "6", "--json", "--prompt", "The sky is blue because"]
+        args = ["--target", "tiny", "--max-tokens", "16", "--json", "--prompt", "The sky is blue because"]
         remote = on_coordinator(
             state, "-m", "coordinator.cli", "generate", "--draft", "remote", "--worker", WORKER, *args
         )
