@@ -32,7 +32,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=30
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

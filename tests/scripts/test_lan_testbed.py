@@ -86,7 +86,7 @@ def ours() -> set[str]:
 
 @contextmanager
 def worker_on_lan(state: Path, host: str = WORKER) -> Iterator[dict]:
-    """A worker serving the tiny model on a worker host, through the test bed's exec (reaching it is the point)."""
+    """A worker serving the tiny model on a worker host, through the test bed's exec."""
     env = {**os.environ, "SPECWIRE_TESTBED_STATE": str(state)}
     serve = [
         sys.executable,

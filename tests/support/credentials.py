@@ -41,6 +41,12 @@ class ProvingChannel:
     def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> _Proving:
         return _Proving(self._channel.stream_stream(method, *args, **kwargs), method, self.token)
 
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> _Proving:
+        return _Proving(self._channel.unary_stream(method, *args, **kwargs), method, self.token)
+
+    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> _Proving:
+        return _Proving(self._channel.stream_unary(method, *args, **kwargs), method, self.token)
+
     async def __aenter__(self) -> ProvingChannel:
         return self
 
