@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from coordinator.netprobe import NetworkFloor
+from coordinator.workers.netprobe import NetworkFloor
 from specwire.timing import CallRecord
 
 EXCLUDED_KINDS = ("open",)

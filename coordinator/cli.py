@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator import discover, generate
-from coordinator.bench import command as bench
+from coordinator.commands import bench, discover, generate
 from specwire.command_line import command_main, exit_process
 
 COMMANDS = (bench, generate, discover)

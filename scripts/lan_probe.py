@@ -21,10 +21,11 @@ from pathlib import Path
 
 import anyio
 
-from coordinator.credentials import Credentials, add_credential_arguments
-from coordinator.discovery import browse
-from coordinator.netprobe import DEFAULT_SIZES, ProbeReport, probe_grpc, probe_tcp, probe_throughput
-from coordinator.workers import connect
+from coordinator.commands.options import add_credential_arguments
+from coordinator.workers.connection import connect
+from coordinator.workers.credentials import Credentials
+from coordinator.workers.discovery import browse
+from coordinator.workers.netprobe import DEFAULT_SIZES, ProbeReport, probe_grpc, probe_tcp, probe_throughput
 from specwire.bonjour import mdns_interfaces
 from specwire.command_line import exit_process
 from specwire.errors import NoWorkerError, SpecwireError

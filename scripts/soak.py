@@ -35,11 +35,10 @@ PROMPTS = [
 
 async def client(address: str, seconds: float, index: int, max_tokens: int) -> dict:
     """One coordinator: AR references first, then generations through the worker until time is up."""
-    from coordinator.credentials import Credentials
-    from coordinator.drafting.stream import StreamDraftSource
-    from coordinator.engine import SpeculativeDecoder
+    from coordinator.decoding.engine import SpeculativeDecoder
+    from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
     from coordinator.runtime import coordinator_runtime
-    from coordinator.workers import connect
+    from coordinator.workers.credentials import Credentials
     from specwire.models import load_model
     from specwire.sampling import SamplingParams
 
@@ -55,8 +54,9 @@ async def client(address: str, seconds: float, index: int, max_tokens: int) -> d
             ).tokens
             for p in prompts
         ]
-        connection = await connect(address, Credentials.from_args(argparse.Namespace()))
-        source = StreamDraftSource(runtime.portal, connection, target.fingerprint)
+        access = WorkerAccess(Credentials.from_args(argparse.Namespace()))
+        sources = DraftSources(runtime, target, access)
+        source = await sources.open(DraftSpec("remote", workers=(address,), on_loss="fail"))
         decoder = SpeculativeDecoder(target, source)
         done = exact = tokens = 0
         deadline = time.monotonic() + seconds
@@ -70,13 +70,13 @@ async def client(address: str, seconds: float, index: int, max_tokens: int) -> d
             tokens += len(result.tokens)
             if done == 1:
                 print(json.dumps({"event": "warm", "client": index}), flush=True)
-        await connection.close()
+        await sources.aclose()
     return {"event": "done", "client": index, "generations": done, "lossless": exact, "tokens": tokens}
 
 
 async def worker_hello(address: str) -> dict:
-    from coordinator.credentials import Credentials
-    from coordinator.workers import connect
+    from coordinator.workers.connection import connect
+    from coordinator.workers.credentials import Credentials
 
     connection = await connect(address, Credentials.from_args(argparse.Namespace()))
     try:

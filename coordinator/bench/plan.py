@@ -4,31 +4,21 @@ Rows: AR with the target only, local SD with the local draft model, then for
 every chosen worker one row per backend (and per granularity of the per-op
 backend; ``stream+prespec`` is the stream backend with pre-speculation).
 Each worker's link is probed first (raw TCP echo), so attribution has this
-path's network floor.
+path's network floor. ``row_draft`` says what each row drafts with; the
+draft-source factory (``coordinator.drafting.factory``) opens it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from coordinator.credentials import Credentials
-from coordinator.drafting.base import DraftSource
-from coordinator.drafting.failover import FailoverDraftSource
-from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
-from coordinator.drafting.local import LocalDraftSource
-from coordinator.drafting.multi import MultiWorkerDraftSource
-from coordinator.drafting.stream import StreamDraftSource
-from coordinator.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
-from coordinator.runtime import Runtime
-from coordinator.sources import WorkerPool, remote_source
-from coordinator.workers import WorkerConnection, connect
+from coordinator.drafting.factory import DraftSources, DraftSpec
+from coordinator.workers.connection import WorkerConnection
+from coordinator.workers.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
 from specwire.errors import BackendUnavailableError, NoWorkerError
-from specwire.models import LoadedModel
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 from specwire.v1 import draft_pb2 as pb
-from specwire.vocab import ensure_same_vocabulary
 
 PROBE_COUNT = 60
 BACKEND_PRESPEC = f"{BACKEND_STREAM}+prespec"  # bench row kinds, not backends a worker offers
@@ -115,85 +105,50 @@ def plan_rows(
 
 
 async def connect_workers(
-    addresses: list[str],
-    target: LoadedModel,
-    backends: list[str],
-    stack: AsyncExitStack,
-    credentials: Credentials,
+    addresses: list[str], backends: list[str], sources: DraftSources
 ) -> list[RemoteWorker]:
     """Connect, check compatibility and backends, and probe each worker's link."""
     workers = []
+    wire = sorted({wire_backend(b) for b in backends})
     for address in addresses:
-        connection = await connect(address, credentials)
-        stack.push_async_callback(connection.close)
-        hello = connection.hello
-        ensure_same_vocabulary(
-            target.fingerprint, hello.model.fingerprint, target.spec, f"worker {connection.name}"
-        )
-        missing = [b for b in {wire_backend(b) for b in backends} if b not in hello.backends]
+        connection = await sources.connection(address, wire[0])
+        missing = [b for b in wire if b not in connection.hello.backends]
         if missing:
             raise BackendUnavailableError(f"worker {connection.name} does not offer {', '.join(missing)}")
-        if not hello.echo_port:
+        if not connection.hello.echo_port:
             raise NoWorkerError(f"worker {connection.name} serves no echo port, so its link cannot be probed")
         host = address.rsplit(":", 1)[0]
+        token = sources.access.credentials.token
         probe = await probe_tcp(
-            host, hello.echo_port, DEFAULT_SIZES, PROBE_COUNT, PROBE_BUDGET_S, credentials.token
+            host, connection.hello.echo_port, DEFAULT_SIZES, PROBE_COUNT, PROBE_BUDGET_S, token
         )
         workers.append(RemoteWorker(connection, probe))
     return workers
 
 
-def make_source(
-    row: RowSpec,
-    runtime: Runtime,
-    workers: dict[str, RemoteWorker],
-    target: LoadedModel,
-    draft: LoadedModel | None,
-    on_loss: tuple[str, Callable[[RowSpec], WorkerPool]] | None = None,
-) -> DraftSource | None:
-    """The draft source of a row (None for AR); remote rows survive worker loss under ``on_loss``."""
+def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec, local: str) -> DraftSpec:
+    """What a row drafts with. ``remote`` holds the bench-wide remote settings (pre-speculation
+    overrides, worker-loss policy); ``local`` is the local draft model's spec."""
     if row.kind == "ar":
-        return None
+        return DraftSpec("none")
     if row.kind == "local":
-        assert draft is not None
-        return LocalDraftSource(draft)
-    if row.multi:
-        if on_loss is None:
-            return multi_source(row, runtime, workers, target, pb.PreSpeculation(enabled=True))
-        policy, pool_for = on_loss
-        pool = pool_for(row)
-        multi = multi_source(
-            row, runtime, workers, target, pool.settings.prespec or pb.PreSpeculation(enabled=True)
-        )
-        local = (lambda: LocalDraftSource(draft)) if draft is not None else None
-        return FailoverDraftSource(multi, policy, pool.next_source, local)
-    connection = workers[row.worker].connection
-    if on_loss is None:
-        if row.backend == BACKEND_PER_OP:
-            return PerOpDraftSource(runtime.portal, connection, target.fingerprint, row.granularity)
-        prespec = pb.PreSpeculation(enabled=True, min_drafts=row.min_drafts) if row.prespec else None
-        return StreamDraftSource(runtime.portal, connection, target.fingerprint, prespec=prespec)
-    policy, pool_for = on_loss
-    pool = pool_for(row)
-    source = remote_source(runtime, connection, target, pool.settings)
-    local = (lambda: LocalDraftSource(draft)) if draft is not None else None
-    return FailoverDraftSource(source, policy, pool.next_source, local)
-
-
-def multi_source(
-    row: RowSpec,
-    runtime: Runtime,
-    workers: dict[str, RemoteWorker],
-    target: LoadedModel,
-    prespec: pb.PreSpeculation,
-) -> MultiWorkerDraftSource:
-    """Every bench worker drafting for one row, pre-speculating (sharded in ``split`` mode)."""
-    chosen = list(workers.values())
-    shards = len(chosen) if row.multi == "split" else 1
-    sources = []
-    for i, w in enumerate(chosen):
-        own = pb.PreSpeculation()
-        own.CopyFrom(prespec)
-        own.shard, own.shards = i % shards, shards
-        sources.append(StreamDraftSource(runtime.portal, w.connection, target.fingerprint, prespec=own))
-    return MultiWorkerDraftSource(runtime.portal, sources, row.multi)
+        return DraftSpec("local", local=local)
+    prespec = None
+    if row.prespec:
+        prespec = pb.PreSpeculation()
+        prespec.CopyFrom(remote.prespec or pb.PreSpeculation(enabled=True))
+        prespec.min_drafts = row.min_drafts or prespec.min_drafts
+    chosen = (
+        [w.connection.address for w in workers.values()]
+        if row.multi
+        else [workers[row.worker].connection.address]
+    )
+    return replace(
+        remote,
+        kind="remote",
+        workers=tuple(chosen),
+        backend=row.backend,
+        granularity=row.granularity or "op",
+        prespec=prespec,
+        multi=row.multi,
+    )

@@ -12,23 +12,21 @@ match is marked unverified, and so is its row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from coordinator.bench.plan import RemoteWorker, RowSpec, make_source
+from coordinator.bench.plan import RowSpec
 from coordinator.bench.progress import Progress
+from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
+from coordinator.decoding.fallback import FallbackSettings
 from coordinator.drafting.base import DraftSource
+from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.multi import MultiWorkerDraftSource
 from coordinator.drafting.stream import StreamDraftSource
-from coordinator.engine import GenerationResult, SpeculativeDecoder
-from coordinator.fallback import FallbackSettings
 from coordinator.prompts import Prompt
 from coordinator.runtime import Runtime
-from coordinator.sources import WorkerPool
-from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 
 
@@ -55,7 +53,6 @@ class Settings:
     max_tokens: int
     params: SamplingParams
     fallback: FallbackSettings | None = None
-    on_loss: tuple[str, Callable[[RowSpec], WorkerPool]] | None = None
     adaptive_k: bool = False
 
 
@@ -142,21 +139,21 @@ def verify(
 async def run_bench(
     runtime: Runtime,
     rows: list[RowSpec],
+    drafts: list[DraftSpec],
     prompts: list[tuple[Prompt, list[int]]],
     repeats: int,
     settings: Settings,
-    target: LoadedModel,
-    draft: LoadedModel | None,
-    workers: dict[str, RemoteWorker],
+    sources: DraftSources,
 ) -> list[Run]:
-    """Run every row on every prompt, ``repeats`` times, interleaved."""
+    """Run every row (drafting with ``drafts[row]``) on every prompt, ``repeats`` times, interleaved."""
+    target = sources.target
     runs: list[Run] = []
     with Progress(repeats * len(prompts) * len(rows)) as progress:
         for repeat in range(repeats):
             for p, (prompt, ids) in enumerate(prompts):
                 for r, row in enumerate(rows):
                     progress.step(f"{row.label} · {prompt.category} #{p + 1} · repeat {repeat + 1}")
-                    source = make_source(row, runtime, workers, target, draft, settings.on_loss)
+                    source = await sources.open(drafts[r])
                     decoder = SpeculativeDecoder(target, source, settings.fallback, settings.adaptive_k)
                     k = settings.k if source is not None else 0
                     result = await runtime.compute.run(

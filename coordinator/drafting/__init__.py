@@ -1,6 +1,9 @@
-"""Draft sources: where the engine gets its drafts.
+"""Draft sources: where the engine gets its drafts, and the one place they are built.
 
 ``base`` defines the interface the engine speaks; ``local`` drafts on this
-machine. Remote sources (a worker over the stream protocol, or the per-op
-baseline) implement the same interface.
+machine; ``stream`` on a worker over the stream protocol, ``ggml_rpc`` over
+the per-op baseline; ``multi`` on several workers at once; ``failover``
+survives the loss of a worker. ``factory`` turns a description of what to
+draft with (``DraftSpec``) into a source: every command builds its sources
+there.
 """

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from anyio.from_thread import BlockingPortal
 
 from coordinator.drafting.base import Outcome
-from coordinator.stream_call import StreamCall
-from coordinator.workers import WorkerConnection
+from coordinator.workers.connection import WorkerConnection
+from coordinator.workers.stream_call import StreamCall
 from specwire.drafter import DraftBlock
 from specwire.errors import InvalidArgumentError, RemoteWorkerError
 from specwire.protocol import (

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from coordinator.credentials import Credentials
+from coordinator.workers.credentials import Credentials
 from specwire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.engine import SpeculativeDecoder
+from coordinator.decoding.engine import SpeculativeDecoder
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.stream import StreamDraftSource
-from coordinator.engine import GenerationResult, SpeculativeDecoder
 from coordinator.runtime import coordinator_runtime
-from coordinator.workers import connect
+from coordinator.workers.connection import connect
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb

@@ -10,8 +10,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
-from coordinator.engine import SpeculativeDecoder
 from specwire.models import LoadedModel
 from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
 from specwire.sampling import SamplingParams

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from coordinator.stream_call import StreamCall
-from coordinator.workers import WorkerConnection
+from coordinator.workers.connection import WorkerConnection
+from coordinator.workers.stream_call import StreamCall
 from specwire.errors import RemoteWorkerError
 from specwire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION, timing_from_pb
 from specwire.timing import CallRecord

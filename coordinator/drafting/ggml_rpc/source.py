@@ -10,7 +10,7 @@ from coordinator.drafting.base import Outcome
 from coordinator.drafting.ggml_rpc.client import CALL_TIMEOUT_S, TensorClient
 from coordinator.drafting.ggml_rpc.graph import ForwardGraph, LlamaShape
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES, RemoteDraftModel
-from coordinator.workers import WorkerConnection
+from coordinator.workers.connection import WorkerConnection
 from specwire.drafter import DraftBlock, Drafter
 from specwire.errors import InvalidArgumentError
 from specwire.sampling import SamplingParams

@@ -8,11 +8,11 @@ import signal
 import grpc
 import pytest
 
-from coordinator.discovery import WorkerDirectory
 from coordinator.drafting.base import Outcome
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
-from coordinator.workers import connect
+from coordinator.workers.connection import connect
+from coordinator.workers.discovery import WorkerDirectory
 from specwire.errors import RemoteWorkerError
 from specwire.models import LoadedModel
 from specwire.protocol import DRAFT_METHOD

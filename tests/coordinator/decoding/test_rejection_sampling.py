@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-import coordinator.acceptance as acceptance
+import coordinator.decoding.acceptance as acceptance
+from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
-from coordinator.engine import SpeculativeDecoder
 from specwire.models import LoadedModel
 from specwire.sampling import (
     SamplingParams,

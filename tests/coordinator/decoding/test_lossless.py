@@ -20,8 +20,8 @@ import warnings
 import mlx.core as mx
 import pytest
 
+from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
-from coordinator.engine import SpeculativeDecoder
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens

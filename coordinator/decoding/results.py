@@ -44,7 +44,7 @@ class GenerationResult:
     end_ns: int
     token_ns: list[int] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
-    transitions: list[Any] = field(default_factory=list)  # coordinator.fallback.Transition
+    transitions: list[Any] = field(default_factory=list)  # coordinator.decoding.fallback.Transition
 
     @property
     def ttft_s(self) -> float:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.decoding.fallback import FallbackSettings, GradedFallback
+from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.local import LocalDraftSource
-from coordinator.engine import SpeculativeDecoder
-from coordinator.fallback import FallbackSettings, GradedFallback
-from coordinator.results import RoundRecord
 from specwire.drafter import DraftBlock
 from specwire.sampling import SamplingParams
 from tests.support.prompts import ar_tokens

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 
@@ -26,19 +25,6 @@ CHANNEL_OPTIONS = [
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
 ]
-
-
-def add_credential_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags for the shared token and TLS."""
-    p.add_argument(
-        "--token-file",
-        type=Path,
-        help="file holding the shared token (else $SPECWIRE_TOKEN, else the config dir)",
-    )
-    p.add_argument(
-        "--insecure", action="store_true", help="send no token proof and accept workers that ask for none"
-    )
-    p.add_argument("--tls-ca", type=Path, help="PEM CA certificate: reach workers over TLS and verify them")
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from coordinator.adaptive_k import AdaptiveK
+from coordinator.decoding.adaptive_k import AdaptiveK
+from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.local import LocalDraftSource
-from coordinator.engine import SpeculativeDecoder
-from coordinator.results import RoundRecord
 from specwire.drafter import DraftBlock
 from specwire.sampling import SamplingParams
 from tests.support.prompts import ar_tokens

@@ -26,10 +26,9 @@ k never affects the output, only the speed, so the policy is free to explore.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 
-from coordinator.results import RoundRecord
+from coordinator.decoding.results import RoundRecord
 
 PRIOR_ACCEPTED = 4.0
 PRIOR_REJECTIONS = 1.0
@@ -101,15 +100,6 @@ class AdaptiveK:
         if speculation != "hit" and r.draft.compute_ns > 0:
             self.draft_token_s = _mix(self.draft_token_s, r.draft.compute_ns / 1e9 / r.drafted)
         self.overhead_s = _mix(self.overhead_s, max(0.0, (r.draft_ns - r.draft.compute_ns) / 1e9))
-
-
-def add_adaptive_k_argument(p: argparse.ArgumentParser) -> None:
-    """The --adaptive-k flag (then --k is the largest k tried)."""
-    p.add_argument(
-        "--adaptive-k",
-        action="store_true",
-        help="choose k each round from measured acceptance and timings (--k is then the maximum)",
-    )
 
 
 def _mix(old: float | None, new: float) -> float:

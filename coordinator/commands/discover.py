@@ -7,9 +7,10 @@ import json
 
 import anyio
 
-from coordinator.credentials import Credentials, add_credential_arguments
-from coordinator.discovery import browse
-from coordinator.workers import incompatibility
+from coordinator.commands.options import add_credential_arguments, add_interface_argument
+from coordinator.workers.credentials import Credentials
+from coordinator.workers.discovery import browse
+from coordinator.workers.selection import incompatibility
 from specwire.bonjour import WorkerAdvert, mdns_interfaces
 from specwire.models import vocabulary_fingerprint_of
 
@@ -20,10 +21,7 @@ HELP = "List draft workers on the LAN (Bonjour) and whether they can draft for t
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``coordinator discover``."""
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to listen for workers")
-    p.add_argument(
-        "--interface",
-        help="mDNS interfaces: 'all' or comma-separated IPv4 addresses (env SPECWIRE_MDNS_INTERFACES)",
-    )
+    add_interface_argument(p)
     p.add_argument(
         "--target", default="default", help="target model spec whose vocabulary workers must share"
     )

@@ -11,41 +11,42 @@ from __future__ import annotations
 
 import argparse
 import json
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from coordinator.adaptive_k import add_adaptive_k_argument
 from coordinator.bench.plan import (
     BACKEND_PRESPEC,
     BACKEND_PRESPEC_READY,
     RemoteWorker,
-    RowSpec,
     connect_workers,
     plan_rows,
+    row_draft,
 )
 from coordinator.bench.plot import write_plot
 from coordinator.bench.record import bench_record
 from coordinator.bench.report import render, report_sections
 from coordinator.bench.runner import Settings, run_bench
 from coordinator.bench.summary import RowSummary, summarize
-from coordinator.credentials import Credentials, add_credential_arguments
-from coordinator.drafting.ggml_rpc.model import GRANULARITIES
-from coordinator.drafting.multi import DEFAULT_MODE, MODES
-from coordinator.fallback import add_fallback_arguments, fallback_settings
-from coordinator.prompts import encode_prompt, load_prompts
-from coordinator.runtime import coordinator_runtime
-from coordinator.sources import (
-    RemoteSettings,
-    WorkerPool,
+from coordinator.commands.options import (
+    add_adaptive_k_argument,
+    add_credential_arguments,
+    add_fallback_arguments,
+    add_interface_argument,
     add_prespec_arguments,
     add_worker_loss_arguments,
+    fallback_settings,
     prespec_request,
+    worker_access,
 )
-from coordinator.workers import find_addresses, refresh_hello
-from specwire.bonjour import mdns_interfaces
+from coordinator.drafting.factory import DraftSources, DraftSpec
+from coordinator.drafting.ggml_rpc.model import GRANULARITIES
+from coordinator.drafting.multi import DEFAULT_MODE, MODES
+from coordinator.prompts import encode_prompt, load_prompts
+from coordinator.runtime import coordinator_runtime
+from coordinator.workers.connection import refresh_hello
+from coordinator.workers.selection import find_addresses
 from specwire.errors import BenchFailure, InvalidArgumentError
 from specwire.memory import peak_rss_bytes
 from specwire.models import load_model
@@ -72,10 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workers", default="all", help="worker names or HOST:PORT (comma-separated), or all discovered"
     )
-    p.add_argument(
-        "--interface",
-        help="mDNS interfaces: 'all' or comma-separated IPv4 addresses (env SPECWIRE_MDNS_INTERFACES)",
-    )
+    add_interface_argument(p)
     p.add_argument(
         "--discover-timeout", type=float, default=3.0, help="seconds to wait for workers on Bonjour"
     )
@@ -146,40 +144,36 @@ def run(args: argparse.Namespace) -> int:
 
 async def _bench(args: argparse.Namespace, backends: list[str], granularities: list[str]) -> int:
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
-    async with coordinator_runtime() as runtime, AsyncExitStack() as stack:
+    access = worker_access(args)
+    local = "" if args.draft == "none" else args.draft
+    remote = DraftSpec(
+        "remote", prespec=prespec_request(args), on_loss=args.on_worker_loss, fallback_draft=local
+    )
+    async with coordinator_runtime() as runtime:
         target = await runtime.compute.run(load_model, args.target)
-        draft = None if args.draft == "none" else await runtime.compute.run(load_model, args.draft)
-        selectors = [s.strip() for s in args.workers.split(",") if s.strip()]
-        credentials = Credentials.from_args(args)
-        addresses = await find_addresses(
-            selectors, target.fingerprint, mdns_interfaces(args.interface), args.discover_timeout, credentials
-        )
-        workers = await connect_workers(addresses, target, backends, stack, credentials)
-        multi_modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]
-        rows = plan_rows(workers, backends, granularities, draft is not None, multi_modes)
-        prompts = [(p, encode_prompt(target, p.text, not args.no_chat)) for p in load_prompts(args.prompts)]
-        by_name = {w.name: w for w in workers}
-
-        def pool_for(row: RowSpec) -> WorkerPool:
-            s = RemoteSettings(
-                row.backend,
-                row.granularity or "op",
-                credentials,
-                args.round_timeout,
-                mdns_interfaces(args.interface),
-                args.discover_timeout,
-                prespec_request(args, row.min_drafts) if row.prespec else None,
+        async with DraftSources(runtime, target, access) as sources:
+            if local:
+                await sources.local_model(local)
+            selectors = [s.strip() for s in args.workers.split(",") if s.strip()]
+            addresses = await find_addresses(
+                selectors,
+                target.fingerprint,
+                access.interfaces,  # type: ignore[arg-type]  # mdns_interfaces() output
+                access.discover_timeout,
+                access.credentials,
             )
-            pool = WorkerPool(runtime, target, s)
-            stack.push_async_callback(pool.aclose)
-            return pool
-
-        on_loss = (args.on_worker_loss, pool_for)
-        run_settings = Settings(
-            args.k, args.max_tokens, params, fallback_settings(args), on_loss, args.adaptive_k
-        )
-        runs = await run_bench(runtime, rows, prompts, args.repeats, run_settings, target, draft, by_name)
-        worker_rss = {w.name: (await refresh_hello(w.connection)).counters.peak_rss_bytes for w in workers}
+            workers = await connect_workers(addresses, backends, sources)
+            modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]
+            rows = plan_rows(workers, backends, granularities, bool(local), modes)
+            chat = not args.no_chat
+            prompts = [(p, encode_prompt(target, p.text, chat)) for p in load_prompts(args.prompts)]
+            by_name = {w.name: w for w in workers}
+            drafts = [row_draft(row, by_name, remote, local) for row in rows]
+            run_settings = Settings(args.k, args.max_tokens, params, fallback_settings(args), args.adaptive_k)
+            runs = await run_bench(runtime, rows, drafts, prompts, args.repeats, run_settings, sources)
+            worker_rss = {
+                w.name: (await refresh_hello(w.connection)).counters.peak_rss_bytes for w in workers
+            }
     summaries = summarize(rows, runs, params.greedy, by_name)
     settings = _settings(args, backends, granularities, prompts)
     _write(args, summaries, settings, runs, workers, worker_rss)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import anyio
 import numpy as np
 
-from coordinator.workers import WorkerConnection
+from coordinator.workers.connection import WorkerConnection
 from specwire.auth import ECHO_METHOD as ECHO_PROOF_METHOD
 from specwire.auth import caller_proof
 from specwire.echo_frames import (

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.drafting.multi import MultiWorkerDraftSource
 from coordinator.drafting.stream import StreamDraftSource
-from coordinator.engine import GenerationResult, SpeculativeDecoder
 from coordinator.runtime import coordinator_runtime
-from coordinator.workers import connect
+from coordinator.workers.connection import connect
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb

@@ -18,12 +18,11 @@ depend on k, so the output is unchanged whatever the policy decides.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from dataclasses import dataclass, field
 
-from coordinator.results import RoundRecord
+from coordinator.decoding.results import RoundRecord
 
 log = logging.getLogger(__name__)
 
@@ -117,22 +116,3 @@ class GradedFallback:
         self.current = new
         self._ar_rounds = 0
         self._window = []
-
-
-def add_fallback_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of the graded fallback (off unless --fallback)."""
-    p.add_argument(
-        "--fallback", action="store_true", help="shrink k, then stop drafting, when SD does not pay"
-    )
-    p.add_argument("--fallback-window", type=int, default=8, help="drafting rounds per fallback decision")
-    p.add_argument("--min-acceptance", type=float, default=0.3, help="step down below this acceptance rate")
-    p.add_argument(
-        "--probe-after", type=int, default=32, help="autoregressive rounds before drafting is tried again"
-    )
-
-
-def fallback_settings(args: argparse.Namespace) -> FallbackSettings | None:
-    """The settings the flags ask for, or None when the fallback is off."""
-    if not args.fallback:
-        return None
-    return FallbackSettings(args.fallback_window, args.min_acceptance, args.probe_after)

@@ -6,7 +6,7 @@ Each round:
 2. run the target once over [last token, d_1 .. d_k], k + 1 positions in one
    batched forward pass;
 3. accept a prefix of the drafts and take the target's correction, or its
-   bonus token when all k were accepted (``coordinator.acceptance``);
+   bonus token when all k were accepted (``coordinator.decoding.acceptance``);
 4. trim the k - n rejected positions from the target's KV cache with mlx-lm's
    ``trim_prompt_cache``; the draft source trims its own on the next round.
 
@@ -27,11 +27,11 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from coordinator.acceptance import accept_greedy, accept_sampled
-from coordinator.adaptive_k import AdaptiveK
+from coordinator.decoding.acceptance import accept_greedy, accept_sampled
+from coordinator.decoding.adaptive_k import AdaptiveK
+from coordinator.decoding.fallback import FallbackSettings, GradedFallback
+from coordinator.decoding.results import GenerationResult, RoundRecord
 from coordinator.drafting.base import DraftSource, Outcome
-from coordinator.fallback import FallbackSettings, GradedFallback
-from coordinator.results import GenerationResult, RoundRecord
 from specwire.drafter import DraftBlock, prefill
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
@@ -48,8 +48,8 @@ class SpeculativeDecoder:
     """Generates with a target model, drafting through an optional draft source.
 
     With ``fallback`` settings, a graded fallback chooses k each round
-    (``coordinator.fallback``); with ``adaptive_k``, the TPS model of
-    ``coordinator.adaptive_k`` chooses it, up to the k asked for; otherwise
+    (``coordinator.decoding.fallback``); with ``adaptive_k``, the TPS model of
+    ``coordinator.decoding.adaptive_k`` chooses it, up to the k asked for; otherwise
     every round asks for the same k.
     """
 

@@ -13,11 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
+from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
 from coordinator.drafting.failover import FailoverDraftSource
-from coordinator.engine import GenerationResult, SpeculativeDecoder
 from coordinator.runtime import coordinator_runtime
-from coordinator.sources import RemoteSettings, WorkerPool, remote_source
-from coordinator.workers import connect
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
@@ -31,10 +30,6 @@ pytestmark = pytest.mark.anyio
 PROMPT = "Once upon a time, a lighthouse keeper"
 MAX_TOKENS = 16
 KILL_AFTER_TOKENS = 4
-
-
-def settings(round_timeout: float = 20.0, prespec: pb.PreSpeculation | None = None) -> RemoteSettings:
-    return RemoteSettings("stream", "op", credentials(), round_timeout, ["127.0.0.1"], 3.0, prespec)
 
 
 async def generate_through(
@@ -57,23 +52,19 @@ async def generate_through(
             harm()  # type: ignore[operator]
             harmed_at[0] = time.perf_counter_ns()
 
-    async with coordinator_runtime() as runtime:
-        s = settings(round_timeout, prespec)
-        pool = WorkerPool(runtime, target, s)
-        connection = await connect(address, s.credentials)
-        source = FailoverDraftSource(remote_source(runtime, connection, target, s), policy, pool.next_source)
-        try:
-            result = await runtime.compute.run(
-                SpeculativeDecoder(target, source).generate,
-                prompt,
-                max_tokens=MAX_TOKENS,
-                k=3,
-                params=SamplingParams(),
-                on_tokens=on_tokens,
-            )
-        finally:
-            await connection.close()
-            await pool.aclose()
+    access = WorkerAccess(credentials(), ["127.0.0.1"], 3.0, round_timeout)
+    spec = DraftSpec("remote", workers=(address,), prespec=prespec, on_loss=policy)
+    async with coordinator_runtime() as runtime, DraftSources(runtime, target, access) as sources:
+        source = await sources.open(spec)
+        assert isinstance(source, FailoverDraftSource)
+        result = await runtime.compute.run(
+            SpeculativeDecoder(target, source).generate,
+            prompt,
+            max_tokens=MAX_TOKENS,
+            k=3,
+            params=SamplingParams(),
+            on_tokens=on_tokens,
+        )
     return result, source, harmed_at[0]
 
 

@@ -6,23 +6,29 @@ import argparse
 import json
 import math
 import sys
-from contextlib import AsyncExitStack
 from dataclasses import asdict
 from typing import Any
 
 import anyio
 import numpy as np
 
-from coordinator.adaptive_k import add_adaptive_k_argument
+from coordinator.commands.options import (
+    add_adaptive_k_argument,
+    add_fallback_arguments,
+    add_worker_arguments,
+    draft_spec,
+    fallback_settings,
+    worker_access,
+)
+from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
+from coordinator.drafting.base import DraftSource
+from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.multi import MultiWorkerDraftSource
-from coordinator.engine import GenerationResult, SpeculativeDecoder
-from coordinator.fallback import add_fallback_arguments, fallback_settings
 from coordinator.prompts import encode_prompt
-from coordinator.runtime import coordinator_runtime
-from coordinator.sources import add_worker_arguments, open_draft_source
+from coordinator.runtime import Runtime, coordinator_runtime
 from specwire.errors import InvalidArgumentError
-from specwire.models import load_model
+from specwire.models import LoadedModel, load_model
 from specwire.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
 
 NAME = "generate"
@@ -141,29 +147,42 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _generate(args: argparse.Namespace, params: SamplingParams, text: str) -> int:
-    async with coordinator_runtime() as runtime, AsyncExitStack() as stack:
+    spec = draft_spec(args)
+    async with coordinator_runtime() as runtime:
         target = await runtime.compute.run(load_model, args.target)
-        source = await open_draft_source(args, target, runtime, stack)
-        prompt = encode_prompt(target, text, args.chat)
-        k = args.k if source is not None else 0
-        detok = target.tokenizer.detokenizer
-        detok.reset()
+        async with DraftSources(runtime, target, worker_access(args)) as sources:
+            return await _generate_with(args, params, text, runtime, target, await sources.open(spec))
 
-        def stream(tokens: list[int]) -> None:
-            for t in tokens:
-                detok.add_token(t)
-            sys.stdout.write(detok.last_segment)
-            sys.stdout.flush()
 
-        decoder = SpeculativeDecoder(target, source, fallback_settings(args), args.adaptive_k)
-        result = await runtime.compute.run(
-            decoder.generate,
-            prompt,
-            max_tokens=args.max_tokens,
-            k=k,
-            params=params,
-            on_tokens=None if args.json else stream,
-        )
+async def _generate_with(
+    args: argparse.Namespace,
+    params: SamplingParams,
+    text: str,
+    runtime: Runtime,
+    target: LoadedModel,
+    source: DraftSource | None,
+) -> int:
+    """Generate with ``source`` and print the text (streamed) or JSON, and the stats."""
+    prompt = encode_prompt(target, text, args.chat)
+    k = args.k if source is not None else 0
+    detok = target.tokenizer.detokenizer
+    detok.reset()
+
+    def stream(tokens: list[int]) -> None:
+        for t in tokens:
+            detok.add_token(t)
+        sys.stdout.write(detok.last_segment)
+        sys.stdout.flush()
+
+    decoder = SpeculativeDecoder(target, source, fallback_settings(args), args.adaptive_k)
+    result = await runtime.compute.run(
+        decoder.generate,
+        prompt,
+        max_tokens=args.max_tokens,
+        k=k,
+        params=params,
+        on_tokens=None if args.json else stream,
+    )
     stats = {**stats_of(result, k), **remote_report(source)}
     if result.transitions:
         stats["k_transitions"] = [asdict(t) for t in result.transitions]

@@ -11,7 +11,7 @@ max(15%, the measured noise of that share).
 
 The noise figures (NOISE_MS) were measured on the 2-core development
 machine with one core kept busy by another process (``python -c 'while
-True: pass'``): ``python -m tests.coordinator.bench.test_attribution 12``
+True: pass'``): ``python -m tests.coordinator.test_attribution 12``
 runs this test's measurement 12 times and prints, per share, the largest
 difference between the two delays that a correct attribution showed. Each
 figure here is that maximum plus half again, rounded up (12 runs, 2026-11-23:
@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from coordinator.attribution import CallShares, attribute, attribute_call
-from coordinator.netprobe import NetworkFloor, RttSummary
+from coordinator.workers.netprobe import NetworkFloor, RttSummary
 from specwire.timing import CallRecord, ServerTiming
 from tests.support.cli import run_cli
 from tests.support.relay import delay_relay, free_port

@@ -13,7 +13,7 @@ import pytest
 
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.runtime import coordinator_runtime
-from coordinator.workers import connect
+from coordinator.workers.connection import connect
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from tests.support.credentials import credentials

@@ -17,8 +17,8 @@ import anyio
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from coordinator.rpc_errors import remote_error, timeout_error
-from coordinator.workers import WorkerConnection
+from coordinator.workers.connection import WorkerConnection
+from coordinator.workers.errors import remote_error, timeout_error
 from specwire.errors import RemoteWorkerError
 
 M = TypeVar("M", bound=Message)

@@ -1,0 +1,109 @@
+"""The draft-source factory: what each DraftSpec opens, and clear errors for specs that do not fit.
+
+Remote specs open against the session's tiny-model worker: which source is
+built and which connection it uses is the point, not the model's text.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
+from coordinator.drafting.failover import FailoverDraftSource
+from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
+from coordinator.drafting.local import LocalDraftSource
+from coordinator.drafting.stream import StreamDraftSource
+from coordinator.runtime import coordinator_runtime
+from specwire.errors import InvalidArgumentError, NoWorkerError, VocabularyMismatchError
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+from specwire.v1 import draft_pb2 as pb
+from tests.support.credentials import credentials
+from tests.support.prompts import PROMPTS, ar_tokens
+from tests.support.tiny_models import disagreeing_pair
+from tests.support.workers import WorkerProcess
+
+
+def access() -> WorkerAccess:
+    return WorkerAccess(credentials(), ["127.0.0.1"], discover_timeout=1.0, round_timeout=20.0)
+
+
+def test_parse_names_every_kind() -> None:
+    assert DraftSpec.parse("none") == DraftSpec("none")
+    assert DraftSpec.parse("local:default@float16") == DraftSpec("local", local="default@float16")
+    remote = DraftSpec.parse("remote", workers=("m1-max",), backend="ggml-rpc", granularity="layer")
+    assert (remote.kind, remote.workers, remote.backend, remote.granularity) == (
+        "remote",
+        ("m1-max",),
+        "ggml-rpc",
+        "layer",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "remote", "message"),
+    [
+        ("local:", {}, "expected local:SPEC, remote, or none"),
+        ("worker", {}, "expected local:SPEC, remote, or none"),
+        (
+            "remote",
+            {"backend": "ggml-rpc", "prespec": pb.PreSpeculation(enabled=True)},
+            "need the stream backend",
+        ),
+        ("remote", {"backend": "ggml-rpc", "multi": "race"}, "need the stream backend"),
+        ("remote", {"backend": "grpc"}, "backend 'grpc'"),
+        ("remote", {"granularity": "block"}, "granularity 'block'"),
+        ("remote", {"on_loss": "retry"}, "--on-worker-loss 'retry'"),
+        ("remote", {"multi": "all"}, "multi-worker mode 'all'"),
+    ],
+)
+def test_specs_that_do_not_fit_are_refused_with_a_clear_message(
+    text: str, remote: dict, message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        DraftSpec.parse(text, **remote)
+
+
+@pytest.mark.anyio
+async def test_every_kind_opens_and_a_worker_has_one_connection(
+    tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    address = tiny_worker.address
+    prompt = tiny.tokenizer.encode(PROMPTS[4])
+    async with coordinator_runtime() as runtime:
+        async with DraftSources(runtime, tiny, access()) as sources:
+            assert await sources.open(DraftSpec("none")) is None
+            assert isinstance(await sources.open(DraftSpec("local", local="tiny")), LocalDraftSource)
+            stream = await sources.open(DraftSpec("remote", workers=(address,), on_loss="fail"))
+            per_op = await sources.open(
+                DraftSpec("remote", workers=(address,), backend="ggml-rpc", granularity="layer")
+            )
+            assert isinstance(stream, FailoverDraftSource) and isinstance(per_op, FailoverDraftSource)
+            assert isinstance(stream.current, StreamDraftSource) and stream.policy == "fail"
+            assert isinstance(per_op.current, PerOpDraftSource) and per_op.current.granularity == "layer"
+            assert stream.current.connection is per_op.current.connection
+            assert list(sources.connections) == [address]
+            result = await runtime.compute.run(
+                SpeculativeDecoder(tiny, stream).generate, prompt, max_tokens=8, k=3, params=SamplingParams()
+            )
+            assert result.tokens == ar_tokens(tiny, prompt, 8)
+            assert stream.current.worker_counters.draft_tokens == result.drafted > 0  # the worker drafted
+            connection = stream.current.connection
+        assert not sources.connections
+    assert connection.channel.get_state() == connection.channel.get_state().SHUTDOWN
+
+
+@pytest.mark.anyio
+async def test_a_local_draft_of_another_vocabulary_is_refused(tiny: LoadedModel) -> None:
+    target = disagreeing_pair()[0]  # a vocabulary of 8 tokens
+    async with coordinator_runtime() as runtime, DraftSources(runtime, target, access()) as sources:
+        with pytest.raises(VocabularyMismatchError, match="tokenize differently"):
+            await sources.open(DraftSpec("local", local="tiny"))
+
+
+@pytest.mark.anyio
+async def test_a_named_worker_that_does_not_answer_is_a_clear_error(tiny: LoadedModel) -> None:
+    async with coordinator_runtime() as runtime, DraftSources(runtime, tiny, access()) as sources:
+        with pytest.raises(NoWorkerError, match="no worker named 'nobody-here'"):
+            await sources.open(DraftSpec("remote", workers=("nobody-here",)))
