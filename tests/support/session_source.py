@@ -1,8 +1,11 @@
 """A worker's DraftSession driven in-process, as a draft source, for statistical tests.
 
 The real session code (pre-speculation included) runs without gRPC, so a test
-can generate thousands of times on tiny models. Speculation runs to its full
-budget between rounds, as a worker does while the target verifies.
+can generate thousands of times on tiny models. Speculation is planned right
+after each round's drafts, as on a worker, and runs to its full budget when
+the next round is asked for (on a worker it runs while the target verifies;
+the branches are the same, since every block draws from its own random
+stream). After the last round of a generation it is never run.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class SessionSource:
         self._session: DraftSession | None = None
         self._first: DraftBlock | None = None
         self._seq = 0
+        self._planned = False
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         msg = pb.Open(
@@ -45,7 +49,7 @@ class SessionSource:
         self._session.prefill()
         self._first = self._session.first_drafts().block
         self._seq = 0
-        self._speculate()
+        self._plan()
 
     def propose(self, k: int, outcome: object) -> DraftBlock:
         assert self._session is not None and self._first is not None
@@ -54,16 +58,23 @@ class SessionSource:
             return DraftBlock(block.tokens[:k], block.dists[:k] if block.dists else None, 0, 0)
         self._seq += 1
         msg = pb.Round(seq=self._seq, accepted=outcome.accepted, token=outcome.token, k=k)  # type: ignore[attr-defined]
+        self._speculate()
         computed = self._session.serve_hit(msg) or self._session.round(msg)
         self.outcomes.append(computed.outcome)
-        self._speculate()
+        self._plan()
         return computed.block
+
+    def _plan(self) -> None:
+        assert self._session is not None
+        self._session.plan_speculation()
+        self._planned = True
 
     def _speculate(self) -> None:
         assert self._session is not None
-        self._session.plan_speculation()
-        while self._session.speculate():
-            pass
+        if self._planned:
+            while self._session.speculate():
+                pass
+            self._planned = False
 
     def close(self) -> None:
         self._session = None
