@@ -91,4 +91,6 @@ def timing_from_pb(msg: pb.ServerTiming) -> ServerTiming:
         compute_to_reply_ns=msg.compute_to_reply_ns,
         serialize_ns=msg.serialize_ns,
         previous_send_ns=msg.previous_send_ns,
+        arrived_at_ns=msg.arrived_at_ns,
+        encoded_at_ns=msg.encoded_at_ns,
     )

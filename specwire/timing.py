@@ -20,6 +20,8 @@ class ServerTiming:
     compute_to_reply_ns: int = 0
     serialize_ns: int = 0
     previous_send_ns: int = 0
+    arrived_at_ns: int = 0  # instants on the worker's clock: same-host breakdowns only
+    encoded_at_ns: int = 0
 
     @property
     def handled_ns(self) -> int:
@@ -37,9 +39,14 @@ class ServerTiming:
 class CallRecord:
     """One remote call (or one message exchange on a stream), seen from the client.
 
-    ``send_ns`` and ``receive_ns`` are client timestamps: the request handed to
-    gRPC, and the reply parsed and in hand. ``server`` holds the worker's
-    durations for the same call.
+    ``send_ns`` and ``receive_ns`` are client timestamps: the request encoded
+    and about to be handed to gRPC, and the reply parsed and in hand.
+    ``server`` holds the worker's durations for the same call. The optional
+    instants around them (0 when not taken) let a round be broken down
+    (``scripts/round_breakdown.py``): ``requested_ns`` the engine asking on
+    the compute thread, ``entered_ns`` the event loop taking the call up,
+    ``written_ns`` gRPC accepting the write, ``read_ns`` the raw reply coming
+    off the stream, ``returned_ns`` the compute thread holding the drafts.
     """
 
     kind: str
@@ -50,6 +57,11 @@ class CallRecord:
     bytes_sent: int
     bytes_received: int
     server: ServerTiming = field(default_factory=ServerTiming)
+    requested_ns: int = 0
+    entered_ns: int = 0
+    written_ns: int = 0
+    read_ns: int = 0
+    returned_ns: int = 0
 
     @property
     def wall_ns(self) -> int:

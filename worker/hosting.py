@@ -213,6 +213,7 @@ def server_timing(
         compute_ns=finished_ns - started_ns,
         compute_to_reply_ns=max(0, reply_ns - finished_ns),
         previous_send_ns=previous_send_ns,
+        arrived_at_ns=arrived_ns,
     )
 
 
@@ -224,5 +225,6 @@ def encode_timed(envelope: Message, tail_for: Callable[[pb.ServerTiming], Messag
     message (``tail_for`` wraps a ServerTiming the way ``envelope`` does).
     """
     body = envelope.SerializeToString()
-    serialize_ns = time.perf_counter_ns() - started_ns
-    return body + tail_for(pb.ServerTiming(serialize_ns=serialize_ns)).SerializeToString()
+    encoded_at = time.perf_counter_ns()
+    tail = tail_for(pb.ServerTiming(serialize_ns=encoded_at - started_ns, encoded_at_ns=encoded_at))
+    return body + tail.SerializeToString()

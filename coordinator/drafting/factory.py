@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+import anyio
+
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.failover import POLICIES, FailoverDraftSource
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
@@ -30,7 +32,7 @@ from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
-from coordinator.workers.selection import check_worker, find_addresses, find_worker, incompatibility
+from coordinator.workers.selection import SETTLE_S, check_worker, find_addresses, find_worker, incompatibility
 from specwire.errors import InvalidArgumentError, NoWorkerError
 from specwire.models import LoadedModel, load_model
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
@@ -238,7 +240,8 @@ class DraftSources:
             ]
 
         async with WorkerDirectory(access.interfaces) as directory:  # type: ignore[arg-type]
-            await directory.wait_until(lambda ws: bool(usable(ws)), access.discover_timeout)
+            if await directory.wait_until(lambda ws: bool(usable(ws)), access.discover_timeout):
+                await anyio.sleep(SETTLE_S)  # let the other workers answer, so the fastest is chosen
             candidates = sorted(usable(directory.workers()), key=lambda w: -w.draft_tps)
         for advert in candidates:  # a fresh connection: the worker may have restarted on a known address
             try:

@@ -24,10 +24,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from anyio.from_thread import BlockingPortal
-
 from coordinator.drafting.base import Outcome
 from coordinator.drafting.stream import StreamDraftSource
+from coordinator.runtime import LoopPortal
 from specwire.drafter import DraftBlock
 from specwire.errors import InvalidArgumentError, RemoteWorkerError
 from specwire.sampling import SamplingParams
@@ -40,7 +39,7 @@ MAX_LAG = 2
 class MultiWorkerDraftSource:
     """A draft source racing several workers' stream sessions (see the module docstring)."""
 
-    def __init__(self, portal: BlockingPortal, sources: Sequence[StreamDraftSource], mode: str) -> None:
+    def __init__(self, portal: LoopPortal, sources: Sequence[StreamDraftSource], mode: str) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(f"multi-worker mode {mode!r} is not one of {', '.join(MODES)}")
         if len(sources) < 2:

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-
-from anyio.from_thread import BlockingPortal
+from dataclasses import replace
 
 from coordinator.drafting.base import Outcome
+from coordinator.runtime import LoopPortal
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.stream_call import StreamCall
 from specwire.drafter import DraftBlock
@@ -50,7 +50,7 @@ class StreamDraftSource:
 
     def __init__(
         self,
-        portal: BlockingPortal,
+        portal: LoopPortal,
         connection: WorkerConnection,
         fingerprint: str,
         round_timeout: float = ROUND_TIMEOUT_S,
@@ -68,11 +68,13 @@ class StreamDraftSource:
     def _reset(self) -> None:
         self.sent = 0
         self.received = 0
+        self.rounds_received = 0  # Drafts messages in hand, and the draft tokens they carried
+        self.drafts_received = 0
         self.opened: pb.Opened | None = None
         self.worker_counters = pb.SessionCounters()
         self._seq = 0
         self._open_k = 0
-        self._early: dict[int, tuple[pb.Drafts, int, int, int]] = {}
+        self._early: dict[int, tuple[pb.Drafts, int, int, int, int]] = {}
         self._open_record: tuple[int, int, int] = (0, 0, 0)
 
     @property
@@ -88,7 +90,11 @@ class StreamDraftSource:
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Send the previous outcome and k, and return the worker's drafts."""
-        return self.portal.call(self.exchange, k, outcome)
+        requested = time.perf_counter_ns()
+        block = self.portal.call(self.exchange, k, outcome)
+        record = block.calls[0]
+        block.calls[0] = replace(record, requested_ns=requested, returned_ns=time.perf_counter_ns())
+        return block
 
     def close(self) -> None:
         """End the session; the worker frees its KV cache."""
@@ -127,6 +133,7 @@ class StreamDraftSource:
     async def exchange(
         self, k: int, outcome: Outcome | None, appended: list[int] | None = None
     ) -> DraftBlock:
+        entered = time.perf_counter_ns()
         if outcome is None:
             if k > self._open_k:
                 raise InvalidArgumentError(
@@ -140,8 +147,9 @@ class StreamDraftSource:
                 seq=seq, accepted=outcome.accepted, token=outcome.token, k=k, appended=appended or []
             )
             sent = await self._send(pb.DraftRequest(round=round_msg), f"round {seq}")
-        drafts, raw_len, deserialize_ns, received_at = await self._receive_drafts(seq)
+        drafts, raw_len, deserialize_ns, received_at, read_at = await self._receive_drafts(seq)
         send_ns, serialize_ns, bytes_sent = sent
+        written_at = self._stream.written_at_ns if self._stream is not None else 0
         record = CallRecord(
             kind="open" if seq == 0 else "round",
             send_ns=send_ns,
@@ -151,6 +159,9 @@ class StreamDraftSource:
             bytes_sent=bytes_sent,
             bytes_received=raw_len,
             server=timing_from_pb(drafts.timing),
+            entered_ns=entered if seq else 0,
+            written_ns=written_at if written_at >= send_ns else 0,  # 0: not yet reported
+            read_ns=read_at,
         )
         dists = dists_from_pb(drafts)
         tokens = list(drafts.tokens)[:k]
@@ -174,7 +185,7 @@ class StreamDraftSource:
         self.sent += 1
         return t1, t1 - t0, len(data)
 
-    async def _receive_drafts(self, seq: int) -> tuple[pb.Drafts, int, int, int]:
+    async def _receive_drafts(self, seq: int) -> tuple[pb.Drafts, int, int, int, int]:
         """Read until the Drafts of round ``seq`` are in hand (earlier arrivals are kept)."""
         while seq not in self._early:
             reply, raw_len, deserialize_ns, received_at = await self._read(f"waiting for round {seq}")
@@ -182,8 +193,11 @@ class StreamDraftSource:
             if kind == "opened":
                 self.opened = reply.opened
             elif kind == "drafts":
-                self._early[reply.drafts.seq] = (reply.drafts, raw_len, deserialize_ns, received_at)
+                read_at = self._stream.read_at_ns if self._stream is not None else 0
+                self._early[reply.drafts.seq] = (reply.drafts, raw_len, deserialize_ns, received_at, read_at)
                 self.worker_counters = reply.drafts.counters
+                self.rounds_received += 1
+                self.drafts_received += len(reply.drafts.tokens)
             else:
                 raise RemoteWorkerError(f"worker {self.connection.name} sent an empty reply", "INTERNAL")
         return self._early.pop(seq)

@@ -33,6 +33,8 @@ class StreamCall:
     def __init__(self, connection: WorkerConnection, method: str, read_timeout: float) -> None:
         self.connection = connection
         self.read_timeout = read_timeout
+        self.written_at_ns = 0  # when gRPC last accepted a write (perf_counter_ns)
+        self.read_at_ns = 0  # when the last message came off the stream
         metadata = connection.credentials.metadata(method)
         self._call = connection.channel.stream_stream(method)(timeout=SESSION_TIMEOUT_S, metadata=metadata)
 
@@ -47,6 +49,7 @@ class StreamCall:
             raise await self.ended(action)
         try:
             await self._call.write(data)
+            self.written_at_ns = time.perf_counter_ns()
         except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as err:
             # A write fails when the stream is over; the status the worker sent says why.
             raise await self.ended(action) from err
@@ -63,7 +66,8 @@ class StreamCall:
             raise remote_error(err, self.worker, action) from err
         if raw is grpc.aio.EOF:
             raise await self.ended(action)
-        return raw, time.perf_counter_ns()
+        self.read_at_ns = time.perf_counter_ns()
+        return raw, self.read_at_ns
 
     async def read_message(self, kind: type[M], action: str) -> tuple[M, int, int, int]:
         """Receive and parse one ``kind`` message: it, its size, parse time, and when it was parsed (ns)."""

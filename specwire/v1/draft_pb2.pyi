@@ -224,20 +224,24 @@ class Opened(_message.Message):
     def __init__(self, identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., prefill_ns: _Optional[int] = ...) -> None: ...
 
 class ServerTiming(_message.Message):
-    __slots__ = ("deserialize_ns", "receive_to_start_ns", "compute_ns", "compute_to_reply_ns", "serialize_ns", "previous_send_ns")
+    __slots__ = ("deserialize_ns", "receive_to_start_ns", "compute_ns", "compute_to_reply_ns", "serialize_ns", "previous_send_ns", "arrived_at_ns", "encoded_at_ns")
     DESERIALIZE_NS_FIELD_NUMBER: _ClassVar[int]
     RECEIVE_TO_START_NS_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_TO_REPLY_NS_FIELD_NUMBER: _ClassVar[int]
     SERIALIZE_NS_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_SEND_NS_FIELD_NUMBER: _ClassVar[int]
+    ARRIVED_AT_NS_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_AT_NS_FIELD_NUMBER: _ClassVar[int]
     deserialize_ns: int
     receive_to_start_ns: int
     compute_ns: int
     compute_to_reply_ns: int
     serialize_ns: int
     previous_send_ns: int
-    def __init__(self, deserialize_ns: _Optional[int] = ..., receive_to_start_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., compute_to_reply_ns: _Optional[int] = ..., serialize_ns: _Optional[int] = ..., previous_send_ns: _Optional[int] = ...) -> None: ...
+    arrived_at_ns: int
+    encoded_at_ns: int
+    def __init__(self, deserialize_ns: _Optional[int] = ..., receive_to_start_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., compute_to_reply_ns: _Optional[int] = ..., serialize_ns: _Optional[int] = ..., previous_send_ns: _Optional[int] = ..., arrived_at_ns: _Optional[int] = ..., encoded_at_ns: _Optional[int] = ...) -> None: ...
 
 class SessionCounters(_message.Message):
     __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes")

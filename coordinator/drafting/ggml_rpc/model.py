@@ -24,10 +24,10 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from anyio.from_thread import BlockingPortal
 
 from coordinator.drafting.ggml_rpc.client import TensorClient
 from coordinator.drafting.ggml_rpc.graph import ForwardGraph
+from coordinator.runtime import LoopPortal
 
 GRANULARITIES = ("op", "layer", "token", "round")
 
@@ -60,7 +60,7 @@ class RemoteDraftModel:
     """Walks the draft model's forward pass on a worker's tensor executor."""
 
     def __init__(
-        self, portal: BlockingPortal, client: TensorClient, graph: ForwardGraph, granularity: str
+        self, portal: LoopPortal, client: TensorClient, graph: ForwardGraph, granularity: str
     ) -> None:
         self.portal = portal
         self.client = client

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from anyio.from_thread import BlockingPortal
-
 from coordinator.drafting.base import Outcome
 from coordinator.drafting.ggml_rpc.client import CALL_TIMEOUT_S, TensorClient
 from coordinator.drafting.ggml_rpc.graph import ForwardGraph, LlamaShape
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES, RemoteDraftModel
+from coordinator.runtime import LoopPortal
 from coordinator.workers.connection import WorkerConnection
 from specwire.drafter import DraftBlock, Drafter
 from specwire.errors import InvalidArgumentError
@@ -21,7 +20,7 @@ class PerOpDraftSource:
 
     def __init__(
         self,
-        portal: BlockingPortal,
+        portal: LoopPortal,
         connection: WorkerConnection,
         fingerprint: str,
         granularity: str,

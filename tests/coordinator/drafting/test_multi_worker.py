@@ -127,8 +127,14 @@ def test_generate_cli_with_two_workers(tiny_worker: WorkerProcess, second_worker
     ar = run_cli("coordinator", "generate", "--draft", "none", *args)
     out = json.loads(multi.stdout)
     assert out["token_ids"] == json.loads(ar.stdout)["token_ids"]
-    assert {w["pid"] for w in out["stats"]["workers"]} == {worker.pid, second_worker.pid}
-    assert sum(out["stats"]["rounds_won"].values()) > 0
+    stats = out["stats"]
+    # Both drafted; on a busy machine one may fall behind the tiny model's millisecond rounds and
+    # be dropped, which is the designed behaviour and is reported with its reason.
+    live = {w["name"] for w in stats["workers"]}
+    dropped = {d["worker"]: d["reason"] for d in stats["workers_dropped"]}
+    assert live and live | set(dropped) == {worker.name, second_worker.name}
+    assert all("behind" in reason for reason in dropped.values()), dropped
+    assert sum(stats["rounds_won"].values()) > 0
 
 
 def test_bench_multi_worker_rows(
