@@ -10,6 +10,13 @@ interrupted. Extra arguments go to ``coordinator bench``.
 
     python scripts/demo.py                      # the README's `make demo`
     python scripts/demo.py --max-tokens 200     # the paper's length
+    python scripts/demo.py --fast               # the tiny model: where protocol cost shows
+
+``--fast`` serves and benches the ``tiny`` model (seeded random weights, the
+default model's tokenizer; a draft pass of about 2 ms here), both backends
+and every granularity of the per-op baseline, 64 tokens per prompt: the
+regime of the Macs, where a round is tens of milliseconds and the protocol's
+cost decides the result.
 """
 
 from __future__ import annotations
@@ -25,14 +32,16 @@ from pathlib import Path
 WORKERS = (("m1-max", "M1 Max (stand-in)"), ("m2-pro", "M2 Pro (stand-in)"))
 # Short enough to finish in minutes on a CPU; the paper used 200 tokens.
 DEFAULT_BENCH = ["--max-tokens", "32", "--k", "4", "--plot", "demo-bench.png", "--json", "demo-bench.json"]
+FAST_BENCH = ["--target", "tiny", "--draft", "tiny", "--granularity", "op,layer,token,round"]
+FAST_BENCH += ["--max-tokens", "64", "--k", "4", "--json", "demo-fast-bench.json"]
 READY_TIMEOUT_S = 300.0
 ENV = {**os.environ, "SPECWIRE_MDNS_INTERFACES": "127.0.0.1"}
 
 
-def start_worker(name: str, label: str) -> subprocess.Popen[str]:
+def start_worker(name: str, label: str, model: str = "default") -> subprocess.Popen[str]:
     """Start one worker on 127.0.0.1 with mDNS on loopback."""
     command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
-    command += ["--interface", "127.0.0.1", "--name", name, "--label", label, "--json"]
+    command += ["--interface", "127.0.0.1", "--name", name, "--label", label, "--json", "--model", model]
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=ENV)
 
 
@@ -65,9 +74,11 @@ def stop(processes: list[subprocess.Popen[str]]) -> None:
 def main(argv: list[str]) -> int:
     """Start the workers, run the bench, stop the workers."""
     processes: list[subprocess.Popen[str]] = []
+    fast = "--fast" in argv
+    argv = [a for a in argv if a != "--fast"]
     try:
         for name, label in WORKERS:
-            processes.append(start_worker(name, label))
+            processes.append(start_worker(name, label, "tiny" if fast else "default"))
         for (name, _), process in zip(WORKERS, processes, strict=True):
             ready = wait_ready(process, name)
             print(
@@ -76,7 +87,7 @@ def main(argv: list[str]) -> int:
             )
         bench = [sys.executable, "-m", "coordinator.cli", "bench", "--backend", "stream,ggml-rpc"]
         bench += ["--workers", ",".join(name for name, _ in WORKERS), "--interface", "127.0.0.1"]
-        bench += [*DEFAULT_BENCH, *argv]
+        bench += [*(FAST_BENCH if fast else DEFAULT_BENCH), *argv]
         print("demo: " + " ".join(Path(a).name if i == 0 else a for i, a in enumerate(bench)), flush=True)
         return subprocess.run(bench, env=ENV, check=False).returncode
     except KeyboardInterrupt:
