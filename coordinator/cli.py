@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.commands import bench, discover, generate
+from coordinator.commands import bench, discover, generate, plan
 from specwire.command_line import command_main, exit_process
 
-COMMANDS = (bench, generate, discover)
+COMMANDS = (bench, generate, discover, plan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

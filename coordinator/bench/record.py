@@ -48,6 +48,11 @@ def _calls(calls: list[CallRecord]) -> dict[str, list[Any]]:
         "worker_compute_ns": [c.server.compute_ns for c in calls],
         "worker_compute_to_reply_ns": [c.server.compute_to_reply_ns for c in calls],
         "worker_serialize_ns": [c.server.serialize_ns for c in calls],
+        # The compute thread's hops to the event loop and back, outside wall_ns (0: not measured).
+        "coordinator_hops_ns": [
+            (c.entered_ns - c.requested_ns) + (c.returned_ns - c.receive_ns) if c.entered_ns else 0
+            for c in calls
+        ],
     }
 
 

@@ -47,6 +47,9 @@ PER_CALL_S = 0.55e-3  # this project's per-op call, loopback
 BYTES_PER_CALL = 471
 STREAM_PER_ROUND_S = 2.07e-3  # this project's stream round, loopback
 STREAM_BYTES_PER_ROUND = 87
+# One forward pass per call (the shape of llama.cpp's RPC, GRAPH_COMPUTE) moves the logits back:
+# Qwen3.5's vocabulary of 248,320 float32 values.
+LOGITS_BYTES = 248_320 * 4
 
 
 def target() -> Target:
@@ -60,14 +63,10 @@ def acceptance() -> Acceptance:
     return Acceptance.constant_for(TABLE7_LOCAL_SD * round_s - 1, K)
 
 
-def per_op(calls_per_pass: float = OPS_PER_PASS) -> Transport:
-    """The per-op baseline: one call per operation."""
-    return Transport(
-        "ggml-rpc",
-        per_call_s=PER_CALL_S,
-        calls_per_pass=calls_per_pass,
-        bytes_per_pass=calls_per_pass * BYTES_PER_CALL,
-    )
+def per_op(calls_per_pass: float = OPS_PER_PASS, bytes_per_pass: float | None = None) -> Transport:
+    """The per-op baseline: ``calls_per_pass`` calls per draft pass (one per operation by default)."""
+    nbytes = calls_per_pass * BYTES_PER_CALL if bytes_per_pass is None else bytes_per_pass
+    return Transport("ggml-rpc", per_call_s=PER_CALL_S, calls_per_pass=calls_per_pass, bytes_per_pass=nbytes)
 
 
 def stream(hit: float = 0.0, partial: float = 0.0) -> Transport:

@@ -71,6 +71,7 @@ CALL_COLUMNS = {
     "worker_compute_ns",
     "worker_compute_to_reply_ns",
     "worker_serialize_ns",
+    "coordinator_hops_ns",
 }
 
 
@@ -195,3 +196,26 @@ def test_tables_markdown_and_plot(bench: tuple[dict, str, Path]) -> None:
     assert "Proof of remote execution" in stdout and "NOT VERIFIED" not in stdout and ": verified" in stdout
     assert "| Draft backend | Avg TPS |" in (tmp / "bench.md").read_text()
     assert (tmp / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_predicts_every_row_of_the_bench(bench: tuple[dict, str, Path]) -> None:
+    data, _, tmp = bench
+    out = run_cli(
+        "coordinator", "plan", "--from-bench", str(tmp / "bench.json"), "--json", str(tmp / "plan.json")
+    )
+    assert out.returncode == 0, out.stderr
+    rows = json.loads((tmp / "plan.json").read_text())["rows"]
+    assert [r["label"] for r in rows] == [r["label"] for r in data["rows"]]
+    for row, measured in zip(rows, data["rows"], strict=True):
+        assert row["measured_tok_s"] == measured["decode_tok_s"]
+        assert row["predicted_tok_s"] > 0 and row["parts_ms"]["verify"] > 0
+    assert "error" in out.stdout
+
+
+def test_plan_refuses_a_file_that_is_not_a_bench(tmp_path: Path) -> None:
+    path = tmp_path / "other.json"
+    path.write_text('{"schema": "something/else"}')
+    out = run_cli("coordinator", "plan", "--from-bench", str(path))
+    assert out.returncode == 1 and "is not a coordinator bench JSON" in out.stderr
+    missing = run_cli("coordinator", "plan", "--from-bench", str(tmp_path / "missing.json"))
+    assert missing.returncode == 1 and "cannot read the bench JSON" in missing.stderr

@@ -1,0 +1,146 @@
+"""The model's inputs as one bench run measured them, and its prediction for every row of that run.
+
+Measured once for the whole run: the target's verification pass (a least-
+squares line of verify time against positions, over every round of every
+row) and the engine's own time per round outside drafting and verifying (AR
+row: decode time minus verification, per round). Measured per row: drafts
+accepted per round; the draft pass (local rows: the coordinator's drafting
+time per draft; remote rows: the worker's compute per draft); for remote
+rows the link (the bench's raw-TCP probe at the call's bytes), the
+protocol (per call: wall - compute - that floor, median), calls per draft
+(per-op) and the pre-speculation outcomes (hit, partial, miss).
+
+The prediction then composes them with the model's formulas, so a row
+that the model predicts well is one whose time is accounted for by those
+parts, and a miss names the part the model leaves out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from coordinator.planning.model import Acceptance, Link, Target, Transport, predict
+from coordinator.workers.netprobe import NetworkFloor, RttSummary
+
+
+@dataclass(frozen=True)
+class RowCheck:
+    """One bench row: measured and predicted decode tok/s."""
+
+    label: str
+    measured_tok_s: float
+    predicted_tok_s: float
+    parts_ms: dict[str, float]
+
+    @property
+    def error(self) -> float:
+        """Relative error of the prediction."""
+        return self.predicted_tok_s / self.measured_tok_s - 1
+
+
+def _rounds(runs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    keys = ("k", "drafted", "accepted", "draft_ns", "verify_ns")
+    return {k: np.concatenate([np.asarray(r["rounds"][k], dtype=float) for r in runs]) for k in keys}
+
+
+def fit_target(runs: list[dict[str, Any]]) -> Target:
+    """verify(n) = verify_1 + (n - 1) * per_position, least squares over every round."""
+    rounds = _rounds(runs)
+    positions, verify = rounds["drafted"] + 1, rounds["verify_ns"] / 1e9
+    if len(set(positions.tolist())) < 2:
+        return Target(float(np.median(verify)))
+    slope, intercept = np.polyfit(positions - 1, verify, 1)
+    return Target(float(intercept), float(max(slope, 0.0)))
+
+
+def engine_overhead_s(ar_runs: list[dict[str, Any]]) -> float:
+    """The engine's time per round outside verifying (AR: no drafting), from the AR row."""
+    decode = sum(r["total_s"] - r["prefill_s"] for r in ar_runs)
+    rounds = _rounds(ar_runs)
+    return max(0.0, (decode - rounds["verify_ns"].sum() / 1e9) / len(rounds["verify_ns"]))
+
+
+def _calls(runs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    keys = ("wall_ns", "worker_compute_ns", "bytes_sent", "bytes_received", "coordinator_hops_ns")
+    kinds = np.concatenate([np.asarray(r["calls"]["kind"]) for r in runs]) if runs else np.array([])
+    keep = kinds != "open"
+    columns = {
+        k: [np.asarray(r["calls"].get(k, [0] * len(r["calls"]["kind"])), dtype=float) for r in runs]
+        for k in keys
+    }
+    return {k: np.concatenate(v)[keep] for k, v in columns.items()}
+
+
+def row_inputs(
+    row: dict[str, Any], runs: list[dict[str, Any]], floor: NetworkFloor | None
+) -> tuple[float, Acceptance, Link, Transport]:
+    """(draft pass s, acceptance, link, transport) of one row, from its own runs."""
+    rounds = _rounds(runs)
+    drafting = rounds["drafted"] > 0
+    k = int(np.median(rounds["k"][drafting])) if drafting.any() else 0
+    mean_accepted = float(rounds["accepted"][drafting].mean()) if drafting.any() else 0.0
+    acceptance = Acceptance.constant_for(mean_accepted, k) if k else Acceptance()
+    drafted = rounds["drafted"].sum()
+    if row["kind"] == "local":
+        return float(rounds["draft_ns"].sum() / 1e9 / drafted), acceptance, Link(), Transport("local")
+    calls = _calls(runs)
+    assert floor is not None
+    floors = np.array(
+        [floor.call_ns(s, r) for s, r in zip(calls["bytes_sent"], calls["bytes_received"], strict=True)]
+    )
+    beyond = calls["wall_ns"] + calls["coordinator_hops_ns"] - calls["worker_compute_ns"] - floors
+    protocol_s = float(np.median(beyond)) / 1e9
+    draft_s = float(calls["worker_compute_ns"].sum() / 1e9 / drafted)
+    rtt_s = float(np.median(floors)) / 1e9
+    link = Link(rtt_s=rtt_s)  # the probe's floor already includes the bytes of a call
+    if row["backend"] == "ggml-rpc":
+        transport = Transport(
+            "ggml-rpc", per_call_s=protocol_s, calls_per_pass=len(calls["wall_ns"]) / drafted
+        )
+        return draft_s, acceptance, link, transport
+    if row["prespec"]:
+        served = [
+            s
+            for r in runs
+            for s, d in zip(r["rounds"]["speculation"], r["rounds"]["drafted"], strict=True)
+            if d
+        ]
+        n = max(len(served), 1)
+        hit, partial = served.count("hit") / n, served.count("partial") / n
+        return (
+            draft_s,
+            acceptance,
+            link,
+            Transport("stream+prespec", per_round_s=protocol_s, hit=hit, partial=partial),
+        )
+    return draft_s, acceptance, link, Transport("stream", per_round_s=protocol_s)
+
+
+def check_bench(bench: dict[str, Any]) -> list[RowCheck]:
+    """Predicted against measured decode tok/s for every row of one bench run."""
+    runs = bench["runs"]
+    by_row = {i: [r for r in runs if r["row"] == i] for i in range(len(bench["rows"]))}
+    target = fit_target(runs)
+    ar = [i for i, row in enumerate(bench["rows"]) if row["kind"] == "ar"]
+    overhead = engine_overhead_s(by_row[ar[0]]) if ar else 0.0
+    floors = {w["name"]: NetworkFloor([RttSummary(**s) for s in w["probe_tcp"]]) for w in bench["workers"]}
+    checks = []
+    for i, row in enumerate(bench["rows"]):
+        if not by_row[i] or row["multi"]:
+            continue  # several workers at once: the model has no race
+        if row["kind"] == "ar":
+            tok_s = 1 / (target.verify_s(1) + overhead)
+            checks.append(
+                RowCheck(row["label"], row["decode_tok_s"], tok_s, {"verify": target.verify_s(1) * 1e3})
+            )
+            continue
+        draft_s, acceptance, link, transport = row_inputs(row, by_row[i], floors.get(row["worker"]))
+        k = acceptance.at_k
+        p = predict(target, draft_s, acceptance, k, link, transport)
+        round_s = p.round_s + overhead
+        parts = {name: v * 1e3 for name, v in p.parts_s.items()} | {"engine": overhead * 1e3}
+        checks.append(RowCheck(row["label"], row["decode_tok_s"], p.tokens_per_round / round_s, parts))
+    return checks
