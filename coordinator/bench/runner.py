@@ -79,7 +79,12 @@ def verify(
         return verify(source.current, result)
     if isinstance(source, MultiWorkerDraftSource):
         checks = [verify(s, result, own_tallies=True) for s in source.live]
-        ok = bool(checks) and all(c[0] for c in checks)
+        hellos = [s.connection.hello.identity for s in source.live]
+        same = all(
+            c[2].get("pid") == h.pid and c[2].get("boot_id") == h.boot_id
+            for c, h in zip(checks, hellos, strict=True)
+        )
+        ok = bool(checks) and all(c[0] for c in checks) and same  # every live worker, counters and process
         counters = {s.worker: c[1] for s, c in zip(source.live, checks, strict=True)}
         counters["winners"] = {w: source.winners.count(w) for w in set(source.winners)}
         counters["dropped"] = source.dropped

@@ -156,9 +156,10 @@ def summarize_row(
     runs: list[Run],
     greedy: bool,
     ar: dict[tuple[int, int], list[int]],
-    worker: RemoteWorker | None,
+    workers: dict[str, RemoteWorker],
 ) -> RowSummary:
     """The figures of one row."""
+    worker = workers.get(spec.worker)
     tps, by_category = _mean_of_medians(runs)
     acceptance, mean_accepted, effective = _draft_figures(runs)
     gaps = np.concatenate([run.result.inter_token_s() for run in runs]) * 1e3
@@ -186,7 +187,7 @@ def summarize_row(
         summary.counters = _sum_counters(runs)
         summary.identity = {
             **worker.connection.identity(),
-            "session_identities_match": _same_process(runs, worker),
+            "session_identities_match": _same_process(runs, workers),
         }
         calls = [c for run in runs for r in run.result.rounds for c in r.draft.calls]
         attributed_rounds = [
@@ -204,12 +205,22 @@ def summarize_row(
     return summary
 
 
-def _same_process(runs: list[Run], worker: RemoteWorker) -> bool:
-    """Every session was served by the process Hello described (same pid and boot id)."""
-    hello = worker.connection.hello.identity
-    return all(
-        run.identity.get("pid") == hello.pid and run.identity.get("boot_id") == hello.boot_id for run in runs
-    )
+def _same_process(runs: list[Run], workers: dict[str, RemoteWorker]) -> bool:
+    """Every session was served by the process its worker's Hello described (same pid and boot id).
+
+    A run's session identity names its worker: with several workers at once
+    it is whichever was still drafting at the end, not necessarily the row's
+    first worker.
+    """
+
+    def served_by_hello(identity: dict[str, Any]) -> bool:
+        worker = workers.get(identity.get("name", ""))
+        if worker is None:
+            return False
+        hello = worker.connection.hello.identity
+        return identity.get("pid") == hello.pid and identity.get("boot_id") == hello.boot_id
+
+    return all(served_by_hello(run.identity) for run in runs)
 
 
 def summarize(
@@ -219,7 +230,7 @@ def summarize(
     ar_index = next(i for i, r in enumerate(rows) if r.kind == "ar")
     ar = {(run.prompt, run.repeat): run.result.tokens for run in runs if run.row == ar_index}
     out = [
-        summarize_row(row, [run for run in runs if run.row == i], greedy, ar, workers.get(row.worker))
+        summarize_row(row, [run for run in runs if run.row == i], greedy, ar, workers)
         for i, row in enumerate(rows)
     ]
     ar_tps = out[ar_index].decode_tps

@@ -174,6 +174,11 @@ def test_bench_multi_worker_rows(
     assert [r["multi"] for r in multi] == ["split", "race"]
     for row in multi:
         assert row["lossless"] is True and row["verified"] is True
-        assert set(row["counters"]) >= {worker.name, second_worker.name, "winners"}
+        assert row["identity"]["session_identities_match"] is True
+        # A worker that falls behind the tiny model's millisecond rounds is dropped (by design) and
+        # reported; every other one is checked against its own counters.
+        dropped = {name for name, _ in row["counters"]["dropped"]}
+        assert "winners" in row["counters"]
+        assert (set(row["counters"]) | dropped) >= {worker.name, second_worker.name}
         assert row["drafting"]["hit_rate"] is not None
     assert "Table 4." in out.stdout and "(split)" in out.stdout and "rounds won" in out.stdout
