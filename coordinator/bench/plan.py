@@ -145,7 +145,6 @@ def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec,
     )
     return replace(
         remote,
-        kind="remote",
         workers=tuple(chosen),
         backend=row.backend,
         granularity=row.granularity or "op",

@@ -19,8 +19,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-import anyio
-
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.failover import POLICIES, FailoverDraftSource
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
@@ -31,8 +29,7 @@ from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect
 from coordinator.workers.credentials import Credentials
-from coordinator.workers.discovery import WorkerDirectory
-from coordinator.workers.selection import SETTLE_S, check_worker, find_addresses, find_worker, incompatibility
+from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
 from specwire.errors import InvalidArgumentError, NoWorkerError
 from specwire.models import LoadedModel, load_model
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
@@ -187,8 +184,12 @@ class DraftSources:
 
     async def local_model(self, spec: str) -> LoadedModel:
         """The local draft model ``spec`` names (loaded once), checked against the target's vocabulary."""
+        return await self.runtime.compute.run(self._load_local, spec)
+
+    def _load_local(self, spec: str) -> LoadedModel:
+        """Load (once) and check a local draft model; runs on the compute thread."""
         if spec not in self._models:
-            model = await self.runtime.compute.run(load_model, spec)
+            model = load_model(spec)
             ensure_same_vocabulary(self.target.fingerprint, model.fingerprint, self.target.spec, model.spec)
             self._models[spec] = model
         return self._models[spec]
@@ -223,26 +224,22 @@ class DraftSources:
     # Recovery from worker loss; called from the compute thread.
 
     def _local_now(self, spec: str) -> DraftSource:
-        model = self._models.get(spec) or load_model(spec)  # already on the compute thread
-        self._models[spec] = model
-        return LocalDraftSource(model)
+        return LocalDraftSource(self._load_local(spec))  # already on the compute thread
 
     def _replacement(self, spec: DraftSpec, lost: set[str]) -> DraftSource | None:
         """A source on the fastest compatible worker not already lost."""
         return self.runtime.portal.call(self._next_worker, spec, lost)
 
     async def _next_worker(self, spec: DraftSpec, lost: set[str]) -> DraftSource | None:
-        fp, creds, access = self.target.fingerprint, self.access.credentials, self.access
-
-        def usable(ws: list) -> list:
-            return [
-                w for w in ws if w.name not in lost and incompatibility(w, fp, spec.backend, creds) is None
-            ]
-
-        async with WorkerDirectory(access.interfaces) as directory:  # type: ignore[arg-type]
-            if await directory.wait_until(lambda ws: bool(usable(ws)), access.discover_timeout):
-                await anyio.sleep(SETTLE_S)  # let the other workers answer, so the fastest is chosen
-            candidates = sorted(usable(directory.workers()), key=lambda w: -w.draft_tps)
+        access, creds = self.access, self.access.credentials
+        candidates, _ = await ranked_workers(
+            self.target.fingerprint,
+            spec.backend,
+            access.interfaces,  # type: ignore[arg-type]  # mdns_interfaces() output
+            access.discover_timeout,
+            creds,
+            exclude=lost,
+        )
         for advert in candidates:  # a fresh connection: the worker may have restarted on a known address
             try:
                 connection = await connect(advert.address, creds)

@@ -75,7 +75,7 @@ class StreamDraftSource:
         self._seq = 0
         self._open_k = 0
         self._early: dict[int, tuple[pb.Drafts, int, int, int, int]] = {}
-        self._open_record: tuple[int, int, int] = (0, 0, 0)
+        self._open_record: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @property
     def worker(self) -> str:
@@ -147,9 +147,8 @@ class StreamDraftSource:
                 seq=seq, accepted=outcome.accepted, token=outcome.token, k=k, appended=appended or []
             )
             sent = await self._send(pb.DraftRequest(round=round_msg), f"round {seq}")
-        drafts, raw_len, deserialize_ns, received_at, read_at = await self._receive_drafts(seq)
-        send_ns, serialize_ns, bytes_sent = sent
-        written_at = self._stream.written_at_ns if self._stream is not None else 0
+        drafts, raw_len, deserialize_ns, read_at, received_at = await self._receive_drafts(seq)
+        send_ns, serialize_ns, bytes_sent, written_at = sent
         record = CallRecord(
             kind="open" if seq == 0 else "round",
             send_ns=send_ns,
@@ -160,7 +159,7 @@ class StreamDraftSource:
             bytes_received=raw_len,
             server=timing_from_pb(drafts.timing),
             entered_ns=entered if seq else 0,
-            written_ns=written_at if written_at >= send_ns else 0,  # 0: not yet reported
+            written_ns=written_at,
             read_ns=read_at,
         )
         dists = dists_from_pb(drafts)
@@ -175,26 +174,27 @@ class StreamDraftSource:
             saved_ns=drafts.speculation.saved_ns,
         )
 
-    async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int]:
-        """Encode and write one message; returns (send time, encode ns, bytes)."""
+    async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int, int]:
+        """Encode and write one message; returns (send time, encode ns, bytes, when gRPC took it)."""
         assert self._stream is not None
         t0 = time.perf_counter_ns()
         data = request.SerializeToString()
         t1 = time.perf_counter_ns()
-        await self._stream.write(data, action)
+        written_at = await self._stream.write(data, action)
         self.sent += 1
-        return t1, t1 - t0, len(data)
+        return t1, t1 - t0, len(data), written_at
 
     async def _receive_drafts(self, seq: int) -> tuple[pb.Drafts, int, int, int, int]:
         """Read until the Drafts of round ``seq`` are in hand (earlier arrivals are kept)."""
         while seq not in self._early:
-            reply, raw_len, deserialize_ns, received_at = await self._read(f"waiting for round {seq}")
+            reply, raw_len, deserialize_ns, read_at, received_at = await self._read(
+                f"waiting for round {seq}"
+            )
             kind = reply.WhichOneof("kind")
             if kind == "opened":
                 self.opened = reply.opened
             elif kind == "drafts":
-                read_at = self._stream.read_at_ns if self._stream is not None else 0
-                self._early[reply.drafts.seq] = (reply.drafts, raw_len, deserialize_ns, received_at, read_at)
+                self._early[reply.drafts.seq] = (reply.drafts, raw_len, deserialize_ns, read_at, received_at)
                 self.worker_counters = reply.drafts.counters
                 self.rounds_received += 1
                 self.drafts_received += len(reply.drafts.tokens)
@@ -202,7 +202,7 @@ class StreamDraftSource:
                 raise RemoteWorkerError(f"worker {self.connection.name} sent an empty reply", "INTERNAL")
         return self._early.pop(seq)
 
-    async def _read(self, action: str) -> tuple[pb.DraftReply, int, int, int]:
+    async def _read(self, action: str) -> tuple[pb.DraftReply, int, int, int, int]:
         assert self._stream is not None
         parsed = await self._stream.read_message(pb.DraftReply, action)
         self.received += 1

@@ -127,9 +127,7 @@ class Prediction:
     parts_s: dict[str, float] = field(default_factory=dict)
 
 
-def round_parts(
-    target: Target, draft_s: float, acceptance: Acceptance, k: int, link: Link, transport: Transport
-) -> dict[str, float]:
+def round_parts(target: Target, draft_s: float, k: int, link: Link, transport: Transport) -> dict[str, float]:
     """The critical-path parts of one round (seconds), by name."""
     parts = {"verify": target.verify_s(k + 1)}
     b = transport.backend
@@ -156,7 +154,7 @@ def predict(
     target: Target, draft_s: float, acceptance: Acceptance, k: int, link: Link, transport: Transport
 ) -> Prediction:
     """Decode tok/s of one configuration at ``k`` drafts per round."""
-    parts = round_parts(target, draft_s, acceptance, k, link, transport)
+    parts = round_parts(target, draft_s, k, link, transport)
     round_s = sum(parts.values())
     tokens = 1 + acceptance.expected_accepted(k)
     return Prediction(transport.backend, k, round_s, tokens, tokens / round_s, parts)

@@ -103,18 +103,47 @@ async def find_worker(
     """The address to use: ``selector`` itself if it is HOST:PORT, else a discovered worker's."""
     if selector and is_address(selector):
         return selector
+    if selector is None:
+        ranked, seen = await ranked_workers(fingerprint, backend, interfaces, timeout, credentials)
+        return ranked[0].address if ranked else choose(seen, fingerprint, backend, None, credentials).address
 
     def found(workers: list[WorkerAdvert]) -> bool:
         return any(
-            (selector is None or w.name == selector)
-            and incompatibility(w, fingerprint, backend, credentials) is None
+            w.name == selector and incompatibility(w, fingerprint, backend, credentials) is None
             for w in workers
         )
 
     async with WorkerDirectory(interfaces) as directory:
-        if await directory.wait_until(found, timeout) and selector is None:
-            await anyio.sleep(SETTLE_S)  # let the other workers' answers arrive before choosing
+        await directory.wait_until(found, timeout)
         return choose(directory.workers(), fingerprint, backend, selector, credentials).address
+
+
+async def ranked_workers(
+    fingerprint: str,
+    backend: str,
+    interfaces: InterfaceChoice | list[str],
+    timeout: float,
+    credentials: Credentials | None = None,
+    exclude: frozenset[str] | set[str] = frozenset(),
+) -> tuple[list[WorkerAdvert], list[WorkerAdvert]]:
+    """Compatible workers not named in ``exclude``, fastest first, and every worker that answered.
+
+    Waits for the first compatible answer, then ``SETTLE_S`` more, so the
+    fastest is chosen rather than the first to answer.
+    """
+
+    def usable(workers: list[WorkerAdvert]) -> list[WorkerAdvert]:
+        return [
+            w
+            for w in workers
+            if w.name not in exclude and incompatibility(w, fingerprint, backend, credentials) is None
+        ]
+
+    async with WorkerDirectory(interfaces) as directory:
+        if await directory.wait_until(lambda ws: bool(usable(ws)), timeout):
+            await anyio.sleep(SETTLE_S)
+        seen = directory.workers()
+    return sorted(usable(seen), key=lambda w: -w.draft_tps), seen
 
 
 async def find_addresses(

@@ -33,8 +33,6 @@ class StreamCall:
     def __init__(self, connection: WorkerConnection, method: str, read_timeout: float) -> None:
         self.connection = connection
         self.read_timeout = read_timeout
-        self.written_at_ns = 0  # when gRPC last accepted a write (perf_counter_ns)
-        self.read_at_ns = 0  # when the last message came off the stream
         metadata = connection.credentials.metadata(method)
         self._call = connection.channel.stream_stream(method)(timeout=SESSION_TIMEOUT_S, metadata=metadata)
 
@@ -43,16 +41,16 @@ class StreamCall:
         """The worker's name, for messages."""
         return self.connection.name
 
-    async def write(self, data: bytes, action: str) -> None:
-        """Send one message."""
+    async def write(self, data: bytes, action: str) -> int:
+        """Send one message; returns when gRPC took it (perf_counter_ns)."""
         if self._call.done():  # the worker already ended the session; say why
             raise await self.ended(action)
         try:
             await self._call.write(data)
-            self.written_at_ns = time.perf_counter_ns()
         except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as err:
             # A write fails when the stream is over; the status the worker sent says why.
             raise await self.ended(action) from err
+        return time.perf_counter_ns()
 
     async def read(self, action: str) -> tuple[bytes, int]:
         """Receive one message; returns it and the time it was in hand (perf_counter_ns)."""
@@ -66,12 +64,15 @@ class StreamCall:
             raise remote_error(err, self.worker, action) from err
         if raw is grpc.aio.EOF:
             raise await self.ended(action)
-        self.read_at_ns = time.perf_counter_ns()
-        return raw, self.read_at_ns
+        return raw, time.perf_counter_ns()
 
-    async def read_message(self, kind: type[M], action: str) -> tuple[M, int, int, int]:
-        """Receive and parse one ``kind`` message: it, its size, parse time, and when it was parsed (ns)."""
-        raw, _ = await self.read(action)
+    async def read_message(self, kind: type[M], action: str) -> tuple[M, int, int, int, int]:
+        """Receive and parse one ``kind`` message.
+
+        Returns it, its size, the parse time, and when it came off the stream
+        and when it was parsed (perf_counter_ns).
+        """
+        raw, read_at = await self.read(action)
         t0 = time.perf_counter_ns()
         try:
             message = kind.FromString(raw)
@@ -80,7 +81,7 @@ class StreamCall:
                 f"worker {self.worker} sent a malformed reply: {err}", "INTERNAL"
             ) from err
         t1 = time.perf_counter_ns()
-        return message, len(raw), t1 - t0, t1
+        return message, len(raw), t1 - t0, read_at, t1
 
     async def ended(self, action: str) -> RemoteWorkerError:
         """The error for a stream that is over: the status the worker sent, read off the stream."""

@@ -150,8 +150,8 @@ def _load_gguf_model(path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
     return model, build_tokenizer(metadata, str(path)), args, "gguf " + _precision_of(model)
 
 
-def _load_tiny_model() -> tuple[nn.Module, Any, dict[str, Any], str]:
-    tokenizer = load_tokenizer(DEFAULT_MODEL)
+def _load_tiny_model(tokenizer_path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
+    tokenizer = build_tokenizer(read_metadata(tokenizer_path), str(tokenizer_path))
     model, args = build_tiny(len(tokenizer))
     return model, tokenizer, args, "float32"
 
@@ -180,8 +180,11 @@ def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
     if dtype is not None:
         parsed = ModelSpec(parsed.source, _DTYPE_ALIASES.get(dtype, dtype))
     resolved = _resolve(parsed.source)
+    path = str(resolved)
     if parsed.source == TINY_MODEL:
-        model, tokenizer, args, precision = _load_tiny_model()
+        assert isinstance(resolved, Path)
+        model, tokenizer, args, precision = _load_tiny_model(resolved)
+        path = f"random weights, tokenizer of {resolved}"
     elif isinstance(resolved, Path) and resolved.is_file():
         if not is_gguf(resolved):
             raise UnsupportedModelError(
@@ -200,7 +203,7 @@ def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
         tokenizer=tokenizer,
         args=args,
         spec=str(parsed),
-        path=f"random weights, tokenizer of {resolved}" if parsed.source == TINY_MODEL else str(resolved),
+        path=path,
         fingerprint=vocabulary_fingerprint(tokenizer),
         precision=precision,
         eos_token_ids=eos,

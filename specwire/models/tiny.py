@@ -18,7 +18,7 @@ MLX's CPU backend is set by the output layer over the 49,152-token
 vocabulary and by per-operation dispatch, not by depth. The real model's
 width of 576 makes its output layer alone about 12 ms here; width 8 brings a
 whole pass to about 1.5 ms, within a few tenths of a millisecond of a single
-block of width 8 (see the README's fast-regime section).
+block of width 8 (README, "One stream round, part by part").
 """
 
 from __future__ import annotations

@@ -99,5 +99,5 @@ class TensorClient:
 
     async def _read(self, action: str) -> tuple[pb.TensorReply, int, int]:
         assert self._stream is not None
-        reply, size, parse_ns, _ = await self._stream.read_message(pb.TensorReply, action)
+        reply, size, parse_ns, _, _ = await self._stream.read_message(pb.TensorReply, action)
         return reply, size, parse_ns
