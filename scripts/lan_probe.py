@@ -45,7 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="payload sizes in bytes")
     p.add_argument("--count", type=int, default=200, help="most round trips per size and method")
     p.add_argument("--time-budget", type=float, default=2.0, help="most seconds per size and method")
-    p.add_argument("--bulk-bytes", type=int, default=32 << 20, help="bytes moved each way for throughput")
+    p.add_argument(
+        "--bulk-bytes",
+        type=int,
+        default=32 << 20,
+        help="bytes per transfer for throughput (best of 3 each way)",
+    )
     p.add_argument("--json", type=Path, help="write every summary to this file")
     add_credential_arguments(p)
     return p.parse_args(argv)

@@ -195,13 +195,17 @@ def test_probe_measures_the_configured_link(state: Path) -> None:
     run_testbed(*up_args("1ms"), state=state)  # different settings: torn down and rebuilt
     with worker_on_lan(state):
         delayed = probe(state)
-    floor0 = unshaped["tcp"][0]["p50_us"] / 1e3
-    floor1 = delayed["tcp"][0]["p50_us"] / 1e3
+    # Load only ever adds to a round trip, so the fastest one shows the link's delay:
+    # a p50 here moved by up to 2 ms on a busy machine, the minimum by 0.05 ms.
+    floor0 = unshaped["tcp"][0]["min_us"] / 1e3
+    floor1 = delayed["tcp"][0]["min_us"] / 1e3
     assert floor1 == pytest.approx(2 * 1.0 + floor0, rel=0.20)
+    # The shaper caps throughput at the rate (TCP payload gets ~96% of it); a busy
+    # host only slows a transfer, so the cap is tight and the floor loose.
     rate = RATE_MBIT * 1e6 / 8
     for report in (unshaped, delayed):
-        assert report["upload_bytes_per_s"] == pytest.approx(rate, rel=0.15)
-        assert report["download_bytes_per_s"] == pytest.approx(rate, rel=0.15)
+        for direction in ("upload_bytes_per_s", "download_bytes_per_s"):
+            assert 0.70 * rate <= report[direction] <= 1.02 * rate, (direction, report[direction])
 
 
 def test_down_leaves_nothing_behind(state: Path) -> None:
