@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.commands import bench, discover, generate, plan
+from coordinator.commands import bench, discover, generate, plan, serve
 from specwire.command_line import command_main, exit_process
 
-COMMANDS = (bench, generate, discover, plan)
+COMMANDS = (bench, generate, serve, discover, plan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

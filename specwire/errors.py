@@ -75,3 +75,31 @@ class RemoteWorkerError(SpecwireError):
 
 class BenchFailure(SpecwireError):
     """A bench ran, but a result is invalid: an output differs from AR, or remote work is unproven."""
+
+
+class UnknownModelError(SpecwireError):
+    """A request names a model this server does not serve."""
+
+
+class ContextLengthError(InvalidArgumentError):
+    """A prompt, with the tokens asked for after it, does not fit the target's context."""
+
+
+class UnsupportedParameterError(InvalidArgumentError):
+    """A request sets a parameter this server does not implement; ``param`` names it."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class QueueFullError(SpecwireError):
+    """The server's request queue is full; ``retry_after_s`` is when a slot is likely free."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ApiKeyError(AuthenticationError):
+    """A client of ``coordinator serve`` sent no API key, or the wrong one."""

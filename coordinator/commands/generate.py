@@ -23,8 +23,7 @@ from coordinator.commands.options import (
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
-from coordinator.drafting.failover import FailoverDraftSource
-from coordinator.drafting.multi import MultiWorkerDraftSource
+from coordinator.drafting.provenance import drafted_by
 from coordinator.prompts import encode_prompt
 from coordinator.runtime import Runtime, coordinator_runtime
 from specwire.errors import InvalidArgumentError
@@ -111,21 +110,6 @@ def stats_of(result: GenerationResult, k: int) -> dict[str, Any]:
     return stats
 
 
-def remote_report(source: object) -> dict[str, Any]:
-    """Which worker finished the generation, and every worker lost on the way."""
-    if not isinstance(source, FailoverDraftSource):
-        return {}
-    current = source.current
-    report: dict[str, Any] = {"worker_losses": [asdict(loss) for loss in source.losses]}
-    if isinstance(current, MultiWorkerDraftSource):
-        report["workers"] = [s.connection.identity() for s in current.live]
-        report["rounds_won"] = {w: current.winners.count(w) for w in sorted(set(current.winners))}
-        report["workers_dropped"] = [{"worker": w, "reason": r} for w, r in current.dropped]
-        return report
-    connection = getattr(current, "connection", None)
-    return {"worker": connection.identity() if connection is not None else None, **report}
-
-
 def stats_line(stats: dict[str, Any]) -> str:
     """One human-readable line of stats."""
     acc = stats["acceptance_rate"]
@@ -183,7 +167,7 @@ async def _generate_with(
         params=params,
         on_tokens=None if args.json else stream,
     )
-    stats = {**stats_of(result, k), **remote_report(source)}
+    stats = {**stats_of(result, k), **drafted_by(source)}
     if result.transitions:
         stats["k_transitions"] = [asdict(t) for t in result.transitions]
     if args.json:

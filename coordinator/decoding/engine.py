@@ -11,7 +11,9 @@ Each round:
    ``trim_prompt_cache``; the draft source trims its own on the next round.
 
 k = 0, or no draft source, is plain autoregressive decoding through the same
-code. Generation stops at an EOS token (not emitted) or at ``max_tokens``.
+code. Generation stops at an EOS token (not emitted), at ``max_tokens``, or
+when the caller sets ``halt`` (checked before each round; the server sets it
+when a stop sequence matched or the client left).
 The engine keeps a record per round for the benchmarks.
 
 Model compute runs on the calling thread; callers keep all MLX work of a
@@ -20,6 +22,7 @@ process on one thread.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -77,8 +80,9 @@ class SpeculativeDecoder:
         k: int,
         params: SamplingParams,
         on_tokens: Callable[[list[int]], None] | None = None,
+        halt: threading.Event | None = None,
     ) -> GenerationResult:
-        """Generate up to ``max_tokens`` tokens after ``prompt``."""
+        """Generate up to ``max_tokens`` tokens after ``prompt``; stop early once ``halt`` is set."""
         self._check(prompt, k)
         max_tokens = min(max_tokens, self.target.context_length - len(prompt))
         source = self.source if k > 0 and max_tokens > 1 else None
@@ -91,7 +95,7 @@ class SpeculativeDecoder:
         if source is not None:
             source.start(prompt, params, min(k, max_tokens - 1))
         try:
-            result = self._decode(prompt, max_tokens, k, params, source, start, on_tokens, policy)
+            result = self._decode(prompt, max_tokens, k, params, source, start, on_tokens, policy, halt)
         finally:
             if source is not None:
                 source.close()
@@ -118,6 +122,7 @@ class SpeculativeDecoder:
         start: int,
         on_tokens: Callable[[list[int]], None] | None,
         policy: GradedFallback | AdaptiveK | None,
+        halt: threading.Event | None = None,
     ) -> GenerationResult:
         model = self.target.model
         cache = make_prompt_cache(model)
@@ -130,6 +135,9 @@ class SpeculativeDecoder:
         rng = np.random.default_rng([params.seed, VERIFY_STREAM])
         pending, outcome = int(prompt[-1]), None
         while len(result.tokens) < max_tokens:
+            if halt is not None and halt.is_set():
+                result.finish_reason = "halted"
+                break
             k_round = min(policy.k_now() if policy else k, max_tokens - len(result.tokens) - 1)
             t0 = time.perf_counter_ns()
             # The last round (one token left) drafts nothing: the source is not asked.

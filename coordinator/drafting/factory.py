@@ -27,10 +27,11 @@ from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.multi import MODES, MultiWorkerDraftSource
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.runtime import Runtime
-from coordinator.workers.connection import WorkerConnection, connect
+from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
 from coordinator.workers.credentials import Credentials
+from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
-from specwire.errors import InvalidArgumentError, NoWorkerError
+from specwire.errors import InvalidArgumentError, NoWorkerError, RemoteWorkerError
 from specwire.models import LoadedModel, load_model
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 from specwire.v1 import draft_pb2 as pb
@@ -101,12 +102,18 @@ class DraftSpec:
 
 @dataclass(frozen=True)
 class WorkerAccess:
-    """How workers are found and reached: credentials, mDNS interfaces, deadlines."""
+    """How workers are found and reached: credentials, mDNS interfaces, deadlines.
+
+    ``live`` is a Bonjour directory kept open by a long-running process (the
+    server): lookups read it instead of browsing afresh, so a request does not
+    wait seconds for answers, and workers that appear later are picked up.
+    """
 
     credentials: Credentials = field(default_factory=Credentials)
     interfaces: object = None  # specwire.bonjour.mdns_interfaces() output
     discover_timeout: float = DEFAULT_DISCOVER_TIMEOUT_S
     round_timeout: float = ROUND_TIMEOUT_S
+    live: WorkerDirectory | None = None
 
 
 class DraftSources:
@@ -150,6 +157,7 @@ class DraftSources:
                 self.access.interfaces,  # type: ignore[arg-type]
                 self.access.discover_timeout,
                 self.access.credentials,
+                live=self.access.live,
             )
             first = await self._multi([await self.connection(a, spec.backend) for a in addresses], spec)
         else:
@@ -162,6 +170,7 @@ class DraftSources:
                 self.access.interfaces,  # type: ignore[arg-type]
                 self.access.discover_timeout,
                 self.access.credentials,
+                live=self.access.live,
             )
             first = self._remote(await self.connection(address, spec.backend), spec, spec.prespec)
         local = functools.partial(self._local_now, spec.fallback_draft) if spec.fallback_draft else None
@@ -179,8 +188,22 @@ class DraftSources:
                 raise
             self.connections[address] = connection
         else:
+            if self.access.live is not None:  # long-lived: the worker may have restarted since
+                connection = await self._refreshed(address, connection)
             check_worker(connection, self.target, backend)
         return connection
+
+    async def _refreshed(self, address: str, connection: WorkerConnection) -> WorkerConnection:
+        """``connection`` with a fresh Hello (current process identity), or a new one if it broke."""
+        try:
+            await refresh_hello(connection)
+            return connection
+        except RemoteWorkerError:
+            del self.connections[address]
+            self._replacements.append(connection)  # closed with the rest
+            fresh = await connect(address, self.access.credentials)
+            self.connections[address] = fresh
+            return fresh
 
     async def local_model(self, spec: str) -> LoadedModel:
         """The local draft model ``spec`` names (loaded once), checked against the target's vocabulary."""
@@ -239,6 +262,7 @@ class DraftSources:
             access.discover_timeout,
             creds,
             exclude=lost,
+            live=access.live,
         )
         for advert in candidates:  # a fresh connection: the worker may have restarted on a known address
             try:

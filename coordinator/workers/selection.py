@@ -4,11 +4,17 @@ A worker is named as ``HOST:PORT`` (no discovery) or by its Bonjour name,
 or chosen automatically: among discovered workers that speak this protocol
 version, offer the backend and share the target's vocabulary, the one with
 the highest advertised draft speed.
+
+Each lookup browses Bonjour afresh, unless it is given a ``live`` directory
+that a long-running process (the server) keeps open: then it reads the
+workers known now, and waits only while none fits.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 from zeroconf import InterfaceChoice
@@ -87,6 +93,18 @@ def choose(
     )
 
 
+@asynccontextmanager
+async def _browsing(
+    interfaces: InterfaceChoice | list[str], live: WorkerDirectory | None
+) -> AsyncIterator[tuple[WorkerDirectory, bool]]:
+    """``live`` if given, else a fresh directory; and whether it is fresh (answers still arriving)."""
+    if live is not None:
+        yield live, False
+        return
+    async with WorkerDirectory(interfaces) as directory:
+        yield directory, True
+
+
 def is_address(selector: str) -> bool:
     """True for ``HOST:PORT`` selectors, which skip discovery."""
     return bool(_HOST_PORT.match(selector))
@@ -99,12 +117,13 @@ async def find_worker(
     interfaces: InterfaceChoice | list[str],
     timeout: float,
     credentials: Credentials | None = None,
+    live: WorkerDirectory | None = None,
 ) -> str:
     """The address to use: ``selector`` itself if it is HOST:PORT, else a discovered worker's."""
     if selector and is_address(selector):
         return selector
     if selector is None:
-        ranked, seen = await ranked_workers(fingerprint, backend, interfaces, timeout, credentials)
+        ranked, seen = await ranked_workers(fingerprint, backend, interfaces, timeout, credentials, live=live)
         return ranked[0].address if ranked else choose(seen, fingerprint, backend, None, credentials).address
 
     def found(workers: list[WorkerAdvert]) -> bool:
@@ -113,7 +132,7 @@ async def find_worker(
             for w in workers
         )
 
-    async with WorkerDirectory(interfaces) as directory:
+    async with _browsing(interfaces, live) as (directory, _):
         await directory.wait_until(found, timeout)
         return choose(directory.workers(), fingerprint, backend, selector, credentials).address
 
@@ -125,6 +144,7 @@ async def ranked_workers(
     timeout: float,
     credentials: Credentials | None = None,
     exclude: frozenset[str] | set[str] = frozenset(),
+    live: WorkerDirectory | None = None,
 ) -> tuple[list[WorkerAdvert], list[WorkerAdvert]]:
     """Compatible workers not named in ``exclude``, fastest first, and every worker that answered.
 
@@ -139,8 +159,8 @@ async def ranked_workers(
             if w.name not in exclude and incompatibility(w, fingerprint, backend, credentials) is None
         ]
 
-    async with WorkerDirectory(interfaces) as directory:
-        if await directory.wait_until(lambda ws: bool(usable(ws)), timeout):
+    async with _browsing(interfaces, live) as (directory, fresh):
+        if await directory.wait_until(lambda ws: bool(usable(ws)), timeout) and fresh:
             await anyio.sleep(SETTLE_S)
         seen = directory.workers()
     return sorted(usable(seen), key=lambda w: -w.draft_tps), seen
@@ -152,17 +172,16 @@ async def find_addresses(
     interfaces: InterfaceChoice | list[str],
     timeout: float,
     credentials: Credentials,
+    live: WorkerDirectory | None = None,
 ) -> list[str]:
     """Addresses of the workers to bench: HOST:PORT as given, names (or ``all``) through Bonjour."""
     addresses = [s for s in selectors if is_address(s)]
     names = [s for s in selectors if not is_address(s)]
     if not names:
         return addresses
-    async with WorkerDirectory(interfaces) as directory:
-        if "all" in names:
-            await directory.wait_until(
-                lambda ws: False, timeout
-            )  # collect every answer for the whole timeout
+    async with _browsing(interfaces, live) as (directory, fresh):
+        if "all" in names:  # a fresh directory collects every answer for the whole timeout
+            await directory.wait_until(lambda ws: bool(ws) and not fresh, timeout)
         else:
             await directory.wait_until(lambda ws: set(names) <= {w.name for w in ws}, timeout)
         found = directory.workers()

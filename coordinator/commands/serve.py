@@ -1,0 +1,160 @@
+"""``coordinator serve``: an OpenAI-compatible HTTP endpoint over the speculative decoding engine.
+
+The target is loaded once; each request gets a draft source built the way
+``generate`` builds one (``--draft``, ``--worker``, ``--backend``,
+``--prespec``, ``--on-worker-loss``), from a Bonjour directory kept open for
+the server's life, so workers that appear later are used. Requests are
+served one at a time, in order, from a bounded queue
+(``coordinator.serving.scheduler``). uvicorn runs in this process's event
+loop, next to the gRPC channels; model compute stays on the compute thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import ipaddress
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import uvicorn
+
+from coordinator.commands.options import (
+    add_adaptive_k_argument,
+    add_fallback_arguments,
+    add_worker_arguments,
+    draft_spec,
+    fallback_settings,
+    worker_access,
+)
+from coordinator.drafting.factory import DraftSources
+from coordinator.runtime import coordinator_runtime
+from coordinator.serving.app import Api, ServedModel, created_now
+from coordinator.serving.scheduler import Drafting, Scheduler
+from coordinator.workers.discovery import WorkerDirectory
+from specwire.errors import InvalidArgumentError
+from specwire.models import load_model
+
+NAME = "serve"
+HELP = "Serve the target over an OpenAI-compatible HTTP API, drafting on workers (or locally)."
+API_KEY_ENV = "SPECWIRE_API_KEY"
+DEFAULT_PORT = 8080
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``coordinator serve``."""
+    p.add_argument("--target", default="default@float32", help="target model spec (as generate takes it)")
+    p.add_argument(
+        "--draft",
+        default="remote",
+        help="draft source: remote (workers on Bonjour, see --worker), local:SPEC, or none",
+    )
+    p.add_argument("--k", type=int, default=4, help="draft tokens per round")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (beyond loopback needs --api-key)"
+    )
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on (0: any free port)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"key clients send as 'Authorization: Bearer KEY' (env {API_KEY_ENV})",
+    )
+    p.add_argument("--model-name", help="the model id clients name (default: the --target spec)")
+    p.add_argument("--max-queue", type=int, default=8, help="requests that may wait; more get HTTP 429")
+    p.add_argument(
+        "--default-max-tokens", type=int, default=512, help="tokens per completion when a request sets none"
+    )
+    p.add_argument("--json", action="store_true", help="print the ready line as JSON")
+    add_worker_arguments(p)
+    add_fallback_arguments(p)
+    add_adaptive_k_argument(p)
+
+
+def check_exposure(host: str, api_key: str | None) -> None:
+    """Refuse to listen beyond loopback without an API key."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and not api_key:
+        raise InvalidArgumentError(
+            f"--host {host} lets anyone who can reach this machine use the model and its workers; "
+            f"pass --api-key KEY (or set {API_KEY_ENV}), or listen on 127.0.0.1"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``coordinator serve`` until SIGINT or SIGTERM."""
+    check_exposure(args.host, args.api_key)
+    if args.max_queue < 0 or args.default_max_tokens < 1 or args.k < 0:
+        raise InvalidArgumentError("--max-queue must be >= 0, --default-max-tokens >= 1 and --k >= 0")
+    draft_spec(args)  # checked before the model loads
+    return anyio.run(_serve, args)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    spec = draft_spec(args)
+    async with coordinator_runtime() as runtime, _directory(args, spec.kind == "remote") as live:
+        target = await runtime.compute.run(load_model, args.target)
+        access = dataclasses.replace(worker_access(args), live=live)
+        drafting = Drafting(spec, args.k, fallback_settings(args), args.adaptive_k)
+        async with DraftSources(runtime, target, access) as sources:
+            scheduler = Scheduler(runtime, sources, drafting, args.max_queue)
+            served = ServedModel(
+                args.model_name or args.target, target, args.default_max_tokens, created_now()
+            )
+            app = Api(served, scheduler, args.api_key, live).app()
+            config = uvicorn.Config(app, lifespan="off", log_level=args.log_level, access_log=False)
+            server = uvicorn.Server(config)
+            sock = _listen(args.host, args.port)
+            _announce(args, sock, served.name)
+            async with scheduler.running():
+                with _quiet_sigterm():
+                    await server.serve(sockets=[sock])
+    return 0
+
+
+@contextlib.asynccontextmanager
+async def _directory(args: argparse.Namespace, remote: bool) -> AsyncIterator[WorkerDirectory | None]:
+    """A Bonjour directory for the server's life when drafting is remote."""
+    if not remote:
+        yield None
+        return
+    async with WorkerDirectory(worker_access(args).interfaces) as live:  # type: ignore[arg-type]
+        yield live
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket: bound before the ready line, so the port it names already accepts."""
+    try:
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as err:
+        raise InvalidArgumentError(f"cannot listen on {host}:{port}: {err.strerror}") from err
+    sock.setblocking(False)
+    return sock
+
+
+def _announce(args: argparse.Namespace, sock: socket.socket, model: str) -> None:
+    host, port = sock.getsockname()[:2]
+    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}/v1"
+    if args.json:
+        ready = {"event": "ready", "url": url, "port": port, "model": model, "pid": os.getpid()}
+        print(json.dumps(ready), flush=True)
+    else:
+        print(f"serving {model} at {url} (OpenAI-compatible; Ctrl-C stops)", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _quiet_sigterm() -> Iterator[None]:
+    """uvicorn stops on SIGTERM and then raises it again: let that second one pass, so we exit 0."""
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,30 @@
+"""Which worker drafted a generation: the proof a remote result carries.
+
+A remote draft source ends a generation on some worker (maybe not the one it
+started on, after a loss). ``drafted_by`` reads that off the source: the
+worker's name, address, host and process id (from its Hello), every worker
+lost on the way, and for several workers at once, which rounds each won.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from coordinator.drafting.failover import FailoverDraftSource
+from coordinator.drafting.multi import MultiWorkerDraftSource
+
+
+def drafted_by(source: object) -> dict[str, Any]:
+    """The worker(s) that finished the generation, and every worker lost on the way ({} if local)."""
+    if not isinstance(source, FailoverDraftSource):
+        return {}
+    current = source.current
+    report: dict[str, Any] = {"worker_losses": [asdict(loss) for loss in source.losses]}
+    if isinstance(current, MultiWorkerDraftSource):
+        report["workers"] = [s.connection.identity() for s in current.live]
+        report["rounds_won"] = {w: current.winners.count(w) for w in sorted(set(current.winners))}
+        report["workers_dropped"] = [{"worker": w, "reason": r} for w, r in current.dropped]
+        return report
+    connection = getattr(current, "connection", None)
+    return {"worker": connection.identity() if connection is not None else None, **report}

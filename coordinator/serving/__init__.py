@@ -1,0 +1,1 @@
+"""``coordinator serve``'s parts: requests, the queue, text and stop sequences, responses, the HTTP app."""

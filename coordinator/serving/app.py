@@ -1,0 +1,211 @@
+"""The HTTP side of ``coordinator serve``: the OpenAI-compatible routes, on Starlette.
+
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (whole,
+or streamed as server-sent events ending in ``data: [DONE]``), ``GET
+/v1/models``, ``GET /v1/models/{id}`` and ``GET /health``. With an API key,
+every route but ``/health`` needs ``Authorization: Bearer KEY``.
+
+Errors are OpenAI-shaped (``{"error": {"message", "type", "param",
+"code"}}``), and ``status_of`` is the one place that maps this project's
+errors to HTTP statuses. An error after a stream has started is sent as one
+last event with an ``error`` object, as OpenAI does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from coordinator.serving import responses
+from coordinator.serving.requests import CHAT, TEXT, CompletionRequest, read_request
+from coordinator.serving.responses import Envelope
+from coordinator.serving.scheduler import Scheduler
+from coordinator.serving.text import CompletionText
+from coordinator.workers.discovery import WorkerDirectory
+from specwire.errors import (
+    ApiKeyError,
+    AuthenticationError,
+    CapacityError,
+    InvalidArgumentError,
+    NoWorkerError,
+    QueueFullError,
+    RemoteWorkerError,
+    SpecwireError,
+    UnknownModelError,
+    UnsupportedParameterError,
+)
+
+log = logging.getLogger(__name__)
+
+# Error class -> (HTTP status, OpenAI error type, code); the first match in order wins.
+STATUSES: tuple[tuple[type[Exception], int, str, str | None], ...] = (
+    (ApiKeyError, 401, "authentication_error", "invalid_api_key"),
+    (UnknownModelError, 404, "invalid_request_error", "model_not_found"),
+    (UnsupportedParameterError, 400, "invalid_request_error", "unsupported_parameter"),
+    (InvalidArgumentError, 400, "invalid_request_error", None),
+    (QueueFullError, 429, "rate_limit_error", "queue_full"),
+    (NoWorkerError, 503, "server_error", "no_worker"),
+    (RemoteWorkerError, 503, "server_error", "worker_failed"),
+    (CapacityError, 503, "server_error", "worker_busy"),
+    (AuthenticationError, 503, "server_error", "worker_authentication"),
+    (SpecwireError, 500, "server_error", None),
+)
+
+
+def status_of(err: Exception) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and OpenAI-shaped body for ``err``."""
+    for kind, status, error_type, code in STATUSES:
+        if isinstance(err, kind):
+            param = getattr(err, "param", None)
+            return status, responses.error(str(err), error_type, code, param)
+    log.exception("internal error while serving a request", exc_info=err)
+    return 500, responses.error(f"internal error: {type(err).__name__}", "server_error")
+
+
+@dataclass
+class ServedModel:
+    """What the routes serve: the target's name and tokenizer, and limits."""
+
+    name: str
+    target: Any  # specwire.models.LoadedModel
+    default_max_tokens: int
+    created: int
+
+
+class Api:
+    """The route handlers, over one scheduler."""
+
+    def __init__(
+        self,
+        served: ServedModel,
+        scheduler: Scheduler,
+        api_key: str | None,
+        directory: WorkerDirectory | None = None,
+    ) -> None:
+        self.served = served
+        self.scheduler = scheduler
+        self.api_key = api_key
+        self.directory = directory
+
+    def app(self) -> Starlette:
+        """The Starlette application."""
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
+        # SpecwireError: answered here; any other Exception: answered, and logged with its traceback.
+        handlers = {HTTPException: self._http_error, SpecwireError: self._error, Exception: self._error}
+        return Starlette(routes=routes, exception_handlers=handlers)
+
+    # Routes.
+
+    async def health(self, request: Request) -> Response:
+        """Liveness, the model, the queue, and the workers known on Bonjour (no key needed)."""
+        body: dict[str, Any] = {
+            "status": "ok",
+            "model": self.served.name,
+            "pending_requests": self.scheduler.pending,
+        }
+        if self.directory is not None:
+            body["workers"] = [{"name": w.name, "address": w.address} for w in self.directory.workers()]
+        return JSONResponse(body)
+
+    async def models(self, request: Request) -> Response:
+        self._authorize(request)
+        return JSONResponse(responses.models(self.served.name, self.served.created))
+
+    async def model(self, request: Request) -> Response:
+        self._authorize(request)
+        name = request.path_params["model"]
+        if name != self.served.name:
+            raise UnknownModelError(
+                f"model {name!r} is not served here; this server serves {self.served.name!r}"
+            )
+        return JSONResponse(responses.model_card(name, self.served.created))
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._complete(request, CHAT)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, TEXT)
+
+    # Completions.
+
+    async def _complete(self, request: Request, kind: str) -> Response:
+        self._authorize(request)
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise InvalidArgumentError(f"the request body is not valid JSON: {err}") from err
+        served = self.served
+        asked = read_request(body, kind, served.name, served.target, served.default_max_tokens)
+        envelope = Envelope(kind, served.name)
+        text = CompletionText(self.scheduler.submit(asked), served.target.tokenizer)
+        if asked.stream:
+            return EventSourceResponse(self._events(asked, envelope, text))
+        output = "".join([piece async for piece in text.pieces()])
+        counts = responses.usage(len(asked.prompt), text.completion_tokens)
+        return JSONResponse(envelope.completion(output, text.finish_reason, counts, text.stats()))
+
+    async def _events(
+        self, asked: CompletionRequest, envelope: Envelope, text: CompletionText
+    ) -> AsyncIterator[dict[str, str]]:
+        """The server-sent events of one streamed completion."""
+        try:
+            if asked.kind == CHAT:
+                yield _event(envelope.chunk(text="", first=True))
+            async for piece in text.pieces():
+                yield _event(envelope.chunk(text=piece))
+        except Exception as err:  # the stream has started: the error is its last event
+            yield _event(status_of(err)[1])
+            return
+        stats = text.stats()
+        yield _event(envelope.chunk(finish_reason=text.finish_reason, stats=stats))
+        if asked.include_usage:
+            counts = responses.usage(len(asked.prompt), text.completion_tokens)
+            yield _event(envelope.usage_chunk(counts, stats))
+        yield {"data": "[DONE]"}
+
+    # Access and errors.
+
+    def _authorize(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip(), self.api_key):
+            raise ApiKeyError("missing or wrong API key: send 'Authorization: Bearer KEY'")
+
+    async def _error(self, request: Request, err: Exception) -> Response:
+        status, body = status_of(err)
+        headers = {"Retry-After": str(err.retry_after_s)} if isinstance(err, QueueFullError) else None
+        return JSONResponse(body, status_code=status, headers=headers)
+
+    async def _http_error(self, request: Request, err: Exception) -> Response:
+        assert isinstance(err, HTTPException)
+        kind = "invalid_request_error" if err.status_code < 500 else "server_error"
+        message = f"{request.method} {request.url.path}: {err.detail}"
+        return JSONResponse(responses.error(message, kind), status_code=err.status_code)
+
+
+def _event(body: dict[str, Any]) -> dict[str, str]:
+    return {"data": json.dumps(body, separators=(",", ":"))}
+
+
+def created_now() -> int:
+    """Unix time, for the model card."""
+    return int(time.time())

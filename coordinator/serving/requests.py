@@ -1,0 +1,219 @@
+"""Reading OpenAI-style request bodies into what the engine takes, or a clear error naming the field.
+
+``read_request`` checks a ``/v1/chat/completions`` or ``/v1/completions``
+body against the served target: the model's name, the messages (through the
+model's own chat template) or the prompt, the token budget against the
+context, the sampling parameters, and stop sequences. Parameters this server
+does not implement are refused by name rather than silently ignored; fields
+it has no use for that change nothing about the output (``user``,
+``metadata``) are accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from specwire.errors import (
+    ContextLengthError,
+    InvalidArgumentError,
+    UnknownModelError,
+    UnsupportedParameterError,
+)
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+
+CHAT, TEXT = "chat", "text"
+MAX_STOPS = 4
+DEFAULT_TEMPERATURE = 1.0  # OpenAI's default; send 0 for greedy output, token-identical to the target's
+
+# A parameter and the value that means "not used"; any other value is refused by name.
+UNSUPPORTED: dict[str, object] = {
+    "n": 1,
+    "best_of": 1,
+    "logprobs": None,
+    "top_logprobs": None,
+    "tools": None,
+    "tool_choice": None,
+    "functions": None,
+    "function_call": None,
+    "logit_bias": None,
+    "presence_penalty": 0,
+    "frequency_penalty": 0,
+    "echo": False,
+    "suffix": None,
+    "audio": None,
+    "prediction": None,
+}
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One request, checked: prompt token ids, how many tokens, how to sample, when to stop."""
+
+    kind: str  # CHAT or TEXT
+    prompt: list[int]
+    max_tokens: int
+    params: SamplingParams
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+
+
+def read_request(
+    body: object, kind: str, served: str, target: LoadedModel, default_max_tokens: int
+) -> CompletionRequest:
+    """The request ``body`` asks for, or a ``SpecwireError`` naming what is wrong with it."""
+    if not isinstance(body, dict):
+        raise InvalidArgumentError("the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != served:
+        raise UnknownModelError(f"model {model!r} is not served here; this server serves {served!r}")
+    _refuse_unsupported(body)
+    prompt = _chat_prompt(body, target) if kind == CHAT else _text_prompt(body, target)
+    stream = _optional(body, "stream", bool, False)
+    options = body.get("stream_options")
+    if options is not None and not (stream and isinstance(options, dict)):
+        raise InvalidArgumentError("stream_options is an object, and only allowed with stream: true")
+    return CompletionRequest(
+        kind=kind,
+        prompt=prompt,
+        max_tokens=_max_tokens(body, len(prompt), target.context_length, default_max_tokens),
+        params=_sampling(body),
+        stop=_stops(body),
+        stream=stream,
+        include_usage=bool(options and options.get("include_usage")),
+    )
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    for name, unused in UNSUPPORTED.items():
+        value = body.get(name)
+        if value is None or value == unused or (value == {} and unused is None):
+            continue
+        raise UnsupportedParameterError(f"{name}={value!r} is not supported by this server", name)
+    response_format = body.get("response_format")
+    if response_format is not None and response_format != {"type": "text"}:
+        raise UnsupportedParameterError("response_format other than text is not supported", "response_format")
+
+
+def _optional(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise InvalidArgumentError(f"{name} must be a number, got {value!r}")
+    if kind is int and value != int(value):
+        raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
+    if kind in (bool, str) and not isinstance(value, kind):
+        raise InvalidArgumentError(f"{name} must be a {kind.__name__}, got {value!r}")
+    return kind(value)
+
+
+def _text_of(content: object, where: str) -> str:
+    """A message's text: a string, or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (
+                isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            ):
+                raise UnsupportedParameterError(f"{where}: only text content parts are supported", "messages")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise InvalidArgumentError(f"{where}: content must be a string or a list of text parts")
+
+
+def _chat_prompt(body: dict[str, Any], target: LoadedModel) -> list[int]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidArgumentError("messages must be a non-empty list of {role, content} objects")
+    plain = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise InvalidArgumentError(f"{where} must be an object with role and content")
+        role = message.get("role")
+        if role not in ROLES:
+            raise UnsupportedParameterError(
+                f"{where}: role {role!r} is not supported (use {ROLES})", "messages"
+            )
+        plain.append({"role": role, "content": _text_of(message.get("content"), where)})
+    tokenizer = target.tokenizer
+    if not tokenizer.has_chat_template:
+        raise InvalidArgumentError(f"{target.spec} has no chat template; use /v1/completions")
+    return list(tokenizer.apply_chat_template(plain, add_generation_prompt=True))
+
+
+def _text_prompt(body: dict[str, Any], target: LoadedModel) -> list[int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        ids = list(target.tokenizer.encode(prompt))
+    elif isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        ids = prompt
+        vocab = target.vocab_size
+        if not all(0 <= t < vocab for t in ids):
+            raise InvalidArgumentError(f"prompt token ids must lie in 0..{vocab - 1}")
+    elif isinstance(prompt, list) and len(prompt) > 1:
+        raise UnsupportedParameterError("several prompts in one request are not supported", "prompt")
+    else:
+        raise InvalidArgumentError("prompt must be a string or a list of token ids")
+    if not ids:
+        raise InvalidArgumentError("the prompt is empty")
+    return ids
+
+
+def _max_tokens(body: dict[str, Any], prompt_tokens: int, context: int, default: int) -> int:
+    asked = body.get("max_completion_tokens", body.get("max_tokens"))
+    room = context - prompt_tokens
+    if room < 1:
+        raise ContextLengthError(
+            f"the prompt has {prompt_tokens} tokens; the model's context holds {context}, "
+            "with room for at least one more"
+        )
+    if asked is None:
+        return min(default, room)
+    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    value = _optional(body, name, int, default)
+    if value < 1:
+        raise InvalidArgumentError(f"{name} must be >= 1, got {value}")
+    if value > room:
+        raise ContextLengthError(
+            f"the model's context holds {context} tokens; the prompt has {prompt_tokens} "
+            f"and {name} asks for {value} more (at most {room})"
+        )
+    return int(value)
+
+
+def _sampling(body: dict[str, Any]) -> SamplingParams:
+    temperature = _optional(body, "temperature", float, DEFAULT_TEMPERATURE)
+    if not (math.isfinite(temperature) and 0.0 <= temperature <= 2.0):
+        raise InvalidArgumentError(f"temperature must be within 0..2, got {temperature}")
+    top_p = _optional(body, "top_p", float, 1.0)
+    if not 0.0 < top_p <= 1.0:
+        raise InvalidArgumentError(f"top_p must be within (0, 1], got {top_p}")
+    seed = _optional(body, "seed", int, None)
+    if seed is None:
+        seed = secrets.randbits(63)
+    elif seed < 0:
+        raise InvalidArgumentError(f"seed must be >= 0, got {seed}")
+    return SamplingParams(temperature=temperature, top_p=top_p, seed=seed)
+
+
+def _stops(body: dict[str, Any]) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not (isinstance(stops, list) and all(isinstance(s, str) and s for s in stops)):
+        raise InvalidArgumentError("stop must be a non-empty string or a list of them")
+    if len(stops) > MAX_STOPS:
+        raise InvalidArgumentError(f"stop holds {len(stops)} sequences; at most {MAX_STOPS}")
+    return tuple(stops)

@@ -1,0 +1,92 @@
+"""The OpenAI-shaped bodies this server sends: completions, stream chunks, usage, models and errors.
+
+Every completion carries ``usage`` as OpenAI gives it, and a ``specwire``
+object with this project's figures (drafting, acceptance, the worker that
+drafted, speed); OpenAI clients ignore fields they do not know.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.serving.requests import CHAT
+
+EXTENSION = "specwire"
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What every body of one completion shares: its id, creation time, model, and kind."""
+
+    kind: str
+    model: str
+    id: str = field(default_factory=lambda: secrets.token_hex(12))
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def _head(self, chunk: bool) -> dict[str, Any]:
+        if self.kind == CHAT:
+            prefix, obj = "chatcmpl-", "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            prefix, obj = "cmpl-", "text_completion"
+        return {"id": prefix + self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def completion(self, text: str, finish_reason: str, usage: dict[str, int], stats: dict[str, Any]) -> dict:
+        """A whole (non-streamed) completion."""
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        if self.kind == CHAT:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        return {**self._head(False), "choices": [choice], "usage": usage, EXTENSION: stats}
+
+    def chunk(
+        self,
+        text: str | None = None,
+        finish_reason: str | None = None,
+        first: bool = False,
+        stats: dict[str, Any] | None = None,
+    ) -> dict:
+        """One streamed chunk: a piece of text, or the finish reason (with the figures)."""
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        if self.kind == CHAT:
+            delta: dict[str, Any] = {"role": "assistant"} if first else {}
+            if text is not None:
+                delta["content"] = text
+            choice["delta"] = delta
+        else:
+            choice["text"] = text or ""
+        body = {**self._head(True), "choices": [choice]}
+        if stats is not None:
+            body[EXTENSION] = stats
+        return body
+
+    def usage_chunk(self, usage: dict[str, int], stats: dict[str, Any]) -> dict:
+        """The chunk after the finish reason when usage is asked for: no choices, usage, the figures."""
+        return {**self._head(True), "choices": [], "usage": usage, EXTENSION: stats}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """Token counts, as OpenAI reports them."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def models(model: str, created: int) -> dict[str, Any]:
+    """The one model this server serves, as ``GET /v1/models`` lists it."""
+    return {"object": "list", "data": [model_card(model, created)]}
+
+
+def model_card(model: str, created: int) -> dict[str, Any]:
+    """One model, as ``GET /v1/models/{id}`` gives it."""
+    return {"id": model, "object": "model", "created": created, "owned_by": "specwire"}
+
+
+def error(message: str, kind: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """An OpenAI-shaped error body."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -1,0 +1,175 @@
+"""Serving requests one at a time per target: the bounded queue, and each generation's token stream.
+
+The target model and its compute thread serve one generation at a time, so
+requests wait in order for the one lock; at most ``max_queue`` may wait, and
+the next one is refused with ``QueueFullError`` (HTTP 429) and an estimate of
+when to retry. Each admitted request runs as a task of the scheduler's own
+task group, not of the HTTP request: if its client leaves, the handler sets
+``halt`` and returns, and the generation ends at the next round boundary
+(closing its worker session) before the next request starts.
+
+Tokens go from the engine, on the compute thread, to the event loop with
+``call_soon_threadsafe``, into an unbounded memory stream the handler reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
+from coordinator.decoding.fallback import FallbackSettings
+from coordinator.drafting.base import DraftSource
+from coordinator.drafting.factory import DraftSources, DraftSpec
+from coordinator.drafting.provenance import drafted_by
+from coordinator.runtime import Runtime
+from coordinator.serving.requests import CompletionRequest
+from specwire.errors import CapacityError, NoWorkerError, QueueFullError, RemoteWorkerError
+
+RECENT = 16  # generations whose durations estimate Retry-After
+
+
+@dataclass
+class Generation:
+    """One admitted request as it runs: its token stream, and at the end its result or error."""
+
+    request: CompletionRequest
+    tokens: MemoryObjectReceiveStream[list[int]]
+    halt: threading.Event = field(default_factory=threading.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    submitted_ns: int = field(default_factory=time.perf_counter_ns)
+    started_ns: int = 0
+    result: GenerationResult | None = None
+    error: Exception | None = None
+    source: dict[str, Any] = field(default_factory=dict)  # the draft source used, and its provenance
+
+    @property
+    def queued_s(self) -> float:
+        """Seconds spent waiting for the target."""
+        return (self.started_ns - self.submitted_ns) / 1e9 if self.started_ns else float("nan")
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """How every request is drafted: the source, k, and the k policies (as ``generate`` takes them)."""
+
+    spec: DraftSpec
+    k: int = 4
+    fallback: FallbackSettings | None = None
+    adaptive_k: bool = False
+
+
+class Scheduler:
+    """Admits requests into a bounded queue and runs them one at a time on the target."""
+
+    def __init__(self, runtime: Runtime, sources: DraftSources, drafting: Drafting, max_queue: int) -> None:
+        self.runtime = runtime
+        self.sources = sources
+        self.drafting = drafting
+        self.max_queue = max_queue
+        self.pending = 0  # running and waiting
+        self._lock = anyio.Lock()
+        self._durations: deque[float] = deque(maxlen=RECENT)
+        self._tg: TaskGroup | None = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Scheduler]:
+        """Run generations for as long as the block lasts."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                yield self
+            finally:
+                self._tg = None
+                tg.cancel_scope.cancel()
+
+    def submit(self, request: CompletionRequest) -> Generation:
+        """Queue ``request``; raises ``QueueFullError`` when ``max_queue`` already wait."""
+        if self._tg is None:
+            raise RuntimeError("the scheduler is not running")
+        if self.pending >= 1 + self.max_queue:
+            raise QueueFullError(
+                f"{self.pending - 1} requests are already waiting (the most is {self.max_queue})",
+                self.retry_after_s(),
+            )
+        send, receive = anyio.create_memory_object_stream[list[int]](math.inf)
+        generation = Generation(request, receive)
+        self.pending += 1
+        self._tg.start_soon(self._run, generation, send)
+        return generation
+
+    def retry_after_s(self) -> int:
+        """Whole seconds until a queue slot is likely free: the median recent generation, per one ahead."""
+        typical = statistics.median(self._durations) if self._durations else 1.0
+        return max(1, math.ceil(typical * max(1, self.pending - self.max_queue)))
+
+    async def _run(self, generation: Generation, send: MemoryObjectSendStream[list[int]]) -> None:
+        try:
+            async with self._lock:
+                generation.started_ns = time.perf_counter_ns()
+                if not generation.halt.is_set():  # its client may have left while it waited
+                    await self._generate(generation, send)
+                self._durations.append((time.perf_counter_ns() - generation.started_ns) / 1e9)
+        except Exception as err:  # handed to the request's handler, which answers with it
+            generation.error = err
+        finally:
+            self.pending -= 1
+            send.close()
+            generation.done.set()
+
+    async def _generate(self, generation: Generation, send: MemoryObjectSendStream[list[int]]) -> None:
+        source, generation.source = await self._open()
+        loop = asyncio.get_running_loop()
+
+        def deliver(tokens: list[int]) -> None:  # on the compute thread
+            loop.call_soon_threadsafe(_send_quietly, send, list(tokens))
+
+        request, drafting = generation.request, self.drafting
+        k = drafting.k if source is not None else 0
+        generation.source["k"] = k
+        decoder = SpeculativeDecoder(self.sources.target, source, drafting.fallback, drafting.adaptive_k)
+        generation.result = await self.runtime.compute.run(
+            decoder.generate,
+            request.prompt,
+            max_tokens=request.max_tokens,
+            k=k,
+            params=request.params,
+            on_tokens=deliver,
+            halt=generation.halt,
+        )
+        generation.source.update(drafted_by(source))
+
+    async def _open(self) -> tuple[DraftSource | None, dict[str, Any]]:
+        """This request's draft source; with no worker to be had, what ``--on-worker-loss`` says."""
+        spec = self.drafting.spec
+        described = {"draft": spec.kind if spec.kind != "local" else f"local:{spec.local}"}
+        if spec.kind == "remote":
+            described["backend"] = spec.backend
+        try:
+            return await self.sources.open(spec), described
+        except (NoWorkerError, RemoteWorkerError, CapacityError) as err:
+            if spec.kind != "remote" or spec.on_loss == "fail":
+                raise
+            described["draft_unavailable"] = str(err)
+            if spec.on_loss == "local" and spec.fallback_draft:
+                local = DraftSpec("local", local=spec.fallback_draft)
+                return await self.sources.open(local), {**described, "draft": f"local:{local.local}"}
+            return None, {**described, "draft": "none"}
+
+
+def _send_quietly(send: MemoryObjectSendStream[list[int]], tokens: list[int]) -> None:
+    """Pass tokens on; a reader that has gone away (its client left) is no error."""
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        send.send_nowait(tokens)

@@ -1,0 +1,96 @@
+"""From a generation's tokens to the text a client gets: detokenized as it streams, cut at stop sequences."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+from coordinator.serving.scheduler import Generation
+from coordinator.serving.stops import StopMatcher
+
+
+class CompletionText:
+    """The text of one generation, piece by piece, and how it ended.
+
+    Tokens are detokenized with the model's streaming detokenizer (so a
+    character split over tokens is sent whole) and passed through the stop
+    sequences. On a match the generation is halted; what the engine made
+    after it is dropped. When ``pieces`` is exhausted, ``finish_reason``,
+    ``completion_tokens`` and ``stats`` hold the ending.
+    """
+
+    def __init__(self, generation: Generation, tokenizer: Any) -> None:
+        self.generation = generation
+        self._detok = tokenizer.detokenizer
+        self._stops = StopMatcher(generation.request.stop)
+        self._used = 0  # tokens whose text went into the output, up to a stop match
+
+    async def pieces(self) -> AsyncIterator[str]:
+        """Text as it is made; raises the generation's error, if it failed."""
+        generation = self.generation
+        try:
+            async with generation.tokens:
+                async for tokens in generation.tokens:
+                    for token in tokens:
+                        self._used += 1
+                        self._detok.add_token(token)
+                        if piece := self._stops.feed(self._detok.last_segment):
+                            yield piece
+                        if self._stops.stopped:
+                            generation.halt.set()
+                            break
+                    if self._stops.stopped:
+                        break
+            if not self._stops.stopped:
+                self._detok.finalize()
+                if piece := self._stops.feed(self._detok.last_segment) + self._stops.flush():
+                    yield piece
+            await generation.done.wait()
+        finally:
+            generation.halt.set()  # a no-op once it ended; else its client left, so it stops
+        if generation.error is not None:
+            raise generation.error
+
+    @property
+    def finish_reason(self) -> str:
+        """``stop`` (a stop sequence or the end-of-sequence token) or ``length``."""
+        result = self.generation.result
+        if self._stops.stopped or (result is not None and result.finish_reason == "eos"):
+            return "stop"
+        return "length"
+
+    @property
+    def completion_tokens(self) -> int:
+        """Tokens the output is made of (through the one that completed a stop sequence)."""
+        result = self.generation.result
+        if self._stops.stopped or result is None:
+            return self._used
+        return len(result.tokens)
+
+    def stats(self) -> dict[str, Any]:
+        """The figures this project exists for: drafting, acceptance, which worker, and speed."""
+        generation, result = self.generation, self.generation.result
+        stats: dict[str, Any] = {**generation.source, "queued_s": generation.queued_s}
+        if result is not None:
+            stats.update(
+                drafted=result.drafted,
+                accepted=result.accepted,
+                acceptance_rate=result.acceptance_rate,
+                rounds=len(result.rounds),
+                ttft_s=result.ttft_s,
+                decode_tok_s=result.decode_tps,
+                tokens_generated=len(result.tokens),
+            )
+        return _finite(stats)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None, so it is valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
