@@ -21,6 +21,7 @@ from coordinator.commands.options import (
     worker_access,
 )
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
+from coordinator.detokenizer import TextDecoder
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.provenance import drafted_by
@@ -149,13 +150,10 @@ async def _generate_with(
     """Generate with ``source`` and print the text (streamed) or JSON, and the stats."""
     prompt = encode_prompt(target, text, args.chat)
     k = args.k if source is not None else 0
-    detok = target.tokenizer.detokenizer
-    detok.reset()
+    text_out = TextDecoder(target.tokenizer)
 
     def stream(tokens: list[int]) -> None:
-        for t in tokens:
-            detok.add_token(t)
-        sys.stdout.write(detok.last_segment)
+        sys.stdout.write("".join(text_out.add(t) for t in tokens))
         sys.stdout.flush()
 
     decoder = SpeculativeDecoder(target, source, fallback_settings(args), args.adaptive_k)
@@ -181,7 +179,6 @@ async def _generate_with(
         }
         print(json.dumps(out, indent=2))
     else:
-        detok.finalize()
-        sys.stdout.write(detok.last_segment + "\n")
+        sys.stdout.write(text_out.finish() + "\n")
         print(stats_line(stats), file=sys.stderr)
     return 0

@@ -6,6 +6,7 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any
 
+from coordinator.detokenizer import TextDecoder
 from coordinator.serving.scheduler import Generation
 from coordinator.serving.stops import StopMatcher
 
@@ -13,16 +14,16 @@ from coordinator.serving.stops import StopMatcher
 class CompletionText:
     """The text of one generation, piece by piece, and how it ended.
 
-    Tokens are detokenized with the model's streaming detokenizer (so a
-    character split over tokens is sent whole) and passed through the stop
-    sequences. On a match the generation is halted; what the engine made
-    after it is dropped. When ``pieces`` is exhausted, ``finish_reason``,
+    Tokens are decoded as they come (``coordinator.detokenizer``: a character
+    split over tokens is sent whole) and passed through the stop sequences.
+    On a match the generation is halted; what the engine made after it is
+    dropped. When ``pieces`` is exhausted, ``finish_reason``,
     ``completion_tokens`` and ``stats`` hold the ending.
     """
 
     def __init__(self, generation: Generation, tokenizer: Any) -> None:
         self.generation = generation
-        self._detok = tokenizer.detokenizer
+        self._text = TextDecoder(tokenizer)
         self._stops = StopMatcher(generation.request.stop)
         self._used = 0  # tokens whose text went into the output, up to a stop match
 
@@ -34,18 +35,17 @@ class CompletionText:
                 async for tokens in generation.tokens:
                     for token in tokens:
                         self._used += 1
-                        self._detok.add_token(token)
-                        if piece := self._stops.feed(self._detok.last_segment):
+                        if piece := self._stops.feed(self._text.add(token)):
                             yield piece
                         if self._stops.stopped:
                             generation.halt.set()
                             break
                     if self._stops.stopped:
                         break
-            if not self._stops.stopped:
-                self._detok.finalize()
-                if piece := self._stops.feed(self._detok.last_segment) + self._stops.flush():
-                    yield piece
+            if not self._stops.stopped and (
+                piece := self._stops.feed(self._text.finish()) + self._stops.flush()
+            ):
+                yield piece
             await generation.done.wait()
         finally:
             generation.halt.set()  # a no-op once it ended; else its client left, so it stops

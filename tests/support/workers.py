@@ -55,7 +55,7 @@ class WorkerProcess:
             return self.process.wait()
 
 
-def _read_ready(process: subprocess.Popen[str]) -> dict:
+def read_ready(process: subprocess.Popen[str], what: str = "worker") -> dict:
     """Wait for the JSON ready line on stdout (or the process dying)."""
     assert process.stdout is not None
     selector = selectors.DefaultSelector()
@@ -73,7 +73,7 @@ def _read_ready(process: subprocess.Popen[str]) -> dict:
                 return ready
     process.kill()
     stderr = process.stderr.read() if process.stderr else ""
-    raise RuntimeError(f"worker did not become ready:\n{stderr}")
+    raise RuntimeError(f"{what} did not become ready:\n{stderr}")
 
 
 @contextmanager
@@ -83,7 +83,7 @@ def running_worker(*args: str) -> Iterator[WorkerProcess]:
     command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
     command += ["--interface", "127.0.0.1", "--json", "--warmup-tokens", "4", *args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    worker = WorkerProcess(process, _read_ready(process))
+    worker = WorkerProcess(process, read_ready(process))
     try:
         yield worker
     finally:

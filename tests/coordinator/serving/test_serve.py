@@ -1,0 +1,292 @@
+"""``coordinator serve`` driven by the real ``openai`` client: real processes and workers, tiny model.
+
+The served text at T = 0 must equal ``coordinator generate --draft none``
+(the target alone) with local drafting and with a remote worker on both
+backends. The tiny model keeps every generation to milliseconds, so the
+tests are about the server: streaming, usage and figures, stop sequences,
+the queue, disconnects, worker loss and bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+
+import anyio
+import openai
+import pytest
+
+from coordinator.workers.connection import connect, refresh_hello
+from tests.support.cli import one_error_line, run_cli
+from tests.support.credentials import credentials
+from tests.support.servers import ServerProcess, running_server
+from tests.support.workers import WorkerProcess, running_worker, unique_name
+
+PROMPT = "Name three colors of the rainbow."
+MAX_TOKENS = 24
+LONG = 4000  # tokens: a generation that lasts seconds, to be interrupted
+TINY = ["--target", "tiny", "--model-name", "tiny", "--interface", "127.0.0.1"]
+
+
+def target_alone(chat: bool, max_tokens: int = MAX_TOKENS) -> str:
+    """The text ``coordinator generate --draft none`` makes for PROMPT."""
+    args = [
+        "--target",
+        "tiny",
+        "--draft",
+        "none",
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        str(max_tokens),
+        "--json",
+    ]
+    out = run_cli("coordinator", "generate", *args, *(["--chat"] if chat else []))
+    assert out.returncode == 0, out.stderr
+    return str(json.loads(out.stdout)["text"])
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, str]:
+    return {"chat": target_alone(chat=True), "text": target_alone(chat=False)}
+
+
+@pytest.fixture(scope="module")
+def local_server() -> Iterator[ServerProcess]:
+    with running_server(*TINY, "--draft", "local:tiny", "--max-queue", "1") as server:
+        yield server
+
+
+def chat(client: openai.OpenAI, **extra: object) -> object:
+    messages = [{"role": "user", "content": PROMPT}]
+    options = {"model": "tiny", "messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0, **extra}
+    return client.chat.completions.create(**options)  # type: ignore[call-overload]
+
+
+def streamed_chat(client: openai.OpenAI, **extra: object) -> tuple[str, list]:
+    chunks = list(chat(client, stream=True, **extra))  # type: ignore[call-overload]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return text, chunks
+
+
+@pytest.mark.parametrize("draft", ["local", "stream", "ggml-rpc"])
+def test_served_text_is_the_target_alone(
+    draft: str, expected: dict[str, str], local_server: ServerProcess, tiny_worker: WorkerProcess
+) -> None:
+    if draft == "local":
+        checks(local_server, expected, draft="local:tiny", worker_pid=None)
+        return
+    remote = ["--draft", "remote", "--worker", tiny_worker.name, "--backend", draft]
+    with running_server(*TINY, *remote) as server:
+        checks(server, expected, draft="remote", worker_pid=tiny_worker.pid)
+
+
+def checks(server: ServerProcess, expected: dict[str, str], draft: str, worker_pid: int | None) -> None:
+    client = server.client()
+    whole = chat(client)
+    assert whole.choices[0].message.content == expected["chat"]  # type: ignore[attr-defined]
+    figures = whole.model_extra["specwire"]  # type: ignore[attr-defined]
+    assert figures["draft"] == draft and figures["drafted"] > 0 and figures["accepted"] > 0
+    assert figures["acceptance_rate"] == 1.0  # tiny drafts for tiny: every draft is the target's token
+    assert figures["rounds"] < MAX_TOKENS and figures["decode_tok_s"] > 0
+    if worker_pid is not None:
+        assert figures["worker"]["pid"] == worker_pid and figures["worker_losses"] == []
+    usage = whole.usage  # type: ignore[attr-defined]
+    assert usage.completion_tokens == MAX_TOKENS and whole.choices[0].finish_reason == "length"  # type: ignore[attr-defined]
+    assert usage.total_tokens == usage.prompt_tokens + MAX_TOKENS
+
+    text, chunks = streamed_chat(client, stream_options={"include_usage": True})
+    assert text == expected["chat"]
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1  # really streamed
+    assert chunks[-1].usage.completion_tokens == MAX_TOKENS and chunks[-1].choices == []
+    assert chunks[-2].choices[0].finish_reason == "length"
+    assert chunks[-2].model_extra["specwire"]["drafted"] > 0
+
+    completion = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0)
+    assert completion.choices[0].text == expected["text"]
+    pieces = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].text for c in pieces if c.choices) == expected["text"]
+
+
+def test_models_and_health(local_server: ServerProcess) -> None:
+    assert [m.id for m in local_server.client().models.list()] == ["tiny"]
+    health = local_server.health()
+    assert health["status"] == "ok" and health["model"] == "tiny" and health["pending_requests"] == 0
+
+
+def test_stop_sequences_cut_the_text_where_they_first_occur(
+    local_server: ServerProcess, expected: dict[str, str]
+) -> None:
+    full = expected["chat"]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]  # spans tokens: must be found across pieces
+    cut = full[: full.index(stop)]
+    client = local_server.client()
+    whole = chat(client, stop=[stop, "\u2603 never"])
+    assert whole.choices[0].message.content == cut and whole.choices[0].finish_reason == "stop"  # type: ignore[attr-defined]
+    assert 0 < whole.usage.completion_tokens < MAX_TOKENS  # type: ignore[attr-defined]
+    text, chunks = streamed_chat(client, stop=stop)
+    assert text == cut and chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_concurrent_clients_each_get_their_own_text(
+    local_server: ServerProcess, expected: dict[str, str]
+) -> None:
+    results: dict[str, str] = {}
+
+    def run(kind: str) -> None:
+        client = local_server.client()
+        if kind == "chat":
+            results[kind] = streamed_chat(client)[0]
+        else:
+            reply = client.completions.create(
+                model="tiny", prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0
+            )
+            results[kind] = reply.choices[0].text
+
+    threads = [threading.Thread(target=run, args=(kind,)) for kind in ("chat", "text")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == expected
+
+
+def test_a_full_queue_answers_429_with_retry_after(local_server: ServerProcess) -> None:
+    client = local_server.client()
+    running = chat(client, stream=True, max_tokens=LONG)  # type: ignore[call-overload]
+    waiting = chat(client, stream=True, max_tokens=LONG)  # type: ignore[call-overload]
+    try:
+        next(iter(running))  # admitted and generating
+        next(iter(waiting))  # admitted (its first chunk is the role), waiting: the queue (1) is full
+        with pytest.raises(openai.RateLimitError) as refused:
+            chat(client)
+        assert int(refused.value.response.headers["retry-after"]) >= 1
+        assert "already waiting" in refused.value.message
+    finally:
+        running.close()  # type: ignore[attr-defined]
+        waiting.close()  # type: ignore[attr-defined]
+    # Both clients left: the running generation halts at its next round, the waiting one never starts.
+    assert eventually(lambda: local_server.health()["pending_requests"] == 0, timeout=30)
+    assert chat(client).choices[0].finish_reason == "length"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        ({"model": "gpt-4o", "prompt": "x"}, 404, "'gpt-4o' is not served"),
+        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens must be >= 1"),
+        ({"prompt": "x", "max_tokens": 9000}, 400, "context holds 8192"),
+        ({"prompt": "hello " * 9000}, 400, "context holds 8192"),
+        ({"prompt": "x", "n": 2}, 400, "n=2 is not supported"),
+        ({"prompt": "x", "logprobs": 3}, 400, "logprobs=3 is not supported"),
+        ({"prompt": "x", "temperature": 7}, 400, "temperature must be within 0..2"),
+        ({"prompt": "x", "stop": [""]}, 400, "stop must be"),
+        ({"prompt": 17}, 400, "prompt must be"),
+        ({"prompt": "x", "stream": "yes"}, 400, "stream must be a bool"),
+    ],
+)
+def test_bad_requests_get_a_4xx_with_a_message(
+    local_server: ServerProcess, body: object, status: int, words: str
+) -> None:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    code, reply = post(local_server.url + "/completions", data)
+    assert code == status and words in reply["error"]["message"], reply
+    assert local_server.health()["status"] == "ok"
+
+
+def test_unsupported_chat_features_are_named(local_server: ServerProcess) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        chat(local_server.client(), tools=tools)
+    assert refused.value.code == "unsupported_parameter" and "tools=" in refused.value.message
+    code, reply = post(local_server.url + "/nowhere", b"{}")
+    assert code == 404 and "/v1/nowhere" in reply["error"]["message"]
+
+
+def post(url: str, data: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data, {"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_the_api_key_guards_every_route_but_health() -> None:
+    with running_server(*TINY, "--draft", "none", "--api-key", "s3cret") as server:
+        with pytest.raises(openai.AuthenticationError):
+            server.client(api_key="wrong").models.list()
+        assert [m.id for m in server.client(api_key="s3cret").models.list()] == ["tiny"]
+        code, _ = post(server.url + "/completions", b'{"prompt": "x", "max_tokens": 1}')
+        assert code == 401
+        assert server.health()["status"] == "ok"
+
+
+def test_listening_beyond_loopback_needs_a_key() -> None:
+    out = run_cli("coordinator", "serve", "--target", "tiny", "--host", "0.0.0.0", "--port", "0")
+    assert out.returncode == 1 and "--api-key" in one_error_line(out.stderr)
+
+
+async def sessions_active(worker: WorkerProcess) -> int:
+    connection = await connect(worker.address, credentials())
+    try:
+        return int((await refresh_hello(connection)).counters.sessions_active)
+    finally:
+        await connection.close()
+
+
+@pytest.mark.anyio
+async def test_a_client_that_leaves_mid_stream_frees_its_worker_session(tiny_worker: WorkerProcess) -> None:
+    with running_server(*TINY, "--draft", "remote", "--worker", tiny_worker.name) as server:
+        client = server.client()
+        stream = chat(client, stream=True, max_tokens=LONG)  # type: ignore[call-overload]
+        chunks = iter(stream)
+        next(chunks), next(chunks)  # the role, then text: the generation is drafting on the worker
+        assert await sessions_active(tiny_worker) == 1
+        stream.close()  # type: ignore[attr-defined]
+        with anyio.fail_after(30):
+            while await sessions_active(tiny_worker) != 0:
+                await anyio.sleep(0.05)
+        assert chat(client).choices[0].finish_reason == "length"  # type: ignore[attr-defined]
+
+
+def eventually(condition: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``condition()`` holds within ``timeout`` seconds (asked every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_worker_that_appears_is_used_and_one_killed_mid_stream_changes_nothing(
+    tiny_worker: WorkerProcess,
+) -> None:
+    name = unique_name("serve-late-worker")
+    remote = ["--draft", "remote", "--worker", name, "--discover-timeout", "1"]
+    with running_server(*TINY, *remote) as server:
+        client = server.client()
+        before = chat(client, max_tokens=LONG // 4)
+        assert before.model_extra["specwire"]["draft"] == "none"  # type: ignore[attr-defined]
+        assert name in before.model_extra["specwire"]["draft_unavailable"]  # type: ignore[attr-defined]
+        with running_worker("--model", "tiny", "--name", name) as late:
+            assert eventually(lambda: name in {w["name"] for w in server.health()["workers"]}, timeout=30)
+            stream = chat(client, stream=True, max_tokens=LONG // 4, stream_options={"include_usage": True})  # type: ignore[call-overload]
+            chunks = [next(iter(stream)), next(iter(stream))]
+            late.stop(signal.SIGKILL)
+            chunks += list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == before.choices[0].message.content  # type: ignore[attr-defined]
+    figures = chunks[-1].model_extra["specwire"]
+    assert [loss["worker"] for loss in figures["worker_losses"]] == [name]
+    assert figures["worker"]["pid"] == tiny_worker.pid  # failed over to the other worker on Bonjour
+    assert chunks[-1].usage.completion_tokens == LONG // 4
