@@ -79,6 +79,7 @@ class CompletionText:
                 acceptance_rate=result.acceptance_rate,
                 rounds=len(result.rounds),
                 ttft_s=result.ttft_s,
+                generation_s=(result.end_ns - result.start_ns) / 1e9,
                 decode_tok_s=result.decode_tps,
                 tokens_generated=len(result.tokens),
             )

@@ -8,6 +8,7 @@ changes, and dropped on its goodbye or when its records expire.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from types import TracebackType
 
@@ -32,6 +33,11 @@ class WorkerDirectory:
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
         self._tg: TaskGroup | None = None
+        self.opened_at = float("inf")  # time.monotonic() when browsing began
+
+    def wait_budget(self, timeout: float) -> float:
+        """What is left of ``timeout`` counted from when browsing began: an old directory is current."""
+        return max(0.0, self.opened_at + timeout - time.monotonic())
 
     def workers(self) -> list[WorkerAdvert]:
         """The workers known now, by name."""
@@ -73,6 +79,7 @@ class WorkerDirectory:
         self._notify()
 
     async def __aenter__(self) -> WorkerDirectory:
+        self.opened_at = time.monotonic()
         self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()

@@ -7,7 +7,8 @@ the highest advertised draft speed.
 
 Each lookup browses Bonjour afresh, unless it is given a ``live`` directory
 that a long-running process (the server) keeps open: then it reads the
-workers known now, and waits only while none fits.
+workers known now, and waits for one that fits only until the directory
+has been open for the timeout (after that it is current).
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ async def find_worker(
         )
 
     async with _browsing(interfaces, live) as (directory, _):
-        await directory.wait_until(found, timeout)
+        await directory.wait_until(found, directory.wait_budget(timeout))
         return choose(directory.workers(), fingerprint, backend, selector, credentials).address
 
 
@@ -160,7 +161,7 @@ async def ranked_workers(
         ]
 
     async with _browsing(interfaces, live) as (directory, fresh):
-        if await directory.wait_until(lambda ws: bool(usable(ws)), timeout) and fresh:
+        if await directory.wait_until(lambda ws: bool(usable(ws)), directory.wait_budget(timeout)) and fresh:
             await anyio.sleep(SETTLE_S)
         seen = directory.workers()
     return sorted(usable(seen), key=lambda w: -w.draft_tps), seen
@@ -181,9 +182,11 @@ async def find_addresses(
         return addresses
     async with _browsing(interfaces, live) as (directory, fresh):
         if "all" in names:  # a fresh directory collects every answer for the whole timeout
-            await directory.wait_until(lambda ws: bool(ws) and not fresh, timeout)
+            await directory.wait_until(lambda ws: bool(ws) and not fresh, directory.wait_budget(timeout))
         else:
-            await directory.wait_until(lambda ws: set(names) <= {w.name for w in ws}, timeout)
+            await directory.wait_until(
+                lambda ws: set(names) <= {w.name for w in ws}, directory.wait_budget(timeout)
+            )
         found = directory.workers()
     chosen = [w for w in found if "all" in names or w.name in names]
     missing = [n for n in names if n != "all" and n not in {w.name for w in found}]
