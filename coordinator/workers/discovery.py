@@ -3,17 +3,26 @@
 ``WorkerDirectory`` keeps the set of ``_specwire._tcp`` services current: a
 worker is added when it announces and resolves, updated when its TXT record
 changes, and dropped on its goodbye or when its records expire.
+
+zeroconf calls the browser's handler from a plain event-loop callback, not
+from a task, where anyio cannot tell which library runs it (with sniffio
+installed, creating an anyio task or event there fails). So the handler only
+queues the change, on a memory stream; a task of the directory's own applies
+it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from types import TracebackType
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
@@ -33,6 +42,7 @@ class WorkerDirectory:
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
         self._tg: TaskGroup | None = None
+        self._changes: MemoryObjectSendStream[tuple[ServiceStateChange, str]] | None = None
         self.opened_at = float("inf")  # time.monotonic() when browsing began
 
     def wait_budget(self, timeout: float) -> float:
@@ -58,12 +68,18 @@ class WorkerDirectory:
     def _on_change(
         self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
     ) -> None:
-        if state_change is ServiceStateChange.Removed:
-            if self._workers.pop(instance_name(name), None) is not None:
+        if self._changes is not None:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._changes.send_nowait((state_change, name))
+
+    async def _apply(self, changes: MemoryObjectReceiveStream[tuple[ServiceStateChange, str]]) -> None:
+        assert self._tg is not None
+        async for state_change, name in changes:
+            if state_change is not ServiceStateChange.Removed:
+                self._tg.start_soon(self._resolve, name)
+            elif self._workers.pop(instance_name(name), None) is not None:
                 log.info("worker %s left", instance_name(name))
                 self._notify()
-        elif self._tg is not None:
-            self._tg.start_soon(self._resolve, name)
 
     async def _resolve(self, name: str) -> None:
         assert self._zc is not None
@@ -83,6 +99,8 @@ class WorkerDirectory:
         self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self._changes, changes = anyio.create_memory_object_stream[tuple[ServiceStateChange, str]](math.inf)
+        self._tg.start_soon(self._apply, changes)
         self._browser = AsyncServiceBrowser(self._zc.zeroconf, [SERVICE_TYPE], handlers=[self._on_change])
         return self
 
@@ -94,6 +112,9 @@ class WorkerDirectory:
     ) -> None:
         assert self._zc is not None and self._tg is not None and self._browser is not None
         await self._browser.async_cancel()
+        if self._changes is not None:
+            self._changes.close()
+            self._changes = None
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(None, None, None)
         await self._zc.async_close()
