@@ -12,7 +12,7 @@ from coordinator.serving.stops import StopMatcher
 
 
 class CompletionText:
-    """The text of one generation, piece by piece, and how it ended.
+    """The text of one generation, a piece per round, and how it ended.
 
     Tokens are decoded as they come (``coordinator.detokenizer``: a character
     split over tokens is sent whole) and passed through the stop sequences.
@@ -33,14 +33,10 @@ class CompletionText:
         try:
             async with generation.tokens:
                 async for tokens in generation.tokens:
-                    for token in tokens:
-                        self._used += 1
-                        if piece := self._stops.feed(self._text.add(token)):
-                            yield piece
-                        if self._stops.stopped:
-                            generation.halt.set()
-                            break
+                    if piece := self._take(tokens):  # one piece per round: one event, not one per token
+                        yield piece
                     if self._stops.stopped:
+                        generation.halt.set()
                         break
             if not self._stops.stopped and (
                 piece := self._stops.feed(self._text.finish()) + self._stops.flush()
@@ -51,6 +47,16 @@ class CompletionText:
             generation.halt.set()  # a no-op once it ended; else its client left, so it stops
         if generation.error is not None:
             raise generation.error
+
+    def _take(self, tokens: list[int]) -> str:
+        """The text ``tokens`` add, up to a stop sequence."""
+        text = []
+        for token in tokens:
+            self._used += 1
+            text.append(self._stops.feed(self._text.add(token)))
+            if self._stops.stopped:
+                break
+        return "".join(text)
 
     @property
     def finish_reason(self) -> str:
