@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from coordinator.commands.options import (
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.multi import DEFAULT_MODE, MODES
-from coordinator.prompts import encode_prompt, load_prompts
+from coordinator.prompts import Prompt, encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import refresh_hello
 from coordinator.workers.selection import find_addresses
@@ -142,7 +143,33 @@ def run(args: argparse.Namespace) -> int:
     return anyio.run(_bench, args, backends, granularities)
 
 
+@dataclass
+class Measured:
+    """Everything one bench run measured, before it is reported."""
+
+    summaries: list[RowSummary]
+    settings: dict[str, Any]
+    runs: list
+    workers: list[RemoteWorker]
+    worker_rss: dict[str, int]
+
+    def record(self) -> dict[str, Any]:
+        """The bench JSON (schema specwire.bench/1)."""
+        return bench_record(
+            self.settings, self.summaries, self.runs, self.workers, self.worker_rss, peak_rss_bytes()
+        )
+
+
 async def _bench(args: argparse.Namespace, backends: list[str], granularities: list[str]) -> int:
+    measured = await measure(args, backends, granularities)
+    _write(args, measured)
+    return _verdict(measured.summaries)
+
+
+async def measure(
+    args: argparse.Namespace, backends: list[str], granularities: list[str], raw_prompt: str | None = None
+) -> Measured:
+    """Run every row the flags ask for; ``raw_prompt`` replaces the prompts (one, no chat template)."""
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     access = worker_access(args)
     local = "" if args.draft == "none" else args.draft
@@ -165,8 +192,11 @@ async def _bench(args: argparse.Namespace, backends: list[str], granularities: l
             workers = await connect_workers(addresses, backends, sources)
             modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]
             rows = plan_rows(workers, backends, granularities, bool(local), modes)
-            chat = not args.no_chat
-            prompts = [(p, encode_prompt(target, p.text, chat)) for p in load_prompts(args.prompts)]
+            if raw_prompt is not None:
+                prompts = [(Prompt("text", raw_prompt), encode_prompt(target, raw_prompt, chat=False))]
+            else:
+                chat = not args.no_chat
+                prompts = [(p, encode_prompt(target, p.text, chat)) for p in load_prompts(args.prompts)]
             by_name = {w.name: w for w in workers}
             drafts = [row_draft(row, by_name, remote, local) for row in rows]
             run_settings = Settings(args.k, args.max_tokens, params, fallback_settings(args), args.adaptive_k)
@@ -176,8 +206,8 @@ async def _bench(args: argparse.Namespace, backends: list[str], granularities: l
             }
     summaries = summarize(rows, runs, params.greedy, by_name)
     settings = _settings(args, backends, granularities, prompts)
-    _write(args, summaries, settings, runs, workers, worker_rss)
-    return _verdict(summaries)
+    settings["chat_template"] = settings["chat_template"] and raw_prompt is None
+    return Measured(summaries, settings, runs, workers, worker_rss)
 
 
 def _settings(
@@ -201,24 +231,15 @@ def _settings(
     }
 
 
-def _write(
-    args: argparse.Namespace,
-    summaries: list[RowSummary],
-    settings: dict[str, Any],
-    runs: list,
-    workers: list[RemoteWorker],
-    worker_rss: dict[str, int],
-) -> None:
-    coordinator_rss = peak_rss_bytes()
-    sections = report_sections(summaries, coordinator_rss, worker_rss, settings)
+def _write(args: argparse.Namespace, measured: Measured) -> None:
+    sections = report_sections(measured.summaries, peak_rss_bytes(), measured.worker_rss, measured.settings)
     print(render(sections, markdown=False))
     if args.markdown:
         args.markdown.write_text(render(sections, markdown=True))
     if args.json:
-        record = bench_record(settings, summaries, runs, workers, worker_rss, coordinator_rss)
-        args.json.write_text(json.dumps(record))
+        args.json.write_text(json.dumps(measured.record()))
     if args.plot:
-        write_plot(summaries, args.plot)
+        write_plot(measured.summaries, args.plot)
 
 
 def _verdict(summaries: list[RowSummary]) -> int:

@@ -1,5 +1,13 @@
 """``coordinator plan``: predict decode tok/s per machine and backend, and check the model.
 
+Without a profile it measures this set-up: a short calibration bench (one
+raw prompt, ``--max-tokens`` tokens: AR, local SD, and per discovered
+worker the stream backend with and without pre-speculation and the
+per-op baseline at op and token granularity), then predicts every backend
+on every worker at each k from what it measured, and says which backend
+and k to use. The model's error on the calibration rows themselves is
+printed beside it.
+
 ``--profile paper`` projects the paper's machines (M2 Ultra target, M1 Max
 and M2 Pro drafting) for every backend, with the model's error on the
 paper's own Table 11 beside it. ``--from-bench FILE`` feeds the model the
@@ -11,105 +19,128 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from coordinator.commands import bench
+from coordinator.commands.bench import measure
+from coordinator.commands.options import add_credential_arguments, add_interface_argument
 from coordinator.planning import paper
 from coordinator.planning.from_bench import check_bench
 from coordinator.planning.model import Transport, ar_tok_s, best_k, predict
+from coordinator.planning.profile import Profile
+from coordinator.planning.projection import project
 from specwire.errors import InvalidArgumentError
 
+CALIBRATION_BACKENDS = ("stream", "stream+prespec", "ggml-rpc")
+CALIBRATION_GRANULARITIES = ("op", "token")
+CALIBRATION_PROMPT = "def fibonacci(n):"  # short: prefill is not what is measured
 NAME = "plan"
 HELP = "Predict decode tok/s per machine and backend (the paper's profile, or a bench run's inputs)."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``coordinator plan``."""
-    source = p.add_mutually_exclusive_group(required=True)
+    source = p.add_mutually_exclusive_group()
     source.add_argument(
-        "--profile", choices=["paper"], help="a built-in hardware profile: the paper's machines"
+        "--profile",
+        help="a hardware profile: 'paper' (the paper's machines, built in) or a JSON file "
+        "(coordinator/planning/profile.py says what it holds)",
     )
     source.add_argument("--from-bench", type=Path, help="a bench JSON: predict every row from its own inputs")
     p.add_argument(
         "--hit-rate",
         type=float,
-        default=0.5,
-        help="pre-speculation hit rate assumed for stream+prespec (0..1)",
+        help="pre-speculation hit rate for stream+prespec (0..1; default: measured, or 0.5 for the paper)",
     )
     p.add_argument("--json", type=Path, help="write every input and prediction here")
+    live = p.add_argument_group("measuring this set-up (no --profile or --from-bench)")
+    live.add_argument("--target", default="default@float32", help="target model spec")
+    live.add_argument("--draft", default="default", help="local draft model for local SD (none: skip it)")
+    live.add_argument("--workers", default="all", help="worker names or HOST:PORT (comma-separated), or all")
+    live.add_argument("--k", type=int, default=4, help="k of the calibration rounds")
+    live.add_argument("--max-tokens", type=int, default=16, help="tokens per calibration row")
+    live.add_argument("--acceptance", type=float, help="per-draft acceptance rate to plan with (0..1)")
+    live.add_argument("--discover-timeout", type=float, default=3.0, help="seconds to wait for workers")
+    add_interface_argument(p)
+    add_credential_arguments(p)
 
 
-def project_paper(hit_rate: float) -> dict[str, Any]:
-    """Every backend on each of the paper's drafting machines, and the Table 11 check."""
-    t, a = paper.target(), paper.acceptance()
-    local = predict(
-        t, 1 / paper.DRAFT_TOK_S["M2 Ultra (local)"], a, paper.K, paper.GIGABIT, Transport("local")
-    )
+def project_profile(profile: Profile, hit_rate: float) -> dict[str, Any]:
+    """Every backend on each of the profile's drafting machines (for the paper's, the Table 11 check)."""
+    t, a, k, link = profile.target(), profile.acceptance(), profile.k, profile.link
     ar = ar_tok_s(t)
-    backends = {
-        "stream": paper.stream(),
-        "stream+prespec": paper.stream(hit=hit_rate),
-        "ggml-rpc/op": paper.per_op(),
-        "ggml-rpc/token": paper.per_op(calls_per_pass=1, bytes_per_pass=paper.LOGITS_BYTES),
-    }
-    rows: list[dict[str, Any]] = [
-        {"machine": "M2 Ultra", "backend": "local SD", "k": paper.K, "tok_s": local.tok_s}
-    ]
-    for machine in ("M1 Max", "M2 Pro"):
-        draft_s = 1 / paper.DRAFT_TOK_S[machine]
+    rows: list[dict[str, Any]] = []
+    local = None
+    if profile.local_draft_tok_s:
+        local = predict(t, 1 / profile.local_draft_tok_s, a, k, link, Transport("local")).tok_s
+        rows.append({"machine": "target machine", "backend": "local SD", "k": k, "tok_s": local})
+    backends = {"stream": profile.stream(), "stream+prespec": profile.stream(hit=hit_rate)}
+    if profile.ops_per_pass:
+        backends["ggml-rpc/op"] = profile.per_op()
+    if profile.logits_bytes:
+        backends["ggml-rpc/token"] = profile.per_op(calls_per_pass=1, bytes_per_pass=profile.logits_bytes)
+    for machine, draft_tok_s in profile.workers.items():
         for name, transport in backends.items():
-            p = predict(t, draft_s, a, paper.K, paper.GIGABIT, transport)
-            best = best_k(t, draft_s, a, paper.GIGABIT, transport)
+            p = predict(t, 1 / draft_tok_s, a, k, link, transport)
+            best = best_k(t, 1 / draft_tok_s, a, link, transport)
+            parts = {n: v * 1e3 for n, v in p.parts_s.items()}
             rows.append(
-                {
-                    "machine": machine,
-                    "backend": name,
-                    "k": paper.K,
-                    "tok_s": p.tok_s,
-                    "best_k": best.k,
-                    "best_tok_s": best.tok_s,
-                    "parts_ms": {n: v * 1e3 for n, v in p.parts_s.items()},
-                }
+                {"machine": machine, "backend": name, "k": k, "tok_s": p.tok_s, "best_k": best.k}
+                | {"best_tok_s": best.tok_s, "parts_ms": parts}
             )
     for row in rows:
         row["delta_vs_ar"] = row["tok_s"] / ar - 1
-        row["delta_vs_local"] = row["tok_s"] / local.tok_s - 1
-    checks = [
-        {"figure": c.label, "paper": c.paper, "predicted": c.predicted, "error": c.error, "note": c.note}
-        for c in paper.table11()
-    ]
-    return {
+        row["delta_vs_local"] = None if local is None else row["tok_s"] / local - 1
+    out: dict[str, Any] = {
+        "profile": profile.name,
         "ar_tok_s": ar,
-        "mean_accepted": a.mean_accepted,
+        "mean_accepted": a.expected_accepted(k),
         "hit_rate": hit_rate,
         "rows": rows,
-        "table11": checks,
     }
+    if profile.name == "paper":
+        out["table11"] = [
+            {"figure": c.label, "paper": c.paper, "predicted": c.predicted, "error": c.error, "note": c.note}
+            for c in paper.table11()
+        ]
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``coordinator plan``."""
-    if not 0 <= args.hit_rate <= 1:
-        raise InvalidArgumentError(f"--hit-rate must be within 0..1, got {args.hit_rate}")
+    for name in ("hit_rate", "acceptance"):
+        value = getattr(args, name)
+        if value is not None and not 0 <= value <= 1:
+            raise InvalidArgumentError(f"--{name.replace('_', '-')} must be within 0..1, got {value}")
     if args.profile:
-        out = project_paper(args.hit_rate)
+        hit_rate = 0.5 if args.hit_rate is None else args.hit_rate
+        profile = paper.profile() if args.profile == "paper" else Profile.load(Path(args.profile))
+        out = project_profile(profile, hit_rate)
         print(
-            f"The paper's machines, k = {paper.K}, AR {out['ar_tok_s']:.1f} tok/s "
-            f"(stream+prespec assumes {args.hit_rate:.0%} hits):"
+            f"Profile {profile.name}, k = {profile.k}, AR {out['ar_tok_s']:.1f} tok/s "
+            f"(stream+prespec assumes {hit_rate:.0%} hits):"
         )
-        print(f"{'machine':<10}{'backend':<16}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}{'best k':>8}")
+        print(f"{'machine':<16}{'backend':<16}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}{'best k':>8}")
         for r in out["rows"]:
             best = f"{r['best_k']:>8}" if "best_k" in r else f"{'':>8}"
+            delta_local = "" if r["delta_vs_local"] is None else f"{r['delta_vs_local']:+.0%}"
             print(
-                f"{r['machine']:<10}{r['backend']:<16}{r['tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}"
-                f"{r['delta_vs_local']:>+9.0%}{best}"
+                f"{r['machine']:<16}{r['backend']:<16}{r['tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}"
+                f"{delta_local:>9}{best}"
             )
-        print("\nTable 11 against the model:")
-        for c in out["table11"]:
+        for c in out.get("table11", []):
+            if c is out["table11"][0]:
+                print("\nTable 11 against the model:")
             print(
                 f"  {c['figure']:<20} paper {c['paper']:>5.1f}  model {c['predicted']:>6.2f}  "
                 f"{c['error']:>+5.0%}  ({c['note']})"
             )
+    elif args.from_bench is None:
+        out = plan_here(args)
     else:
         try:
             bench = json.loads(args.from_bench.read_text())
@@ -119,22 +150,75 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidArgumentError(
                 f"{args.from_bench} is not a coordinator bench JSON (schema specwire.bench/1)"
             )
-        checks = check_bench(bench)
-        out = {
-            "rows": [
-                {
-                    "label": c.label,
-                    "measured_tok_s": c.measured_tok_s,
-                    "predicted_tok_s": c.predicted_tok_s,
-                    "error": c.error,
-                    "parts_ms": c.parts_ms,
-                }
-                for c in checks
-            ]
-        }
-        print(f"{'row':<34}{'measured':>10}{'predicted':>11}{'error':>8}")
-        for c in checks:
-            print(f"{c.label:<34}{c.measured_tok_s:>10.2f}{c.predicted_tok_s:>11.2f}{c.error:>+8.1%}")
+        out = {"rows": checked_rows(bench)}
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0
+
+
+def checked_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model against every row of a bench run; printed as a table."""
+    checks = check_bench(bench)
+    print(f"{'row':<34}{'measured':>10}{'predicted':>11}{'error':>8}")
+    for c in checks:
+        print(f"{c.label:<34}{c.measured_tok_s:>10.2f}{c.predicted_tok_s:>11.2f}{c.error:>+8.1%}")
+    return [
+        {
+            "label": c.label,
+            "measured_tok_s": c.measured_tok_s,
+            "predicted_tok_s": c.predicted_tok_s,
+            "error": c.error,
+            "parts_ms": c.parts_ms,
+        }
+        for c in checks
+    ]
+
+
+def plan_here(args: argparse.Namespace) -> dict[str, Any]:
+    """Calibrate on this target and these workers, then project every backend at every k."""
+    bench_args = _calibration_args(args)
+    backends, granularities = [*CALIBRATION_BACKENDS], [*CALIBRATION_GRANULARITIES]
+    started = time.perf_counter()
+    print(f"calibrating: {args.max_tokens} tokens per row, k = {args.k}, on {args.workers} workers ...")
+    measured = anyio.run(measure, bench_args, backends, granularities, CALIBRATION_PROMPT)
+    record = measured.record()
+    print(f"calibrated in {time.perf_counter() - started:.0f} s; the model on the calibration rows:")
+    checks = checked_rows(record)
+    out = project(record, args.hit_rate, args.acceptance)
+    local = out["local_sd_tok_s"]
+    print(
+        f"\nPredicted decode tok/s (AR {out['ar_tok_s']:.1f}"
+        + (f", local SD {local:.1f}" if local else "")
+        + "):"
+    )
+    at_k = f"k={args.k}"
+    print(f"{'worker':<16}{'backend':<34}{at_k:>8}{'best k':>8}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}")
+    for r in out["rows"]:
+        delta_local = "" if r["delta_vs_local"] is None else f"{r['delta_vs_local']:+.0%}"
+        print(
+            f"{r['worker'] or '(this machine)':<16}{r['backend']:<34}{r['tok_s']:>8.1f}{r['best_k']:>8}"
+            f"{r['best_tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}{delta_local:>9}"
+        )
+    print()
+    for worker, best in out["best"].items():
+        verdict = "pays" if best["tok_s"] > out["ar_tok_s"] else "does not pay (AR is faster)"
+        print(f"{worker}: use {best['backend']} with k = {best['k']}: {best['tok_s']:.1f} tok/s, {verdict}")
+    return {"calibration": record, "calibration_check": checks, **out}
+
+
+def _calibration_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The bench flags of the calibration run."""
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    argv = ["--target", args.target, "--draft", args.draft, "--workers", args.workers]
+    argv += ["--k", str(args.k), "--max-tokens", str(args.max_tokens)]
+    argv += ["--discover-timeout", str(args.discover_timeout)]
+    if args.interface:
+        argv += ["--interface", args.interface]
+    if args.token_file:
+        argv += ["--token-file", str(args.token_file)]
+    if args.insecure:
+        argv.append("--insecure")
+    if args.tls_ca:
+        argv += ["--tls-ca", str(args.tls_ca)]
+    return parser.parse_args(argv)

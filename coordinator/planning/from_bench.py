@@ -96,6 +96,14 @@ def row_inputs(
     draft_s = float(calls["worker_compute_ns"].sum() / 1e9 / drafted)
     rtt_s = float(np.median(floors)) / 1e9
     link = Link(rtt_s=rtt_s)  # the probe's floor already includes the bytes of a call
+    if row["backend"] == "ggml-rpc" and row["granularity"] == "round":  # one call per round, whatever k
+        per_round = len(calls["wall_ns"]) / max(int(drafting.sum()), 1)
+        return (
+            draft_s,
+            acceptance,
+            link,
+            Transport("ggml-rpc", per_call_s=protocol_s, calls_per_round=per_round),
+        )
     if row["backend"] == "ggml-rpc":
         transport = Transport(
             "ggml-rpc", per_call_s=protocol_s, calls_per_pass=len(calls["wall_ns"]) / drafted
@@ -119,14 +127,23 @@ def row_inputs(
     return draft_s, acceptance, link, Transport("stream", per_round_s=protocol_s)
 
 
+def runs_by_row(bench: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    """Each row's runs, by row index."""
+    return {i: [r for r in bench["runs"] if r["row"] == i] for i in range(len(bench["rows"]))}
+
+
+def worker_floors(bench: dict[str, Any]) -> dict[str, NetworkFloor]:
+    """Each worker's bare-TCP floor, from the probe the bench ran."""
+    return {w["name"]: NetworkFloor([RttSummary(**s) for s in w["probe_tcp"]]) for w in bench["workers"]}
+
+
 def check_bench(bench: dict[str, Any]) -> list[RowCheck]:
     """Predicted against measured decode tok/s for every row of one bench run."""
-    runs = bench["runs"]
-    by_row = {i: [r for r in runs if r["row"] == i] for i in range(len(bench["rows"]))}
-    target = fit_target(runs)
+    by_row = runs_by_row(bench)
+    target = fit_target(bench["runs"])
     ar = [i for i, row in enumerate(bench["rows"]) if row["kind"] == "ar"]
     overhead = engine_overhead_s(by_row[ar[0]]) if ar else 0.0
-    floors = {w["name"]: NetworkFloor([RttSummary(**s) for s in w["probe_tcp"]]) for w in bench["workers"]}
+    floors = worker_floors(bench)
     checks = []
     for i, row in enumerate(bench["rows"]):
         if not by_row[i] or row["multi"]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.planning.model import Acceptance, Link, Target, Transport, predict
+from coordinator.planning.profile import PER_CALL_S, Profile
 
 K = 4
 TARGET_TOK_S = 42.4  # 9B Q8_0 on the M2 Ultra (Tables 5, 6)
@@ -43,10 +44,6 @@ TABLE11 = {"local SD": 53.8, "ggml-rpc → M1 Max": 11.2, "ggml-rpc → M2 Pro":
 TABLE11_REMOTE_DRAFT_TOK_S = {"M1 Max": 16.0, "M2 Pro": 14.2}
 GIGABIT = Link(rtt_s=0.3e-3, bandwidth_Bps=125e6)
 OPS_PER_PASS = 1737  # Qwen3.5-0.8B ggml graph nodes per token (llama.cpp log)
-PER_CALL_S = 0.55e-3  # this project's per-op call, loopback
-BYTES_PER_CALL = 471
-STREAM_PER_ROUND_S = 2.07e-3  # this project's stream round, loopback
-STREAM_BYTES_PER_ROUND = 87
 # One forward pass per call (the shape of llama.cpp's RPC, GRAPH_COMPUTE) moves the logits back:
 # Qwen3.5's vocabulary of 248,320 float32 values.
 LOGITS_BYTES = 248_320 * 4
@@ -63,22 +60,29 @@ def acceptance() -> Acceptance:
     return Acceptance.constant_for(TABLE7_LOCAL_SD * round_s - 1, K)
 
 
+def profile() -> Profile:
+    """The paper's machines as a profile: M2 Ultra target, M1 Max and M2 Pro drafting, Gigabit."""
+    return Profile(
+        name="paper",
+        target_tok_s=TARGET_TOK_S,
+        workers={m: DRAFT_TOK_S[m] for m in ("M1 Max", "M2 Pro")},
+        mean_accepted=acceptance().expected_accepted(K),
+        k=K,
+        local_draft_tok_s=DRAFT_TOK_S["M2 Ultra (local)"],
+        link=GIGABIT,
+        ops_per_pass=OPS_PER_PASS,
+        logits_bytes=LOGITS_BYTES,
+    )
+
+
 def per_op(calls_per_pass: float = OPS_PER_PASS, bytes_per_pass: float | None = None) -> Transport:
     """The per-op baseline: ``calls_per_pass`` calls per draft pass (one per operation by default)."""
-    nbytes = calls_per_pass * BYTES_PER_CALL if bytes_per_pass is None else bytes_per_pass
-    return Transport("ggml-rpc", per_call_s=PER_CALL_S, calls_per_pass=calls_per_pass, bytes_per_pass=nbytes)
+    return profile().per_op(calls_per_pass, bytes_per_pass)
 
 
 def stream(hit: float = 0.0, partial: float = 0.0) -> Transport:
     """The stream protocol (with pre-speculation when ``hit`` or ``partial`` is set)."""
-    backend = "stream+prespec" if hit or partial else "stream"
-    return Transport(
-        backend,
-        per_round_s=STREAM_PER_ROUND_S,
-        bytes_per_round=STREAM_BYTES_PER_ROUND,
-        hit=hit,
-        partial=partial,
-    )
+    return profile().stream(hit, partial)
 
 
 @dataclass(frozen=True)

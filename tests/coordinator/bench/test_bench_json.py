@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.planning.projection import project
 from tests.support.cli import run_cli
 from tests.support.workers import WorkerProcess
 
@@ -219,3 +220,45 @@ def test_plan_refuses_a_file_that_is_not_a_bench(tmp_path: Path) -> None:
     assert out.returncode == 1 and "is not a coordinator bench JSON" in out.stderr
     missing = run_cli("coordinator", "plan", "--from-bench", str(tmp_path / "missing.json"))
     assert missing.returncode == 1 and "cannot read the bench JSON" in missing.stderr
+
+
+def test_projection_with_no_acceptance_never_drafts_more_than_one(bench: tuple[dict, str, Path]) -> None:
+    data, _, _ = bench
+    out = project(data, acceptance=0.0)
+    backends = {r["backend"].split(" (")[0] for r in out["rows"]}
+    assert backends == {"local SD", "stream", "stream+prespec", "ggml-rpc/op", "ggml-rpc/round"}
+    for row in out["rows"]:  # every draft is rejected: each one only costs, and AR is faster
+        assert row["best_k"] == 1 and row["best_tok_s"] < out["ar_tok_s"], row
+    measured = project(data)
+    prespec = [r for r in measured["rows"] if r["backend"].startswith("stream+prespec")]
+    assert len(prespec) == 1 and "measured" in prespec[0]["backend"]
+    for row in measured["rows"]:
+        assert row["best_tok_s"] >= row["tok_s"] > 0 and 1 <= row["best_k"] <= 8
+
+
+def test_plan_measures_this_set_up_and_names_a_backend_and_k(
+    tiny_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    out = run_cli(
+        "coordinator",
+        "plan",
+        "--target",
+        "tiny",
+        "--draft",
+        "tiny",
+        "--workers",
+        tiny_worker.address,
+        "--max-tokens",
+        "8",
+        "--json",
+        str(tmp_path / "plan.json"),
+    )
+    assert out.returncode == 0, out.stderr
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    worker = plan["calibration"]["workers"][0]["name"]
+    assert worker == tiny_worker.name
+    labels = {r["label"] for r in plan["calibration_check"]}
+    assert len(labels) == 1 + 1 + 4  # AR, local SD; stream, stream+prespec, ggml-rpc op and token
+    best = plan["best"][worker]
+    assert best["tok_s"] == max(r["best_tok_s"] for r in plan["rows"] if r["worker"] == worker)
+    assert f"{worker}: use {best['backend']} with k = {best['k']}" in out.stdout

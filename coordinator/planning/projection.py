@@ -1,0 +1,137 @@
+"""From one measured run to a recommendation: every backend on every worker, at its best k.
+
+A short calibration bench measures, on this target and these workers, what
+the model needs (``from_bench.row_inputs``): the target's verification
+line, the engine's own time per round, and per worker the draft pass, the
+link's floor, the protocol cost per round (stream) or per call (ggml-rpc, at
+each granularity measured) and acceptance. The projection then predicts
+each backend at every k in ``KS``, pre-speculation at the hit rate its
+calibration row measured, and names the fastest. ``acceptance`` replaces the measured rate everywhere (a model
+pair's acceptance on the user's own prompts may differ from the
+calibration prompt's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from coordinator.planning.from_bench import (
+    engine_overhead_s,
+    fit_target,
+    row_inputs,
+    runs_by_row,
+    worker_floors,
+)
+from coordinator.planning.model import Acceptance, Link, Target, Transport, predict
+
+KS = range(1, 9)
+ASSUMED_HIT_RATE = 0.5
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to draft: predicted decode tok/s at the calibration's k and at its best k."""
+
+    worker: str  # "" for local SD and AR
+    backend: str
+    k: int
+    tok_s: float
+    best_k: int
+    best_tok_s: float
+
+
+def _tok_s(
+    target: Target,
+    draft_s: float,
+    acceptance: Acceptance,
+    k: int,
+    link: Link,
+    transport: Transport,
+    overhead: float,
+) -> float:
+    p = predict(target, draft_s, acceptance, k, link, transport)
+    return p.tokens_per_round / (p.round_s + overhead)
+
+
+def _option(
+    worker: str,
+    backend: str,
+    k: int,
+    inputs: tuple[float, Acceptance, Link, Transport],
+    target: Target,
+    overhead: float,
+) -> Option:
+    draft_s, acceptance, link, transport = inputs
+    by_k = {j: _tok_s(target, draft_s, acceptance, j, link, transport, overhead) for j in KS}
+    best = max(by_k, key=lambda j: by_k[j])
+    at_k = by_k[k] if k in by_k else _tok_s(target, draft_s, acceptance, k, link, transport, overhead)
+    return Option(worker, backend, k, at_k, best, by_k[best])
+
+
+def project(
+    record: dict[str, Any], hit_rate: float | None = None, acceptance: float | None = None
+) -> dict[str, Any]:
+    """AR, local SD and every remote backend per worker, predicted from ``record`` (a bench JSON).
+
+    Pre-speculation uses the hit rate its own row measured, or ``hit_rate``
+    if given; a worker without such a row is projected from its stream row
+    at ``hit_rate`` (or ``ASSUMED_HIT_RATE``), and labelled as assumed.
+    """
+    by_row = runs_by_row(record)
+    target = fit_target(record["runs"])
+    ar_rows = [i for i, row in enumerate(record["rows"]) if row["kind"] == "ar"]
+    overhead = engine_overhead_s(by_row[ar_rows[0]]) if ar_rows else 0.0
+    floors = worker_floors(record)
+    k = int(record["settings"]["k"])
+    ar = 1 / (target.verify_s(1) + overhead)
+    options: list[Option] = []
+    stream_inputs: dict[str, tuple[float, Acceptance, Link, Transport]] = {}
+    for i, row in enumerate(record["rows"]):
+        if row["kind"] == "ar" or row["multi"] or not by_row[i]:
+            continue
+        draft_s, measured, link, transport = row_inputs(row, by_row[i], floors.get(row["worker"]))
+        alpha = measured if acceptance is None else Acceptance((acceptance,))
+        inputs = (draft_s, alpha, link, transport)
+        if row["kind"] == "local":
+            options.append(_option("", "local SD", k, inputs, target, overhead))
+        elif row["backend"] == "ggml-rpc":
+            options.append(
+                _option(row["worker"], f"ggml-rpc/{row['granularity']}", k, inputs, target, overhead)
+            )
+        elif row["prespec"]:
+            if hit_rate is not None:
+                transport = replace(transport, hit=hit_rate, partial=0.0)
+            name = f"stream+prespec ({transport.hit:.0%} hits{'' if hit_rate is not None else ', measured'})"
+            options.append(
+                _option(row["worker"], name, k, (draft_s, alpha, link, transport), target, overhead)
+            )
+        else:
+            options.append(_option(row["worker"], "stream", k, inputs, target, overhead))
+            stream_inputs[row["worker"]] = inputs
+    measured_prespec = {o.worker for o in options if o.backend.startswith("stream+prespec")}
+    for worker, (draft_s, alpha, link, transport) in stream_inputs.items():
+        if worker not in measured_prespec:  # no measured row: project the stream row's, at an assumed rate
+            assumed = ASSUMED_HIT_RATE if hit_rate is None else hit_rate
+            prespec = replace(transport, backend="stream+prespec", hit=assumed, partial=0.0)
+            name = f"stream+prespec ({assumed:.0%} hits, assumed)"
+            options.append(_option(worker, name, k, (draft_s, alpha, link, prespec), target, overhead))
+    local = next((o.tok_s for o in options if o.backend == "local SD"), None)
+    workers = sorted({o.worker for o in options if o.worker})
+    best = {w: max((o for o in options if o.worker == w), key=lambda o: o.best_tok_s) for w in workers}
+    rows: list[dict[str, Any]] = []
+    for o in options:
+        rows.append(
+            {
+                "worker": o.worker,
+                "backend": o.backend,
+                "k": o.k,
+                "tok_s": o.tok_s,
+                "best_k": o.best_k,
+                "best_tok_s": o.best_tok_s,
+                "delta_vs_ar": o.best_tok_s / ar - 1,
+                "delta_vs_local": None if local is None else o.best_tok_s / local - 1,
+            }
+        )
+    choice = {w: {"backend": o.backend, "k": o.best_k, "tok_s": o.best_tok_s} for w, o in best.items()}
+    return {"ar_tok_s": ar, "local_sd_tok_s": local, "rows": rows, "best": choice}

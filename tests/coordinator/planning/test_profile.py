@@ -1,0 +1,54 @@
+"""``coordinator plan --profile``: the built-in paper profile and a profile file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_cli
+
+
+def plan(*args: str, tmp: Path) -> dict:
+    out = run_cli("coordinator", "plan", *args, "--json", str(tmp / "plan.json"))
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads((tmp / "plan.json").read_text()))
+
+
+def test_a_profile_file_is_projected_with_the_formulas(tmp_path: Path) -> None:
+    profile = {
+        "name": "two Macs",
+        "target_tok_s": 40.0,
+        "workers": {"mini": 100.0},
+        "mean_accepted": 2.0,
+        "k": 4,
+        "link": {"rtt_ms": 1.0, "bandwidth_MBps": 1e9},
+        "stream": {"per_round_ms": 3.0, "bytes_per_round": 0},
+    }
+    path = tmp_path / "macs.json"
+    path.write_text(json.dumps(profile))
+    out = plan("--profile", str(path), "--hit-rate", "1", tmp=tmp_path)
+    rows = {(r["machine"], r["backend"]): r for r in out["rows"]}
+    assert out["profile"] == "two Macs" and out["ar_tok_s"] == pytest.approx(40.0)
+    # 3 tokens per round of verify 25 ms + 4 drafts of 10 ms + 1 ms round trip + 3 ms protocol.
+    assert rows["mini", "stream"]["tok_s"] == pytest.approx(3 / 0.069)
+    # Every hit: drafting is off the critical path.
+    assert rows["mini", "stream+prespec"]["tok_s"] == pytest.approx(3 / 0.029)
+    assert "table11" not in out and ("target machine", "local SD") not in rows  # none given
+
+
+def test_the_paper_profile_reproduces_table_7s_local_sd(tmp_path: Path) -> None:
+    out = plan("--profile", "paper", tmp=tmp_path)
+    local = next(c for c in out["table11"] if c["figure"] == "local SD")
+    assert local["predicted"] == pytest.approx(local["paper"], rel=0.15)
+    assert {r["machine"] for r in out["rows"]} == {"target machine", "M1 Max", "M2 Pro"}
+
+
+def test_a_bad_profile_file_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('{"target_tok_s": 40}')
+    out = run_cli("coordinator", "plan", "--profile", str(path))
+    assert out.returncode == 1 and "needs target_tok_s, workers" in out.stderr
+    missing = run_cli("coordinator", "plan", "--profile", str(tmp_path / "none.json"))
+    assert missing.returncode == 1 and "cannot read the profile" in missing.stderr
