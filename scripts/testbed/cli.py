@@ -78,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="show hosts, addresses, shaping, delay mechanism, CPUs, processes")
     ex = sub.add_parser("exec", help="run a command on a host: lan_testbed exec HOST -- CMD")
     ex.add_argument("host")
-    _link_options(sub.add_parser("bench", help="up, two workers, coordinator bench across the LAN, down"))
+    bench = sub.add_parser("bench", help="up, two workers, coordinator bench across the LAN, down")
+    _link_options(bench)
+    bench.add_argument(
+        "--worker-model", default="default", help="model the workers serve (tiny: the fast pair)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("exec needs a command after --")
             return commands.exec_in(args.host, tail)
         topo, note = _topology(args)
-        return commands.bench_preset(topo, note, tail)
+        return commands.bench_preset(topo, note, tail, args.worker_model)
     except TestbedError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

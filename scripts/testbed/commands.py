@@ -300,8 +300,12 @@ def _supervise(processes: list[subprocess.Popen]) -> int:
     return code
 
 
-def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str]) -> int:
-    """Up, two workers, ``coordinator bench --backend stream,ggml-rpc`` from the coordinator host, down."""
+def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], worker_model: str = "default") -> int:
+    """Up, two workers serving ``worker_model``, ``coordinator bench`` from the coordinator host, down.
+
+    The bench runs ``--backend stream,ggml-rpc`` with the paper's settings;
+    ``bench_args`` come after them, so they can change any of them.
+    """
     up(topo, cpu_note)
     lan_testbed = str(SCRIPTS / "lan_testbed")
     workers: list[subprocess.Popen[str]] = []
@@ -316,6 +320,8 @@ def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str]) -> int:
                 host.name,
                 "--label",
                 label,
+                "--model",
+                worker_model,
                 "--json",
             ]
             workers.append(
