@@ -11,7 +11,8 @@ path, by how the drafts are made:
     stream+prespec  as stream, but the k drafting passes are off the critical
                   path on a hit (made while the target verified), half of them
                   on a partial hit, and on a miss they are made on demand after
-                  the pass in flight ends (half a pass on average)
+                  the pass in flight ends: half a pass on a miss on average,
+                  or the wait a bench measured (the worker's receive-to-start)
 
 where verify(n) = verify_1 + (n - 1) * verify_per_position and
 E[accepted | k] = sum over i = 1..k of prod over j <= i of alpha_j (a draft
@@ -113,6 +114,7 @@ class Transport:
     bytes_per_pass: float = 0.0
     hit: float = 0.0
     partial: float = 0.0
+    in_flight_s: float | None = None  # measured wait for a speculative pass in flight, per round
 
 
 @dataclass(frozen=True)
@@ -138,8 +140,11 @@ def round_parts(target: Target, draft_s: float, k: int, link: Link, transport: T
         parts["protocol"] = transport.per_round_s
         on_demand = 1.0 if b == "stream" else (1 - transport.hit - transport.partial) + transport.partial / 2
         parts["draft"] = on_demand * k * draft_s
-        if b == "stream+prespec":
-            parts["draft"] += (1 - transport.hit - transport.partial) * draft_s / 2  # the pass in flight
+        if b == "stream+prespec":  # the worker may be mid-way through a speculative pass: wait for it
+            in_flight = transport.in_flight_s
+            parts["in flight"] = (
+                (1 - transport.hit - transport.partial) * draft_s / 2 if in_flight is None else in_flight
+            )
     elif b == "ggml-rpc":
         calls = k * transport.calls_per_pass + transport.calls_per_round
         parts["draft"] = k * draft_s

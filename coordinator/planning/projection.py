@@ -19,6 +19,7 @@ from typing import Any
 from coordinator.planning.from_bench import (
     engine_overhead_s,
     fit_target,
+    prespec_outcomes,
     row_inputs,
     runs_by_row,
     worker_floors,
@@ -74,9 +75,10 @@ def project(
 ) -> dict[str, Any]:
     """AR, local SD and every remote backend per worker, predicted from ``record`` (a bench JSON).
 
-    Pre-speculation uses the hit rate its own row measured, or ``hit_rate``
-    if given; a worker without such a row is projected from its stream row
-    at ``hit_rate`` (or ``ASSUMED_HIT_RATE``), and labelled as assumed.
+    Pre-speculation is projected as its own row measured it (on-demand
+    drafting, and the wait for a speculative pass in flight); with
+    ``hit_rate``, or for a worker without such a row, also from its stream
+    row at ``hit_rate`` (or ``ASSUMED_HIT_RATE``), labelled as assumed.
     """
     by_row = runs_by_row(record)
     target = fit_target(record["runs"])
@@ -99,19 +101,16 @@ def project(
             options.append(
                 _option(row["worker"], f"ggml-rpc/{row['granularity']}", k, inputs, target, overhead)
             )
-        elif row["prespec"]:
-            if hit_rate is not None:
-                transport = replace(transport, hit=hit_rate, partial=0.0)
-            name = f"stream+prespec ({transport.hit:.0%} hits{'' if hit_rate is not None else ', measured'})"
-            options.append(
-                _option(row["worker"], name, k, (draft_s, alpha, link, transport), target, overhead)
-            )
+        elif row["prespec"]:  # as measured: on-demand drafting and the wait for a pass in flight
+            hit, partial = prespec_outcomes(by_row[i])
+            name = f"stream+prespec (measured: {hit:.0%} hits, {partial:.0%} partial)"
+            options.append(_option(row["worker"], name, k, inputs, target, overhead))
         else:
             options.append(_option(row["worker"], "stream", k, inputs, target, overhead))
             stream_inputs[row["worker"]] = inputs
     measured_prespec = {o.worker for o in options if o.backend.startswith("stream+prespec")}
     for worker, (draft_s, alpha, link, transport) in stream_inputs.items():
-        if worker not in measured_prespec:  # no measured row: project the stream row's, at an assumed rate
+        if worker not in measured_prespec or hit_rate is not None:  # the stream row's, at a given rate
             assumed = ASSUMED_HIT_RATE if hit_rate is None else hit_rate
             prespec = replace(transport, backend="stream+prespec", hit=assumed, partial=0.0)
             name = f"stream+prespec ({assumed:.0%} hits, assumed)"

@@ -49,8 +49,11 @@ def test_per_op_pays_every_call_of_every_pass() -> None:
 def test_prespec_hits_take_drafting_off_the_critical_path() -> None:
     hit = predict(TARGET, 0.005, Acceptance((1.0,)), 4, LINK, Transport("stream+prespec", hit=1.0))
     miss = predict(TARGET, 0.005, Acceptance((1.0,)), 4, LINK, Transport("stream+prespec"))
-    assert hit.parts_s["draft"] == 0
-    assert miss.parts_s["draft"] == pytest.approx(4 * 0.005 + 0.0025)  # on demand, after the pass in flight
+    assert hit.parts_s["draft"] == 0 and hit.parts_s["in flight"] == 0
+    assert miss.parts_s["draft"] == pytest.approx(4 * 0.005)  # on demand,
+    assert miss.parts_s["in flight"] == pytest.approx(0.0025)  # after half a pass in flight, on average
+    measured = Transport("stream+prespec", hit=1.0, in_flight_s=0.004)  # a bench measured the wait
+    assert predict(TARGET, 0.005, Acceptance((1.0,)), 4, LINK, measured).parts_s["in flight"] == 0.004
 
 
 def test_best_k_prefers_long_rounds_only_when_drafts_are_accepted() -> None:
