@@ -117,7 +117,9 @@ def row_inputs(
     )
     beyond = calls["wall_ns"] + calls["coordinator_hops_ns"] - calls["worker_compute_ns"] - floors
     protocol_s = float(np.mean(beyond)) / 1e9  # throughput pays the mean, spikes included
-    draft_s = float(calls["worker_compute_ns"].sum() / 1e9 / drafted)
+    if row["backend"] == "stream":  # a session's first round rides on its Open, with the prefill: not counted
+        drafted = sum(sum(r["rounds"]["drafted"][1:]) for r in runs)
+    draft_s = float(calls["worker_compute_ns"].sum() / 1e9 / max(drafted, 1))
     rtt_s = float(np.median(floors)) / 1e9
     link = Link(rtt_s=rtt_s)  # the probe's floor already includes the bytes of a call
     if row["backend"] == "ggml-rpc" and row["granularity"] == "round":  # one call per round, whatever k
@@ -157,8 +159,11 @@ def worker_floors(bench: dict[str, Any]) -> dict[str, NetworkFloor]:
 
 def prespec_outcomes(runs: list[dict[str, Any]]) -> tuple[float, float]:
     """Fractions of drafting rounds served whole (hit) and in part (partial) by pre-speculation."""
-    served = [
-        s for r in runs for s, d in zip(r["rounds"]["speculation"], r["rounds"]["drafted"], strict=True) if d
+    served = [  # after each session's first round, which its Open serves
+        s
+        for r in runs
+        for s, d in zip(r["rounds"]["speculation"][1:], r["rounds"]["drafted"][1:], strict=True)
+        if d
     ]
     n = max(len(served), 1)
     return served.count("hit") / n, served.count("partial") / n

@@ -28,6 +28,11 @@ from coordinator.planning.model import Acceptance, Link, Target, Transport, pred
 
 KS = range(1, 9)
 ASSUMED_HIT_RATE = 0.5
+MIN_PRESPEC_ROUNDS = 5  # drafting rounds after each session's first, before a measured hit rate is used
+
+
+def _rounds_after_open(runs: list[dict[str, Any]]) -> int:
+    return sum(sum(1 for d in r["rounds"]["drafted"][1:] if d) for r in runs)
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,8 @@ def project(
                 _option(row["worker"], f"ggml-rpc/{row['granularity']}", k, inputs, target, overhead)
             )
         elif row["prespec"]:  # as measured: on-demand drafting and the wait for a pass in flight
+            if _rounds_after_open(by_row[i]) < MIN_PRESPEC_ROUNDS:
+                continue  # too few to say: projected from the stream row below, at an assumed rate
             hit, partial = prespec_outcomes(by_row[i])
             name = f"stream+prespec (measured: {hit:.0%} hits, {partial:.0%} partial)"
             options.append(_option(row["worker"], name, k, inputs, target, overhead))
