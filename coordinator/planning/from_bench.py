@@ -8,8 +8,10 @@ drafting and verifying (AR row: decode time minus verification, per round). Meas
 accepted per round; the draft pass (local rows: the coordinator's drafting
 time per draft; remote rows: the worker's compute per draft); for remote
 rows the link (the bench's raw-TCP probe at the call's bytes), the
-protocol (per call: wall - compute - that floor, median), calls per draft
-(per-op) and the pre-speculation outcomes (hit, partial, miss).
+protocol (per call: wall + the coordinator's hops - compute - that floor,
+mean; the per-op source records no hops, so its share of the engine's
+drafting time outside its calls is spread over them), calls per draft
+(per-op), and for pre-speculation the wait for a pass in flight.
 
 The prediction then composes them with the model's formulas, so a row
 that the model predicts well is one whose time is accounted for by those
@@ -116,6 +118,9 @@ def row_inputs(
         [floor.call_ns(s, r) for s, r in zip(calls["bytes_sent"], calls["bytes_received"], strict=True)]
     )
     beyond = calls["wall_ns"] + calls["coordinator_hops_ns"] - calls["worker_compute_ns"] - floors
+    if row["backend"] == "ggml-rpc":  # its calls record no hops: the engine's drafting time beyond them
+        outside = rounds["draft_ns"].sum() - calls["wall_ns"].sum()
+        beyond = beyond + max(float(outside), 0.0) / len(calls["wall_ns"])
     protocol_s = float(np.mean(beyond)) / 1e9  # throughput pays the mean, spikes included
     if row["backend"] == "stream":  # a session's first round rides on its Open, with the prefill: not counted
         drafted = sum(sum(r["rounds"]["drafted"][1:]) for r in runs)
