@@ -2,8 +2,8 @@
 
 Without a profile it measures this set-up: a short calibration bench (one
 raw prompt, ``--max-tokens`` tokens: AR, local SD, and per discovered
-worker the stream backend with and without pre-speculation and the
-per-op baseline at op and token granularity), then predicts every backend
+worker the stream backend and the per-op baseline at op and token
+granularity; with ``--prespec`` also pre-speculation), then predicts every backend
 on every worker at each k from what it measured, and says which backend
 and k to use. The model's error on the calibration rows themselves is
 printed beside it.
@@ -35,7 +35,7 @@ from coordinator.planning.profile import Profile
 from coordinator.planning.projection import project
 from specwire.errors import InvalidArgumentError
 
-CALIBRATION_BACKENDS = ("stream", "stream+prespec", "ggml-rpc")
+CALIBRATION_BACKENDS = ("stream", "ggml-rpc")
 CALIBRATION_GRANULARITIES = ("op", "token")
 CALIBRATION_PROMPT = "def fibonacci(n):"  # short: prefill is not what is measured
 NAME = "plan"
@@ -62,7 +62,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     live.add_argument("--draft", default="default", help="local draft model for local SD (none: skip it)")
     live.add_argument("--workers", default="all", help="worker names or HOST:PORT (comma-separated), or all")
     live.add_argument("--k", type=int, default=4, help="k of the calibration rounds")
-    live.add_argument("--max-tokens", type=int, default=16, help="tokens per calibration row")
+    live.add_argument("--max-tokens", type=int, default=8, help="tokens per calibration row")
+    live.add_argument(
+        "--prespec",
+        action="store_true",
+        help="also calibrate pre-speculation (its hit rate needs 5+ rounds: give --max-tokens 32 or more)",
+    )
     live.add_argument("--acceptance", type=float, help="per-draft acceptance rate to plan with (0..1)")
     live.add_argument("--discover-timeout", type=float, default=3.0, help="seconds to wait for workers")
     add_interface_argument(p)
@@ -177,7 +182,8 @@ def checked_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
 def plan_here(args: argparse.Namespace) -> dict[str, Any]:
     """Calibrate on this target and these workers, then project every backend at every k."""
     bench_args = _calibration_args(args)
-    backends, granularities = [*CALIBRATION_BACKENDS], [*CALIBRATION_GRANULARITIES]
+    backends = [*CALIBRATION_BACKENDS, *(["stream+prespec"] if args.prespec else [])]
+    granularities = [*CALIBRATION_GRANULARITIES]
     started = time.perf_counter()
     print(f"calibrating: {args.max_tokens} tokens per row, k = {args.k}, on {args.workers} workers ...")
     measured = anyio.run(measure, bench_args, backends, granularities, CALIBRATION_PROMPT)

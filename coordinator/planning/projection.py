@@ -124,7 +124,9 @@ def project(
             options.append(_option(worker, name, k, (draft_s, alpha, link, prespec), target, overhead))
     local = next((o.tok_s for o in options if o.backend == "local SD"), None)
     workers = sorted({o.worker for o in options if o.worker})
-    best = {w: max((o for o in options if o.worker == w), key=lambda o: o.best_tok_s) for w in workers}
+    # Advice rests on what was measured: an assumed hit rate is shown, never recommended.
+    advisable = [o for o in options if "assumed" not in o.backend]
+    best = {w: max((o for o in advisable if o.worker == w), key=lambda o: o.best_tok_s) for w in workers}
     rows: list[dict[str, Any]] = []
     for o in options:
         rows.append(
