@@ -121,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and not 0 <= value <= 1:
             raise InvalidArgumentError(f"--{name.replace('_', '-')} must be within 0..1, got {value}")
+    if args.acceptance is not None and (args.profile or args.from_bench):
+        raise InvalidArgumentError(
+            "--acceptance plans a measured set-up; a profile has mean_accepted, a bench its own"
+        )
+    if args.hit_rate is not None and args.from_bench:
+        raise InvalidArgumentError("--hit-rate does not apply to --from-bench: each row has its own")
     if args.profile:
         hit_rate = 0.5 if args.hit_rate is None else args.hit_rate
         profile = paper.profile() if args.profile == "paper" else Profile.load(Path(args.profile))

@@ -33,6 +33,7 @@ from coordinator.commands.options import (
     fallback_settings,
     worker_access,
 )
+from coordinator.decoding.engine import MAX_K
 from coordinator.drafting.factory import DraftSources
 from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
@@ -92,8 +93,10 @@ def check_exposure(host: str, api_key: str | None) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``coordinator serve`` until SIGINT or SIGTERM."""
     check_exposure(args.host, args.api_key)
-    if args.max_queue < 0 or args.default_max_tokens < 1 or args.k < 0:
-        raise InvalidArgumentError("--max-queue must be >= 0, --default-max-tokens >= 1 and --k >= 0")
+    if args.max_queue < 0 or args.default_max_tokens < 1 or not 0 <= args.k <= MAX_K:
+        raise InvalidArgumentError(
+            f"--max-queue must be >= 0, --default-max-tokens >= 1 and --k within 0..{MAX_K}"
+        )
     draft_spec(args)  # checked before the model loads
     return anyio.run(_serve, args)
 

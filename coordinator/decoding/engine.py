@@ -92,9 +92,9 @@ class SpeculativeDecoder:
         elif self.adaptive_k and source is not None:
             policy = AdaptiveK(k, self.verify_prior(k))
         start = time.perf_counter_ns()
-        if source is not None:
-            source.start(prompt, params, min(k, max_tokens - 1))
         try:
+            if source is not None:
+                source.start(prompt, params, min(k, max_tokens - 1))
             result = self._decode(prompt, max_tokens, k, params, source, start, on_tokens, policy, halt)
         finally:
             if source is not None:

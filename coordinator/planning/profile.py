@@ -88,7 +88,7 @@ class Profile:
             raise InvalidArgumentError(f"cannot read the profile {path}: {err}") from err
         try:
             return cls._from_json(data, path.stem)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError) as err:
+        except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError) as err:
             raise InvalidArgumentError(
                 f"{path}: not a usable profile ({type(err).__name__}: {err}); "
                 "it needs target_tok_s, workers {name: draft tok/s}, mean_accepted and k"
@@ -115,6 +115,8 @@ class Profile:
         )
         if profile.target_tok_s <= 0 or not profile.workers or min(profile.workers.values()) <= 0:
             raise ValueError("speeds must be > 0, with at least one worker")
+        if profile.link.bandwidth_Bps <= 0 or profile.link.rtt_s < 0:
+            raise ValueError("the link needs bandwidth_MBps > 0 and rtt_ms >= 0")
         if not 0 <= profile.mean_accepted <= profile.k or profile.k < 1:
             raise ValueError(f"mean_accepted must be within 0..k (k = {profile.k} >= 1)")
         return profile

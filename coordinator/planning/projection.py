@@ -21,6 +21,7 @@ from coordinator.planning.from_bench import (
     fit_target,
     prespec_outcomes,
     row_inputs,
+    row_target,
     runs_by_row,
     worker_floors,
 )
@@ -91,37 +92,40 @@ def project(
     overhead = engine_overhead_s(by_row[ar_rows[0]]) if ar_rows else 0.0
     floors = worker_floors(record)
     k = int(record["settings"]["k"])
-    ar = 1 / (target.verify_s(1) + overhead)
+    ar_target = row_target(target, by_row[ar_rows[0]]) if ar_rows else target
+    ar = 1 / (ar_target.verify_s(1) + overhead)
     options: list[Option] = []
-    stream_inputs: dict[str, tuple[float, Acceptance, Link, Transport]] = {}
+    stream_inputs: dict[str, tuple[tuple[float, Acceptance, Link, Transport], Target]] = {}
     for i, row in enumerate(record["rows"]):
         if row["kind"] == "ar" or row["multi"] or not by_row[i]:
             continue
-        draft_s, measured, link, transport = row_inputs(row, by_row[i], floors.get(row["worker"]))
+        try:
+            draft_s, measured, link, transport = row_inputs(row, by_row[i], floors.get(row["worker"]))
+        except ValueError:
+            continue  # too short to measure
+        own = row_target(target, by_row[i])  # as check_bench: this row's own verification
         alpha = measured if acceptance is None else Acceptance((acceptance,))
         inputs = (draft_s, alpha, link, transport)
         if row["kind"] == "local":
-            options.append(_option("", "local SD", k, inputs, target, overhead))
+            options.append(_option("", "local SD", k, inputs, own, overhead))
         elif row["backend"] == "ggml-rpc":
-            options.append(
-                _option(row["worker"], f"ggml-rpc/{row['granularity']}", k, inputs, target, overhead)
-            )
+            options.append(_option(row["worker"], f"ggml-rpc/{row['granularity']}", k, inputs, own, overhead))
         elif row["prespec"]:  # as measured: on-demand drafting and the wait for a pass in flight
             if _rounds_after_open(by_row[i]) < MIN_PRESPEC_ROUNDS:
                 continue  # too few to say: projected from the stream row below, at an assumed rate
             hit, partial = prespec_outcomes(by_row[i])
             name = f"stream+prespec (measured: {hit:.0%} hits, {partial:.0%} partial)"
-            options.append(_option(row["worker"], name, k, inputs, target, overhead))
+            options.append(_option(row["worker"], name, k, inputs, own, overhead))
         else:
-            options.append(_option(row["worker"], "stream", k, inputs, target, overhead))
-            stream_inputs[row["worker"]] = inputs
+            options.append(_option(row["worker"], "stream", k, inputs, own, overhead))
+            stream_inputs[row["worker"]] = (inputs, own)
     measured_prespec = {o.worker for o in options if o.backend.startswith("stream+prespec")}
-    for worker, (draft_s, alpha, link, transport) in stream_inputs.items():
+    for worker, ((draft_s, alpha, link, transport), own) in stream_inputs.items():
         if worker not in measured_prespec or hit_rate is not None:  # the stream row's, at a given rate
             assumed = ASSUMED_HIT_RATE if hit_rate is None else hit_rate
             prespec = replace(transport, backend="stream+prespec", hit=assumed, partial=0.0)
             name = f"stream+prespec ({assumed:.0%} hits, assumed)"
-            options.append(_option(worker, name, k, (draft_s, alpha, link, prespec), target, overhead))
+            options.append(_option(worker, name, k, (draft_s, alpha, link, prespec), own, overhead))
     local = next((o.tok_s for o in options if o.backend == "local SD"), None)
     workers = sorted({o.worker for o in options if o.worker})
     # Advice rests on what was measured: an assumed hit rate is shown, never recommended.

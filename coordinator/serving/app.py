@@ -13,6 +13,7 @@ last event with an ``error`` object, as OpenAI does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import secrets
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -121,7 +123,7 @@ class Api:
             "model": self.served.name,
             "pending_requests": self.scheduler.pending,
         }
-        if self.directory is not None:
+        if self.directory is not None and self._key_given(request):  # who drafts is not for strangers
             body["workers"] = [{"name": w.name, "address": w.address} for w in self.directory.workers()]
         return JSONResponse(body)
 
@@ -149,18 +151,49 @@ class Api:
     async def _complete(self, request: Request, kind: str) -> Response:
         self._authorize(request)
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            body = json.loads(await request.body(), parse_constant=_no_constant)
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
             raise InvalidArgumentError(f"the request body is not valid JSON: {err}") from err
         served = self.served
-        asked = read_request(body, kind, served.name, served.target, served.default_max_tokens)
+        # Templating and tokenizing a long prompt would stall the event loop, and with it every
+        # remote round in flight: a worker thread does it.
+        asked = await anyio.to_thread.run_sync(
+            read_request, body, kind, served.name, served.target, served.default_max_tokens
+        )
         envelope = Envelope(kind, served.name)
         text = CompletionText(self.scheduler.submit(asked), served.target.tokenizer)
         if asked.stream:
             return EventSourceResponse(self._events(asked, envelope, text))
-        output = "".join([piece async for piece in text.pieces()])
+        output = await self._whole(request, text)
         counts = responses.usage(len(asked.prompt), text.completion_tokens)
         return JSONResponse(envelope.completion(output, text.finish_reason, counts, text.stats()))
+
+    async def _whole(self, request: Request, text: CompletionText) -> str:
+        """All of a non-streamed completion's text; if its client leaves first, the generation halts."""
+        pieces: list[str] = []
+        failed: list[Exception] = []
+
+        async def collect() -> None:
+            try:
+                async with contextlib.aclosing(text.pieces()) as stream:
+                    async for piece in stream:
+                        pieces.append(piece)
+            except Exception as err:  # answered by the route's error handler, not as a task-group error
+                failed.append(err)
+            tg.cancel_scope.cancel()
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            text.generation.halt.set()
+            tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            tg.start_soon(watch)
+        if failed:
+            raise failed[0]
+        return "".join(pieces)
 
     async def _events(
         self, asked: CompletionRequest, envelope: Envelope, text: CompletionText
@@ -169,8 +202,11 @@ class Api:
         try:
             if asked.kind == CHAT:
                 yield _event(envelope.chunk(text="", first=True))
-            async for piece in text.pieces():
-                yield _event(envelope.chunk(text=piece))
+            async with contextlib.aclosing(
+                text.pieces()
+            ) as stream:  # closed (halting it) if the client leaves
+                async for piece in stream:
+                    yield _event(envelope.chunk(text=piece))
         except Exception as err:  # the stream has started: the error is its last event
             yield _event(status_of(err)[1])
             return
@@ -186,9 +222,16 @@ class Api:
     def _authorize(self, request: Request) -> None:
         if self.api_key is None:
             return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip(), self.api_key):
+        if not self._key_given(request):
             raise ApiKeyError("missing or wrong API key: send 'Authorization: Bearer KEY'")
+
+    def _key_given(self, request: Request) -> bool:
+        if self.api_key is None:
+            return True
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(
+            given.strip().encode("utf-8", "surrogateescape"), self.api_key.encode()
+        )
 
     async def _error(self, request: Request, err: Exception) -> Response:
         status, body = status_of(err)
@@ -200,6 +243,10 @@ class Api:
         kind = "invalid_request_error" if err.status_code < 500 else "server_error"
         message = f"{request.method} {request.url.path}: {err.detail}"
         return JSONResponse(responses.error(message, kind), status_code=err.status_code)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _event(body: dict[str, Any]) -> dict[str, str]:

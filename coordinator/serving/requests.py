@@ -92,8 +92,8 @@ def read_request(
 def _refuse_unsupported(body: dict[str, Any]) -> None:
     for name, unused in UNSUPPORTED.items():
         value = body.get(name)
-        if value is None or value == unused or (value == {} and unused is None):
-            continue
+        if value is None or value == unused or (unused is None and value in ({}, [], False, 0)):
+            continue  # absent, or a client's way of saying "not used"
         raise UnsupportedParameterError(f"{name}={value!r} is not supported by this server", name)
     response_format = body.get("response_format")
     if response_format is not None and response_format != {"type": "text"}:
@@ -106,6 +106,8 @@ def _optional(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
         return default
     if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise InvalidArgumentError(f"{name} must be a number, got {value!r}")
+    if kind in (int, float) and not math.isfinite(value):
+        raise InvalidArgumentError(f"{name} must be finite, got {value!r}")
     if kind is int and value != int(value):
         raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
     if kind in (bool, str) and not isinstance(value, kind):
@@ -202,8 +204,8 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
     seed = _optional(body, "seed", int, None)
     if seed is None:
         seed = secrets.randbits(63)
-    elif seed < 0:
-        raise InvalidArgumentError(f"seed must be >= 0, got {seed}")
+    elif not 0 <= seed < 2**63:
+        raise InvalidArgumentError(f"seed must be within 0..2**63 - 1, got {seed}")
     return SamplingParams(temperature=temperature, top_p=top_p, seed=seed)
 
 

@@ -41,7 +41,7 @@ from specwire.errors import CapacityError, NoWorkerError, QueueFullError, Remote
 RECENT = 16  # generations whose durations estimate Retry-After
 
 
-@dataclass
+@dataclass(eq=False)  # one per request: compared, and kept in sets, by identity
 class Generation:
     """One admitted request as it runs: its token stream, and at the end its result or error."""
 
@@ -79,7 +79,7 @@ class Scheduler:
         self.sources = sources
         self.drafting = drafting
         self.max_queue = max_queue
-        self.pending = 0  # running and waiting
+        self._live: set[Generation] = set()  # running and waiting
         self._lock = anyio.Lock()
         self._durations: deque[float] = deque(maxlen=RECENT)
         self._tg: TaskGroup | None = None
@@ -93,7 +93,14 @@ class Scheduler:
                 yield self
             finally:
                 self._tg = None
+                for generation in self._live:  # the engine stops at its next round and closes its session
+                    generation.halt.set()
                 tg.cancel_scope.cancel()
+
+    @property
+    def pending(self) -> int:
+        """Requests running or waiting whose client is still there."""
+        return sum(1 for g in self._live if not g.halt.is_set())
 
     def submit(self, request: CompletionRequest) -> Generation:
         """Queue ``request``; raises ``QueueFullError`` when ``max_queue`` already wait."""
@@ -106,7 +113,7 @@ class Scheduler:
             )
         send, receive = anyio.create_memory_object_stream[list[int]](math.inf)
         generation = Generation(request, receive)
-        self.pending += 1
+        self._live.add(generation)
         self._tg.start_soon(self._run, generation, send)
         return generation
 
@@ -121,11 +128,11 @@ class Scheduler:
                 generation.started_ns = time.perf_counter_ns()
                 if not generation.halt.is_set():  # its client may have left while it waited
                     await self._generate(generation, send)
-                self._durations.append((time.perf_counter_ns() - generation.started_ns) / 1e9)
+                    self._durations.append((time.perf_counter_ns() - generation.started_ns) / 1e9)
         except Exception as err:  # handed to the request's handler, which answers with it
             generation.error = err
         finally:
-            self.pending -= 1
+            self._live.discard(generation)
             send.close()
             generation.done.set()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from coordinator.detokenizer import TextDecoder
@@ -27,7 +27,7 @@ class CompletionText:
         self._stops = StopMatcher(generation.request.stop)
         self._used = 0  # tokens whose text went into the output, up to a stop match
 
-    async def pieces(self) -> AsyncIterator[str]:
+    async def pieces(self) -> AsyncGenerator[str, None]:
         """Text as it is made; raises the generation's error, if it failed."""
         generation = self.generation
         try:

@@ -43,6 +43,7 @@ class WorkerDirectory:
         self._browser: AsyncServiceBrowser | None = None
         self._tg: TaskGroup | None = None
         self._changes: MemoryObjectSendStream[tuple[ServiceStateChange, str]] | None = None
+        self._epochs: dict[str, int] = {}  # goodbyes seen per service name
         self.opened_at = float("inf")  # time.monotonic() when browsing began
 
     def wait_budget(self, timeout: float) -> float:
@@ -76,20 +77,29 @@ class WorkerDirectory:
         assert self._tg is not None
         async for state_change, name in changes:
             if state_change is not ServiceStateChange.Removed:
-                self._tg.start_soon(self._resolve, name)
-            elif self._workers.pop(instance_name(name), None) is not None:
+                self._tg.start_soon(self._resolve, name, self._epochs.get(name, 0))
+                continue
+            self._epochs[name] = self._epochs.get(name, 0) + 1  # a resolve still running must not re-add it
+            if self._workers.pop(instance_name(name), None) is not None:
                 log.info("worker %s left", instance_name(name))
                 self._notify()
 
-    async def _resolve(self, name: str) -> None:
+    async def _resolve(self, name: str, epoch: int) -> None:
+        """Resolve one announcement; anything wrong with it is logged, never raised into the directory."""
         assert self._zc is not None
-        info = AsyncServiceInfo(SERVICE_TYPE, name)
-        if not await info.async_request(self._zc.zeroconf, RESOLVE_TIMEOUT_MS):
-            log.info("could not resolve %s", name)
+        try:
+            info = AsyncServiceInfo(SERVICE_TYPE, name)
+            if not await info.async_request(self._zc.zeroconf, RESOLVE_TIMEOUT_MS):
+                log.info("could not resolve %s", name)
+                return
+            advert = WorkerAdvert.from_txt(
+                name, info.parsed_addresses(IPVersion.V4Only), info.port or 0, dict(info.properties)
+            )
+        except Exception as err:  # a malformed advertisement from anyone on the LAN
+            log.warning("ignoring the advertisement %r: %s", name, err)
             return
-        advert = WorkerAdvert.from_txt(
-            name, info.parsed_addresses(IPVersion.V4Only), info.port or 0, dict(info.properties)
-        )
+        if self._epochs.get(name, 0) != epoch:
+            return  # it left while being resolved
         self._workers[advert.name] = advert
         log.info("worker %s at %s", advert.name, advert.address)
         self._notify()
@@ -111,13 +121,15 @@ class WorkerDirectory:
         tb: TracebackType | None,
     ) -> None:
         assert self._zc is not None and self._tg is not None and self._browser is not None
-        await self._browser.async_cancel()
-        if self._changes is not None:
-            self._changes.close()
-            self._changes = None
-        self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(None, None, None)
-        await self._zc.async_close()
+        try:
+            await self._browser.async_cancel()
+            if self._changes is not None:
+                self._changes.close()
+                self._changes = None
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+        finally:
+            await self._zc.async_close()
 
 
 async def browse(interfaces: InterfaceChoice | list[str], timeout: float) -> list[WorkerAdvert]:

@@ -191,6 +191,8 @@ def test_a_full_queue_answers_429_with_retry_after(local_server: ServerProcess) 
         ({"prompt": "x", "stop": [""]}, 400, "stop must be"),
         ({"prompt": 17}, 400, "prompt must be"),
         ({"prompt": "x", "stream": "yes"}, 400, "stream must be a bool"),
+        (b'{"prompt": "x", "max_tokens": NaN}', 400, "not valid JSON"),
+        ({"prompt": "x", "seed": 2**64}, 400, "seed must be within"),
     ],
 )
 def test_bad_requests_get_a_4xx_with_a_message(
@@ -200,6 +202,16 @@ def test_bad_requests_get_a_4xx_with_a_message(
     code, reply = post(local_server.url + "/completions", data)
     assert code == status and words in reply["error"]["message"], reply
     assert local_server.health()["status"] == "ok"
+
+
+def test_a_client_that_leaves_a_whole_completion_halts_it(local_server: ServerProcess) -> None:
+    # 8,000 tokens take the tiny pair 20 s or more here; a client that gives up after one
+    # second must free the target well before that (/health counts clients still waiting).
+    impatient = local_server.client(timeout=1.0)
+    with pytest.raises(openai.APITimeoutError):
+        chat(impatient, max_tokens=8000)
+    assert eventually(lambda: local_server.health()["pending_requests"] == 0, timeout=10)
+    assert chat(local_server.client(), logprobs=False, tools=[]).choices[0].finish_reason == "length"  # type: ignore[attr-defined]
 
 
 def test_unsupported_chat_features_are_named(local_server: ServerProcess) -> None:
