@@ -46,6 +46,7 @@ class Option:
     tok_s: float
     best_k: int
     best_tok_s: float
+    assumed: bool = False  # rests on an assumed hit rate, not on a measurement
 
 
 def _tok_s(
@@ -68,12 +69,13 @@ def _option(
     inputs: tuple[float, Acceptance, Link, Transport],
     target: Target,
     overhead: float,
+    assumed: bool = False,
 ) -> Option:
     draft_s, acceptance, link, transport = inputs
     by_k = {j: _tok_s(target, draft_s, acceptance, j, link, transport, overhead) for j in KS}
     best = max(by_k, key=lambda j: by_k[j])
     at_k = by_k[k] if k in by_k else _tok_s(target, draft_s, acceptance, k, link, transport, overhead)
-    return Option(worker, backend, k, at_k, best, by_k[best])
+    return Option(worker, backend, k, at_k, best, by_k[best], assumed)
 
 
 def project(
@@ -125,11 +127,13 @@ def project(
             assumed = ASSUMED_HIT_RATE if hit_rate is None else hit_rate
             prespec = replace(transport, backend="stream+prespec", hit=assumed, partial=0.0)
             name = f"stream+prespec ({assumed:.0%} hits, assumed)"
-            options.append(_option(worker, name, k, (draft_s, alpha, link, prespec), own, overhead))
+            options.append(
+                _option(worker, name, k, (draft_s, alpha, link, prespec), own, overhead, assumed=True)
+            )
     local = next((o.tok_s for o in options if o.backend == "local SD"), None)
     workers = sorted({o.worker for o in options if o.worker})
     # Advice rests on what was measured: an assumed hit rate is shown, never recommended.
-    advisable = [o for o in options if "assumed" not in o.backend]
+    advisable = [o for o in options if not o.assumed]
     best = {w: max((o for o in advisable if o.worker == w), key=lambda o: o.best_tok_s) for w in workers}
     rows: list[dict[str, Any]] = []
     for o in options:
@@ -143,6 +147,7 @@ def project(
                 "best_tok_s": o.best_tok_s,
                 "delta_vs_ar": o.best_tok_s / ar - 1,
                 "delta_vs_local": None if local is None else o.best_tok_s / local - 1,
+                "assumed": o.assumed,
             }
         )
     choice = {w: {"backend": o.backend, "k": o.best_k, "tok_s": o.best_tok_s} for w, o in best.items()}
