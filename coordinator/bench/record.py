@@ -8,7 +8,6 @@ record in columns), and ``lossless`` (null at T > 0).
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import socket
@@ -18,20 +17,10 @@ from typing import Any
 from coordinator.bench.plan import RemoteWorker
 from coordinator.bench.runner import Run
 from coordinator.bench.summary import RowSummary
+from coordinator.strict_json import strict_json
 from specwire.timing import CallRecord
 
 SCHEMA = "specwire.bench/1"
-
-
-def _clean(value: Any) -> Any:
-    """NaN and infinities become null, so the file is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
 
 
 def _calls(calls: list[CallRecord]) -> dict[str, list[Any]]:
@@ -143,7 +132,7 @@ def bench_record(
 ) -> dict[str, Any]:
     """The whole bench as plain data."""
     checked = [s.lossless for s in rows if s.lossless is not None]
-    return _clean(
+    return strict_json(
         {
             "schema": SCHEMA,
             "settings": settings,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -27,6 +26,7 @@ from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.provenance import drafted_by
 from coordinator.prompts import encode_prompt
 from coordinator.runtime import Runtime, coordinator_runtime
+from coordinator.strict_json import strict_json
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel, load_model
 from specwire.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
@@ -169,9 +169,7 @@ async def _generate_with(
     if result.transitions:
         stats["k_transitions"] = [asdict(t) for t in result.transitions]
     if args.json:
-        clean = {
-            key: (None if isinstance(v, float) and not math.isfinite(v) else v) for key, v in stats.items()
-        }
+        clean = strict_json(stats)
         out = {
             "text": target.tokenizer.decode(result.tokens),
             "token_ids": result.tokens,

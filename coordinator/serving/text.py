@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from coordinator.detokenizer import TextDecoder
 from coordinator.serving.scheduler import Generation
 from coordinator.serving.stops import StopMatcher
+from coordinator.strict_json import strict_json
 
 
 class CompletionText:
@@ -89,15 +89,4 @@ class CompletionText:
                 decode_tok_s=result.decode_tps,
                 tokens_generated=len(result.tokens),
             )
-        return _finite(stats)
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with NaN and infinities as None, so it is valid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+        return strict_json(stats)
