@@ -26,10 +26,16 @@ their sum is shown, as "transport". The raw-TCP echo floor for the same
 bytes (the worker's echo service) is measured at the start, and the
 protocol cost is total - compute - floor.
 
+Several workers (``--worker`` repeated, and one started per ``--compute``
+placement) are measured in one run, generation by generation in turn, so
+their tables compare: a worker started from an older checkout against this
+one is a before/after of the same run.
+
     python scripts/round_breakdown.py                         # a local tiny worker, k = 4
+    python scripts/round_breakdown.py --compute thread,loop   # the worker's two placements
     python scripts/round_breakdown.py --rounds 1000 --json breakdown.json
     sudo .venv/bin/python scripts/lan_testbed exec m2-ultra -- \\
-        .venv/bin/python scripts/round_breakdown.py --worker 198.18.77.2:PORT
+        .venv/bin/python scripts/round_breakdown.py --worker 198.18.77.2:PORT --compute ""
 """
 
 from __future__ import annotations
@@ -45,13 +51,12 @@ from pathlib import Path
 
 import anyio
 import numpy as np
-from anyio.from_thread import BlockingPortal
 
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.stream import StreamDraftSource
-from coordinator.runtime import Runtime, coordinator_runtime
+from coordinator.runtime import coordinator_runtime
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.netprobe import NetworkFloor, probe_tcp
 from specwire.command_line import exit_process
@@ -61,7 +66,6 @@ from specwire.sampling import SamplingParams
 from specwire.timing import CallRecord
 
 PROMPT = "Once upon a time, a lighthouse keeper"
-VARIANTS = ("before", "after")
 PARTS = (
     "hop in",
     "encode",
@@ -103,11 +107,11 @@ def parts_of(call: CallRecord, same_clock: bool) -> dict[str, float]:
     return {k: v / 1e3 for k, v in us.items()}
 
 
-def start_worker(model: str) -> tuple[subprocess.Popen[str], str]:
-    """A worker on 127.0.0.1 serving ``model``, not advertised; returns it and its address."""
+def start_worker(model: str, compute: str) -> tuple[subprocess.Popen[str], str]:
+    """A worker on 127.0.0.1 (``--compute compute``, not advertised), and its address."""
     command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
-    command += ["--model", model, "--no-advertise", "--json", "--warmup-tokens", "2"]
-    command += ["--name", f"breakdown-{os.getpid()}"]
+    command += ["--model", model, "--no-advertise", "--json", "--warmup-tokens", "2", "--compute", compute]
+    command += ["--name", f"breakdown-{compute}-{os.getpid()}"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     for line in process.stdout:
@@ -116,50 +120,44 @@ def start_worker(model: str) -> tuple[subprocess.Popen[str], str]:
     raise SystemExit(f"round_breakdown: the worker exited before it was ready (code {process.wait()})")
 
 
-async def measure(args: argparse.Namespace, address: str) -> dict:
-    """Rounds through the worker at ``address``; every part of every round, and the floor."""
+async def measure(args: argparse.Namespace, workers: dict[str, str]) -> dict:
+    """Rounds through each worker (label -> address), in turn; every part of every round, and the floors."""
     access = WorkerAccess(Credentials.from_args(args), round_timeout=60.0)
-    spec = DraftSpec("remote", workers=(address,), on_loss="fail")
     params = SamplingParams()
-    variants = VARIANTS if args.compare else VARIANTS[1:]
-    calls: dict[str, list[CallRecord]] = {v: [] for v in variants}
-    async with coordinator_runtime() as runtime, BlockingPortal() as anyio_portal:
+    calls: dict[str, list[CallRecord]] = {label: [] for label in workers}
+    report: dict = {"target": args.target, "k": args.k, "variants": {}}
+    async with coordinator_runtime() as runtime:
         target = await runtime.compute.run(load_model, args.target)
-        runtimes = {"before": Runtime(runtime.compute, anyio_portal), "after": runtime}  # type: ignore[arg-type]
+        prompt = target.tokenizer.encode(PROMPT)
         async with DraftSources(runtime, target, access) as sources:
-            connection = await sources.connection(address)
-            hello = connection.hello
-            host = address.rsplit(":", 1)[0]
-            token = access.credentials.token
-            floor_probe = await probe_tcp(host, hello.echo_port, FLOOR_SIZES, 200, 2.0, token)
-            same_clock = args.same_clock or (hello.identity.host == socket.gethostname())
-            prompt = target.tokenizer.encode(PROMPT)
+            floors, same_clock, identity = {}, {}, {}
+            for label, address in workers.items():
+                hello = (await sources.connection(address)).hello
+                host = address.rsplit(":", 1)[0]
+                token = access.credentials.token
+                probe = await probe_tcp(host, hello.echo_port, FLOOR_SIZES, 200, 2.0, token)
+                floors[label] = NetworkFloor(probe)
+                same_clock[label] = args.same_clock or hello.identity.host == socket.gethostname()
+                identity[label] = {"address": address, "host": hello.identity.host, "pid": hello.identity.pid}
             while min(len(c) for c in calls.values()) < args.rounds + args.warmup:
-                for variant in variants:  # interleaved, generation by generation
-                    sources.runtime = runtimes[variant]
-                    failover = await sources.open(spec)
+                for label, address in workers.items():  # interleaved, generation by generation
+                    failover = await sources.open(DraftSpec("remote", workers=(address,), on_loss="fail"))
                     assert isinstance(failover, FailoverDraftSource)
                     assert isinstance(failover.current, StreamDraftSource)
                     decoder = SpeculativeDecoder(target, failover)
                     result = await runtime.compute.run(
                         decoder.generate, prompt, max_tokens=args.max_tokens, k=args.k, params=params
                     )
-                    calls[variant] += [c for r in result.rounds for c in r.draft.calls if c.kind == "round"]
-    floor = NetworkFloor(floor_probe)
-    report: dict = {
-        "worker": {"address": address, "host": hello.identity.host, "pid": hello.identity.pid},
-        "target": args.target,
-        "k": args.k,
-        "same_clock": same_clock,
-        "variants": {},
-    }
-    for variant, records in calls.items():
+                    calls[label] += [c for r in result.rounds for c in r.draft.calls if c.kind == "round"]
+    for label, records in calls.items():
         records = records[args.warmup : args.warmup + args.rounds]
-        rows = [parts_of(c, same_clock) for c in records]
+        rows = [parts_of(c, same_clock[label]) for c in records]
         for row, c in zip(rows, records, strict=True):
-            row["tcp floor"] = floor.call_ns(c.bytes_sent, c.bytes_received) / 1e3
+            row["tcp floor"] = floors[label].call_ns(c.bytes_sent, c.bytes_received) / 1e3
             row["protocol"] = row["total"] - row["compute"] - row["tcp floor"]
-        report["variants"][variant] = {
+        report["variants"][label] = {
+            "worker": identity[label],
+            "same_clock": same_clock[label],
             "rounds": len(rows),
             "bytes_sent_p50": float(np.median([c.bytes_sent for c in records])),
             "bytes_received_p50": float(np.median([c.bytes_received for c in records])),
@@ -178,59 +176,72 @@ def summary(variant: dict) -> list[tuple[str, float, float]]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--worker", help="HOST:PORT of a running worker (default: start one on 127.0.0.1)")
-    p.add_argument("--model", default="tiny", help="model of the worker this script starts")
+    p.add_argument(
+        "--worker", action="append", default=[], help="HOST:PORT of a running worker to measure (repeatable)"
+    )
+    p.add_argument(
+        "--compute",
+        default="loop",
+        help="start a worker on 127.0.0.1 for each of these placements (comma-separated: loop, thread; "
+        '"" for none)',
+    )
+    p.add_argument("--model", default="tiny", help="model of the workers this script starts")
     p.add_argument("--target", default="tiny", help="target model spec")
     p.add_argument("--k", type=int, default=4, help="draft tokens per round")
-    p.add_argument("--rounds", type=int, default=400, help="rounds measured")
+    p.add_argument("--rounds", type=int, default=400, help="rounds measured per worker")
     p.add_argument("--warmup", type=int, default=20, help="rounds run first and not counted")
     p.add_argument("--max-tokens", type=int, default=200, help="tokens per generation")
-    p.add_argument("--same-clock", action="store_true", help="the worker shares this host's clock")
-    p.add_argument(
-        "--compare",
-        action="store_true",
-        help="interleave generations through anyio's BlockingPortal (the hop before the fast-regime "
-        "cut) with generations through the current LoopPortal, and show both",
-    )
+    p.add_argument("--same-clock", action="store_true", help="the workers share this host's clock")
     p.add_argument("--json", type=Path, help="write every round's parts here")
     p.add_argument("--token-file", type=Path, help="file holding the shared token")
-    p.add_argument("--insecure", action="store_true", help="the worker runs --insecure")
+    p.add_argument("--insecure", action="store_true", help="the workers run --insecure")
     args = p.parse_args()
-    process = None
-    address = args.worker
-    if address is None:
-        process, address = start_worker(args.model)
+    placements = [c.strip() for c in args.compute.split(",") if c.strip()]
+    if set(placements) - {"loop", "thread"}:
+        raise SystemExit(f"round_breakdown: --compute takes loop and thread, not {args.compute!r}")
+    if not placements and not args.worker:
+        raise SystemExit("round_breakdown: no worker to measure (give --worker or --compute)")
+    workers = {address: address for address in args.worker}
+    processes = []
     try:
-        report = anyio.run(measure, args, address)
+        for placement in placements:
+            process, address = start_worker(args.model, placement)
+            processes.append(process)
+            workers[f"{placement} {address}"] = address
+        report = anyio.run(measure, args, workers)
     finally:
-        if process is not None:
+        for process in processes:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
-    variants = report["variants"]
-    first = next(iter(variants.values()))
-    print(
-        f"{first['rounds']} rounds per variant, k = {report['k']}, target {report['target']}, worker "
-        f"{address} (pid {report['worker']['pid']}); bytes per round {first['bytes_sent_p50']:.0f} out, "
-        f"{first['bytes_received_p50']:.0f} back"
-    )
-    tables = {v: summary(variants[v]) for v in variants}
-    header = "".join(f"{v + ' p50':>14}{v + ' p95':>14}" for v in variants)
-    print(f"{'part (µs)':<16}{header}")
-    for i, (name, _, _) in enumerate(next(iter(tables.values()))):
-        cells = "".join(f"{tables[v][i][1]:>14.1f}{tables[v][i][2]:>14.1f}" for v in variants)
-        print(f"{name:<16}{cells}")
-    if not report["same_clock"]:
-        print("(the worker is on another host: the transport is shown in one piece)")
-    if "before" in variants:
-        print(
-            "before: the compute thread reaches the event loop through anyio's BlockingPortal; "
-            "after: LoopPortal"
-        )
+    print_report(report)
     if args.json:
-        for v in variants:
-            variants[v]["summary"] = [{"part": n, "p50_us": a, "p95_us": b} for n, a, b in tables[v]]
         args.json.write_text(json.dumps(report))
     return 0
+
+
+def print_report(report: dict) -> None:
+    """Each worker's parts side by side, p50 and p95 in microseconds."""
+    variants = report["variants"]
+    print(f"k = {report['k']}, target {report['target']}; interleaved, generation by generation")
+    for label, v in variants.items():
+        w = v["worker"]
+        print(
+            f"  {label}: {v['rounds']} rounds, worker pid {w['pid']} on {w['host']}, bytes per round "
+            f"{v['bytes_sent_p50']:.0f} out, {v['bytes_received_p50']:.0f} back"
+        )
+        v["summary"] = [{"part": n, "p50_us": a, "p95_us": b} for n, a, b in summary(v)]
+    parts = [row["part"] for row in next(iter(variants.values()))["summary"]]
+    width = max(22, *(len(label) + 2 for label in variants))
+    print(f"{'part (µs)':<16}" + "".join(f"{label:>{width}}" for label in variants))
+    print(f"{'':<16}" + "".join(f"{'p50 / p95':>{width}}" for _ in variants))
+    for part in parts:
+        cells = []
+        for v in variants.values():
+            row = next((r for r in v["summary"] if r["part"] == part), None)
+            cells.append(f"{row['p50_us']:,.0f} / {row['p95_us']:,.0f}" if row else "–")
+        print(f"{part:<16}" + "".join(f"{c:>{width}}" for c in cells))
+    if not all(v["same_clock"] for v in variants.values()):
+        print("(a worker on another host: its transport is shown in one piece)")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
-"""Hosting streaming sessions: admission, the reader task, shutdown and error status.
+"""Hosting streaming sessions: admission, reading, shutdown and error status.
 
 Both backends (the stream protocol and the per-op tensor executor) run one
 session per bidirectional stream and share this machinery: a session slot
-out of ``--max-sessions``, a reader task that takes raw messages off the
-stream as they arrive (stamping their arrival time) while the session's loop
-handles them, cancellation when the worker shuts down, and the mapping of
-errors to a gRPC status. The reader never waits for the loop, so neither
-backend is lock-step by construction.
+out of ``--max-sessions``, the loop that reads each message (stamping its
+arrival) and handles it, a task group for a session's background work
+(pre-speculation drafts ahead while the loop waits for the next message),
+cancellation when the worker shuts down, and the mapping of errors to a
+gRPC status.
+
+Messages are read between handling them, not by a reader task of their own:
+both protocols send one message and wait for its reply, and passing each
+message from a reader task to the session cost about 0.1 ms per round on a
+2-core machine (two more event-loop iterations, and the next read's set-up
+ahead of the round; ``scripts/round_breakdown.py``).
 
 Messages are raw bytes: each backend parses and encodes its own, and reports
 those durations in its replies.
@@ -24,7 +30,6 @@ from dataclasses import dataclass, field
 
 import anyio
 import grpc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from google.protobuf.message import Message
 
 from specwire.errors import CapacityError, SessionIdleError, SpecwireError, WorkerFault
@@ -32,7 +37,6 @@ from specwire.v1 import draft_pb2 as pb
 from worker.status import status_for
 
 log = logging.getLogger(__name__)
-INBOX_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -143,59 +147,46 @@ class SessionHost:
             )
 
     async def _run(self, requests: AsyncIterator[bytes], loop: StreamLoop) -> None:
-        send, receive = anyio.create_memory_object_stream[tuple[int, bytes]](INBOX_SIZE)
         error: BaseException | None = None
-        with receive:
-            async with anyio.create_task_group() as tg:
-                self._scopes.add(tg.cancel_scope)
-                loop.tasks = tg
-                tg.start_soon(_read_requests, requests, send)
-                try:
-                    await _drain(receive, loop, self.idle_timeout_s)
-                except (SpecwireError, SessionEnded) as err:
-                    error = err  # re-raised below, outside the task group, unwrapped
-                except Exception as err:  # a bug must end this session, not the worker
-                    log.exception("session failed")
-                    error = WorkerFault(f"worker {self.info.name} failed: {type(err).__name__}: {err}")
-                finally:
-                    self._scopes.discard(tg.cancel_scope)
-                    tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as tg:
+            self._scopes.add(tg.cancel_scope)
+            loop.tasks = tg
+            try:
+                await _drain(requests, loop, self.idle_timeout_s)
+            except (SpecwireError, SessionEnded) as err:
+                error = err  # re-raised below, outside the task group, unwrapped
+            except Exception as err:  # a bug must end this session, not the worker
+                log.exception("session failed")
+                error = WorkerFault(f"worker {self.info.name} failed: {type(err).__name__}: {err}")
+            finally:
+                self._scopes.discard(tg.cancel_scope)
+                tg.cancel_scope.cancel()
         if self.shutting_down.is_set() and error is None:
             error = SessionEnded(f"worker {self.info.name} is shutting down; the session was ended")
         if error is not None:
             raise error
 
 
-async def _drain(
-    inbox: MemoryObjectReceiveStream[tuple[int, bytes]], loop: StreamLoop, idle_s: float
-) -> None:
-    """Handle messages until the stream ends; a session silent for ``idle_s`` is freed."""
+async def _drain(requests: AsyncIterator[bytes], loop: StreamLoop, idle_s: float) -> None:
+    """Read and handle messages until the stream ends; a session silent for ``idle_s`` is freed.
+
+    The stream ends when the coordinator half-closes it; a broken stream ends
+    the session the same way (gRPC reports it to the client).
+    """
+    messages = aiter(requests)
     while True:
         try:
             with anyio.fail_after(idle_s):
-                arrived, raw = await inbox.receive()
-        except anyio.EndOfStream:
+                raw = await anext(messages)
+        except StopAsyncIteration:
             return
         except TimeoutError as err:
             raise SessionIdleError(f"session idle for {idle_s:g} s; closed to free its KV cache") from err
-        loop.received += 1
-        await loop.handle(arrived, raw)
-
-
-async def _read_requests(
-    requests: AsyncIterator[bytes], inbox: MemoryObjectSendStream[tuple[int, bytes]]
-) -> None:
-    """Move raw messages into the inbox as they arrive, stamped with their arrival time.
-
-    The inbox closes when the coordinator half-closes the stream; a broken
-    stream ends the session the same way (gRPC reports it to the client).
-    """
-    async with inbox:
-        try:
-            async for raw in requests:
-                await inbox.send((time.perf_counter_ns(), raw))
-        except (grpc.RpcError, anyio.BrokenResourceError, anyio.ClosedResourceError) as err:
+        except grpc.RpcError as err:
             log.info("session stream ended: %s", err)
+            return
+        loop.received += 1
+        await loop.handle(time.perf_counter_ns(), raw)
 
 
 def server_timing(

@@ -29,7 +29,7 @@ from grpc_reflection.v1alpha import reflection
 
 from specwire.auth import ProofChecker, create_token, default_token_path, find_token
 from specwire.bonjour import WorkerAdvert, mdns_interfaces
-from specwire.compute import compute_thread
+from specwire.compute import Compute, LoopCompute, compute_thread
 from specwire.drafter import Drafter
 from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL, LoadedModel, load_model
@@ -118,6 +118,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the ready line as JSON")
     p.add_argument(
+        "--compute",
+        choices=("loop", "thread"),
+        default="loop",
+        help="where MLX runs: on the event loop's thread (no hand-off per round; the loop waits while a "
+        "pass runs) or on a thread of its own (gRPC keeps reading during a pass; two hand-offs per round)",
+    )
+    p.add_argument(
         "--prespec-budget",
         type=int,
         default=0,
@@ -205,10 +212,9 @@ def _credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
 
 
 def _grpc_server(
-    model: LoadedModel, host: SessionHost, token: str | None, prespec: PrespecConfig
+    model: LoadedModel, host: SessionHost, compute: Compute, token: str | None, prespec: PrespecConfig
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, list[str]]:
     """The gRPC server with every service this worker offers (not started)."""
-    compute = compute_thread()
     interceptors = [AuthInterceptor(ProofChecker(token))] if token else []
     server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
     services = [SERVICE_NAME]
@@ -225,7 +231,7 @@ def _grpc_server(
 async def _serve(
     args: argparse.Namespace, backends: tuple[str, ...], interfaces: object, token: str | None
 ) -> None:
-    compute = compute_thread()
+    compute: Compute = LoopCompute() if args.compute == "loop" else compute_thread()
     model = await compute.run(load_model, args.model)
     if BACKEND_PER_OP in backends and not supports(model):
         log.warning("model %s is not a llama model: the %s backend is off", model.spec, BACKEND_PER_OP)
@@ -237,7 +243,7 @@ async def _serve(
         info = WorkerInfo("", args.label, backends, tps, args.max_sessions, echo_port=advertised_echo)
         host = SessionHost(info, WorkerCounters(), idle_timeout_s=args.idle_timeout)
         prespec = prespec_defaults(args)
-        server, health_servicer, services = _grpc_server(model, host, token, prespec)
+        server, health_servicer, services = _grpc_server(model, host, compute, token, prespec)
         credentials = _credentials(args)
         address = f"{args.host}:{args.port}"
         port = (
@@ -310,6 +316,7 @@ def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, mode
         "draft_tok_s": round(advert.draft_tps, 2),
         "backends": list(advert.backends),
         "pid": advert.pid,
+        "compute": args.compute,
     }
     if args.json:
         print(json.dumps(ready), flush=True)

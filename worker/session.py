@@ -4,7 +4,8 @@ The stream service calls ``open_session`` with the session's Open message and
 then ``round`` once per Round message. Both validate their input against the
 model (vocabulary, context length, k) before touching the KV cache, so a bad
 message never leaves a session half-updated. Methods that run the model must
-run on the worker's compute thread.
+run where the worker computes (``specwire.compute``: its event loop's thread
+or its compute thread).
 
 With pre-speculation on, the session also owns a ``Speculator``: after each
 reply the stream service runs its passes one at a time, and the next Round is

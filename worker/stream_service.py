@@ -1,14 +1,14 @@
 """The stream protocol, worker side: ``DraftWorker.Hello`` and ``DraftWorker.Draft``.
 
 One Draft stream is one session (hosted by ``worker.hosting``). Each message
-is parsed here, the drafter runs on the compute thread, and the reply is
+is parsed here, the drafter runs where the worker computes, and the reply is
 encoded here with the worker's own durations (parse, queueing, compute, hop
 back to the event loop, encode, previous send) and the session's counters.
 
 Pre-speculation: after each reply a background task of the session runs
 speculative passes one compute job at a time, so it can stop between any
-two. When the next Round arrives, a finished branch is answered at once,
-even while a pass is still in flight; otherwise speculation stops, the
+two. When the next Round arrives, a finished branch is answered at once
+(with a compute thread, even while a pass is still in flight); otherwise speculation stops, the
 in-flight pass ends, and the round is drafted (finishing a branch under way
 when there is one).
 """
@@ -19,12 +19,13 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
+import anyio.lowlevel
 import grpc
 import msgpack
 from google.protobuf.message import DecodeError
 
 from specwire.auth import worker_proof
-from specwire.compute import ComputeThread
+from specwire.compute import Compute
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
 from specwire.memory import current_rss_bytes, peak_rss_bytes
 from specwire.models import LoadedModel
@@ -44,7 +45,7 @@ class DraftService:
         self,
         model: LoadedModel,
         host: SessionHost,
-        compute: ComputeThread,
+        compute: Compute,
         token: str | None,
         prespec: PrespecConfig | None = None,
     ) -> None:
@@ -158,7 +159,7 @@ class _DraftLoop(StreamLoop):
     async def _speculation(self, session: DraftSession, done: anyio.Event) -> None:
         try:
             while not self._stop_speculating and await self.service.compute.run(session.speculate):
-                pass
+                await anyio.lowlevel.checkpoint()  # computing on the loop, a Round can only arrive here
         finally:
             done.set()
 

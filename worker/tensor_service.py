@@ -4,7 +4,7 @@ One Execute stream is one session (hosted by ``worker.hosting``, like the
 stream protocol's sessions, so both backends share admission, shutdown and
 error handling). The first message opens the session and gets the module
 handle table and the session's handle tag; every later message is a Graph of
-operations, executed on the compute thread and answered by one GraphResult
+operations, executed where the worker computes and answered by one GraphResult
 carrying the requested tensors, the worker's durations and the session's
 counters.
 """
@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import grpc
 from google.protobuf.message import DecodeError
 
-from specwire.compute import ComputeThread
+from specwire.compute import Compute
 from specwire.errors import (
     InvalidArgumentError,
     UnsupportedModelError,
@@ -41,7 +41,7 @@ def supports(model: LoadedModel) -> bool:
 class TensorService:
     """Serves the tensor executor for one model to many concurrent sessions."""
 
-    def __init__(self, model: LoadedModel, host: SessionHost, compute: ComputeThread) -> None:
+    def __init__(self, model: LoadedModel, host: SessionHost, compute: Compute) -> None:
         self.model = model
         self.host = host
         self.compute = compute

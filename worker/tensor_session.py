@@ -9,7 +9,7 @@ outputs and args, and every handle (activations must carry this session's
 tag; modules must be of the right kind). A bad operation raises
 ``InvalidArgumentError`` and leaves the worker's other sessions untouched.
 
-All methods run on the worker's compute thread.
+All methods run where the worker computes (its event loop or its compute thread).
 """
 
 from __future__ import annotations
