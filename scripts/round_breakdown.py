@@ -47,6 +47,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -57,11 +58,13 @@ from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
+from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.netprobe import NetworkFloor, probe_tcp
 from specwire.command_line import exit_process
 from specwire.errors import SpecwireError
 from specwire.models import load_model
+from specwire.protocol import ECHO_STREAM_METHOD
 from specwire.sampling import SamplingParams
 from specwire.timing import CallRecord
 
@@ -107,6 +110,26 @@ def parts_of(call: CallRecord, same_clock: bool) -> dict[str, float]:
     return {k: v / 1e3 for k, v in us.items()}
 
 
+async def grpc_echo_after_idle(connection: WorkerConnection, count: int, gap_s: float) -> list[float]:
+    """Round trips (µs) of 64 bytes each way on one EchoStream, each after ``gap_s`` of idleness."""
+    credentials = connection.credentials
+    stream = connection.channel.stream_stream(ECHO_STREAM_METHOD)(
+        metadata=credentials.metadata(ECHO_STREAM_METHOD)
+    )
+    payload = bytes(64)
+    samples = []
+    try:
+        for _ in range(count + 1):
+            await anyio.sleep(gap_s)
+            t0 = time.perf_counter_ns()
+            await stream.write(payload)
+            await stream.read()
+            samples.append((time.perf_counter_ns() - t0) / 1e3)
+    finally:
+        stream.cancel()
+    return samples[1:]  # the first opens the stream
+
+
 def start_worker(model: str, compute: str) -> tuple[subprocess.Popen[str], str]:
     """A worker on 127.0.0.1 (``--compute compute``, not advertised), and its address."""
     command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
@@ -130,9 +153,11 @@ async def measure(args: argparse.Namespace, workers: dict[str, str]) -> dict:
         target = await runtime.compute.run(load_model, args.target)
         prompt = target.tokenizer.encode(PROMPT)
         async with DraftSources(runtime, target, access) as sources:
-            floors, same_clock, identity = {}, {}, {}
+            floors, same_clock, identity, echoes = {}, {}, {}, {}
             for label, address in workers.items():
-                hello = (await sources.connection(address)).hello
+                connection = await sources.connection(address)
+                hello = connection.hello
+                echoes[label] = await grpc_echo_after_idle(connection, args.echoes, args.echo_gap_ms / 1e3)
                 host = address.rsplit(":", 1)[0]
                 token = access.credentials.token
                 probe = await probe_tcp(host, hello.echo_port, FLOOR_SIZES, 200, 2.0, token)
@@ -162,7 +187,9 @@ async def measure(args: argparse.Namespace, workers: dict[str, str]) -> dict:
             "bytes_sent_p50": float(np.median([c.bytes_sent for c in records])),
             "bytes_received_p50": float(np.median([c.bytes_received for c in records])),
             "parts_us": {k: [r[k] for r in rows] for k in rows[0]},
+            "grpc_echo_after_idle_us": echoes[label],
         }
+    report["echo_gap_ms"] = args.echo_gap_ms
     return report
 
 
@@ -192,6 +219,8 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=20, help="rounds run first and not counted")
     p.add_argument("--max-tokens", type=int, default=200, help="tokens per generation")
     p.add_argument("--same-clock", action="store_true", help="the workers share this host's clock")
+    p.add_argument("--echoes", type=int, default=200, help="gRPC echo round trips per worker")
+    p.add_argument("--echo-gap-ms", type=float, default=10.0, help="idle ms before each gRPC echo")
     p.add_argument("--json", type=Path, help="write every round's parts here")
     p.add_argument("--token-file", type=Path, help="file holding the shared token")
     p.add_argument("--insecure", action="store_true", help="the workers run --insecure")
@@ -240,6 +269,17 @@ def print_report(report: dict) -> None:
             row = next((r for r in v["summary"] if r["part"] == part), None)
             cells.append(f"{row['p50_us']:,.0f} / {row['p95_us']:,.0f}" if row else "–")
         print(f"{part:<16}" + "".join(f"{c:>{width}}" for c in cells))
+    print(f"gRPC's own share: EchoStream, 64 B each way, after {report['echo_gap_ms']:g} ms idle (µs)")
+    for label, v in variants.items():
+        echo = np.array(v["grpc_echo_after_idle_us"])
+        rows = {r["part"]: r for r in v["summary"]}
+        floor, protocol = rows["tcp floor"]["p50_us"], rows["protocol"]["p50_us"]
+        grpc_share = float(np.median(echo)) - floor
+        print(
+            f"  {label}: echo p50 {np.median(echo):,.0f} / p95 {np.percentile(echo, 95):,.0f}; of the "
+            f"protocol's {protocol:,.0f} p50, gRPC's echo above the TCP floor is {grpc_share:,.0f} and the "
+            f"rest, {protocol - grpc_share:,.0f}, is specwire's own"
+        )
     if not all(v["same_clock"] for v in variants.values()):
         print("(a worker on another host: its transport is shown in one piece)")
 
