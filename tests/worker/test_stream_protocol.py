@@ -6,6 +6,9 @@ exactness, refusals and health on the tiny model (same tokenizer, fast).
 
 from __future__ import annotations
 
+import time
+
+import anyio
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -21,7 +24,7 @@ from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.remote import generate_remote
-from tests.support.workers import WorkerProcess
+from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 
@@ -138,3 +141,37 @@ async def test_health_service_reports_serving(tiny_worker: WorkerProcess) -> Non
         for service in ("", "specwire.v1.DraftWorker"):
             reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+IDLE_TIMEOUT_S = 2.0
+
+
+async def test_a_worker_computing_on_a_thread_drafts_the_same_and_frees_a_silent_session(
+    tiny: LoadedModel,
+) -> None:
+    # The default placement (MLX on the event loop's thread) serves every other test here.
+    name = unique_name("thread-worker")
+    args = ("--model", "tiny", "--name", name, "--compute", "thread", "--idle-timeout", str(IDLE_TIMEOUT_S))
+    with running_worker(*args) as worker:
+        assert worker.ready["compute"] == "thread"
+        prompt = tiny.tokenizer.encode(PROMPTS[0])
+        (run,) = await generate_remote(worker.address, tiny, [prompt], 3, 24, SamplingParams())
+        local = SpeculativeDecoder(tiny, LocalDraftSource(tiny)).generate(
+            prompt, max_tokens=24, k=3, params=SamplingParams()
+        )
+        assert run.result.tokens == local.tokens == ar_tokens(tiny, prompt, 24)
+        check_message_counts(run)
+
+        async with worker_channel(worker.address) as channel:
+            call = channel.stream_stream(DRAFT_METHOD)(timeout=60)
+            await call.write(open_request(tiny.fingerprint))
+            t0 = time.monotonic()
+            replies = 0
+            with pytest.raises(grpc.aio.AioRpcError) as err, anyio.fail_after(30):
+                async for _ in call:  # Opened, round 0's Drafts, then silence until the worker ends it
+                    replies += 1
+            assert replies == 2 and time.monotonic() - t0 >= IDLE_TIMEOUT_S * 0.9
+            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "idle" in (err.value.details() or "")
+        hello = await _hello(worker.address)
+        assert hello.counters.sessions_active == 0 and hello.counters.sessions_opened == 2

@@ -164,6 +164,7 @@ def test_lossless_for_both_backends_and_counters_match(
     assert {r["backend"] for r in remote} == {"stream", "ggml-rpc"}
     for row in remote:
         assert row["lossless"] is True and row["verified"] is True
+        assert row["acceptance_rate"] == 1.0  # the fast pair drafts for itself: every draft is the target's
         assert row["identity"]["pid"] == worker.pid and row["identity"]["session_identities_match"] is True
         c = row["counters"]
         if row["backend"] == "stream":
