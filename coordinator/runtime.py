@@ -45,10 +45,11 @@ class LoopPortal:
         """Run ``fn(*args, **kwargs)`` on the loop and return its result (or raise its exception)."""
         if threading.get_ident() == self._loop_thread:
             raise RuntimeError("LoopPortal.call from the event loop's own thread would wait forever")
+        coro = fn(*args, **kwargs)  # made here, so a bad call raises here rather than on the loop
         finished: queue.SimpleQueue[asyncio.Task[T]] = queue.SimpleQueue()
 
         def start() -> None:
-            self.loop.create_task(fn(*args, **kwargs)).add_done_callback(finished.put)  # type: ignore[arg-type]
+            self.loop.create_task(coro).add_done_callback(finished.put)  # type: ignore[arg-type]
 
         self.loop.call_soon_threadsafe(start)
         task = finished.get()

@@ -7,8 +7,8 @@ the way the hardware would anyway. Two placements share one interface
 (``run``):
 
 * ``ComputeThread``: a thread of its own, so a forward pass never stalls
-  network I/O, at the price of two thread hand-offs per call (about 0.2 ms
-  each on a 2-vCPU machine). The coordinator uses it: its event loop also
+  network I/O, at the price of two thread hand-offs per call (0.1-0.2 ms
+  each on a 2-vCPU virtual machine). The coordinator uses it: its event loop also
   serves HTTP and Bonjour while the target verifies.
 * ``LoopCompute``: the event loop's own thread. No hand-off; while a pass
   runs, the loop does nothing else. A worker uses it by default (``worker

@@ -8,9 +8,10 @@ back to the event loop, encode, previous send) and the session's counters.
 Pre-speculation: after each reply a background task of the session runs
 speculative passes one compute job at a time, so it can stop between any
 two. When the next Round arrives, a finished branch is answered at once
-(with a compute thread, even while a pass is still in flight); otherwise speculation stops, the
-in-flight pass ends, and the round is drafted (finishing a branch under way
-when there is one).
+(with a compute thread, even while a pass is still in flight; computing on
+the event loop, the Round is read between passes); otherwise speculation
+stops, the in-flight pass ends, and the round is drafted (finishing a
+branch under way when there is one).
 """
 
 from __future__ import annotations
