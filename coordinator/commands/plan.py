@@ -32,7 +32,7 @@ from coordinator.planning import paper
 from coordinator.planning.from_bench import check_bench
 from coordinator.planning.model import Transport, ar_tok_s, best_k, predict
 from coordinator.planning.profile import Profile
-from coordinator.planning.projection import project
+from coordinator.planning.projection import ASSUMED_HIT_RATE, project
 from specwire.errors import InvalidArgumentError
 
 CALIBRATION_BACKENDS = ("stream", "ggml-rpc")
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if args.hit_rate is not None and args.from_bench:
         raise InvalidArgumentError("--hit-rate does not apply to --from-bench: each row has its own")
     if args.profile:
-        hit_rate = 0.5 if args.hit_rate is None else args.hit_rate
+        hit_rate = ASSUMED_HIT_RATE if args.hit_rate is None else args.hit_rate
         profile = paper.profile() if args.profile == "paper" else Profile.load(Path(args.profile))
         out = project_profile(profile, hit_rate)
         print(
@@ -143,9 +143,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{r['machine']:<16}{r['backend']:<16}{r['tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}"
                 f"{delta_local:>9}{best}"
             )
+        if out.get("table11"):
+            print("\nTable 11 against the model:")
         for c in out.get("table11", []):
-            if c is out["table11"][0]:
-                print("\nTable 11 against the model:")
             print(
                 f"  {c['figure']:<20} paper {c['paper']:>5.1f}  model {c['predicted']:>6.2f}  "
                 f"{c['error']:>+5.0%}  ({c['note']})"

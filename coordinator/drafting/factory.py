@@ -179,6 +179,8 @@ class DraftSources:
     async def connection(self, address: str, backend: str = BACKEND_STREAM) -> WorkerConnection:
         """An open connection to the worker at ``address``, checked for this target and ``backend``."""
         connection = self.connections.get(address)
+        if connection is not None and self.access.live is not None:  # the worker may have restarted since
+            connection = await self._refreshed(address, connection)
         if connection is None:
             connection = await connect(address, self.access.credentials)
             try:
@@ -188,22 +190,18 @@ class DraftSources:
                 raise
             self.connections[address] = connection
         else:
-            if self.access.live is not None:  # long-lived: the worker may have restarted since
-                connection = await self._refreshed(address, connection)
             check_worker(connection, self.target, backend)
         return connection
 
-    async def _refreshed(self, address: str, connection: WorkerConnection) -> WorkerConnection:
-        """``connection`` with a fresh Hello (current process identity), or a new one if it broke."""
+    async def _refreshed(self, address: str, connection: WorkerConnection) -> WorkerConnection | None:
+        """``connection`` with a fresh Hello (current process identity); None, once set aside, if it broke."""
         try:
             await refresh_hello(connection)
             return connection
         except RemoteWorkerError:
             del self.connections[address]
             self._replacements.append(connection)  # closed with the rest
-            fresh = await connect(address, self.access.credentials)
-            self.connections[address] = fresh
-            return fresh
+            return None
 
     async def local_model(self, spec: str) -> LoadedModel:
         """The local draft model ``spec`` names (loaded once), checked against the target's vocabulary."""

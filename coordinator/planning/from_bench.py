@@ -20,12 +20,12 @@ parts, and a miss names the part the model leaves out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from coordinator.planning.model import Acceptance, Link, Target, Transport, predict
+from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, predict
 from coordinator.workers.netprobe import NetworkFloor, RttSummary
 
 
@@ -74,7 +74,7 @@ def row_target(fitted: Target, runs: list[dict[str, Any]]) -> Target:
     if not same.any():
         return fitted
     measured = float(rounds["verify_ns"][same].mean()) / 1e9
-    return Target(measured - n * fitted.per_position_s, fitted.per_position_s)
+    return replace(fitted, verify_1_s=measured - n * fitted.per_position_s)
 
 
 def engine_overhead_s(ar_runs: list[dict[str, Any]]) -> float:
@@ -184,31 +184,67 @@ def prespec_outcomes(runs: list[dict[str, Any]]) -> tuple[float, float]:
     return served.count("hit") / n, served.count("partial") / n
 
 
-def check_bench(bench: dict[str, Any]) -> list[RowCheck]:
-    """Predicted against measured decode tok/s for every row of one bench run."""
+@dataclass(frozen=True)
+class CalibratedRow:
+    """One bench row's model inputs (None for AR) and its own target (verification as this row timed it)."""
+
+    row: dict[str, Any]
+    runs: list[dict[str, Any]]
+    target: Target
+    inputs: tuple[float, Acceptance, Link, Transport] | None  # draft pass, acceptance, link, transport
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What one bench run says about its machines, row by row, and the target alone."""
+
+    ar_target: Target
+    rows: list[CalibratedRow]
+
+    @property
+    def ar_tok_s(self) -> float:
+        """AR decode tok/s on this target (the AR row's own verification, when the run has one)."""
+        return ar_tok_s(self.ar_target)
+
+
+def calibrate(bench: dict[str, Any]) -> Calibration:
+    """Every row's inputs, once: rows drafting on several workers at once (the model has no race) and
+    rows too short to measure (a calibration that ended in its first round) are left out."""
     by_row = runs_by_row(bench)
-    target = fit_target(bench["runs"])
+    fitted = fit_target(bench["runs"])
     ar = [i for i, row in enumerate(bench["rows"]) if row["kind"] == "ar"]
-    overhead = engine_overhead_s(by_row[ar[0]]) if ar else 0.0
+    if ar:
+        fitted = replace(fitted, engine_s=engine_overhead_s(by_row[ar[0]]))
     floors = worker_floors(bench)
-    checks = []
+    rows = []
     for i, row in enumerate(bench["rows"]):
         if not by_row[i] or row["multi"]:
-            continue  # several workers at once: the model has no race
-        own = row_target(target, by_row[i])
-        if row["kind"] == "ar":
-            tok_s = 1 / (own.verify_s(1) + overhead)
-            checks.append(
-                RowCheck(row["label"], row["decode_tok_s"], tok_s, {"verify": own.verify_s(1) * 1e3})
-            )
             continue
-        try:
-            draft_s, acceptance, link, transport = row_inputs(row, by_row[i], floors.get(row["worker"]))
-        except ValueError:
-            continue  # too short to measure (a calibration that ended in its first round)
-        k = acceptance.at_k
-        p = predict(own, draft_s, acceptance, k, link, transport)
-        round_s = p.round_s + overhead
-        parts = {name: v * 1e3 for name, v in p.parts_s.items()} | {"engine": overhead * 1e3}
-        checks.append(RowCheck(row["label"], row["decode_tok_s"], p.tokens_per_round / round_s, parts))
+        inputs = None
+        if row["kind"] != "ar":
+            try:
+                inputs = row_inputs(row, by_row[i], floors.get(row["worker"]))
+            except ValueError:
+                continue
+        rows.append(CalibratedRow(row, by_row[i], row_target(fitted, by_row[i]), inputs))
+    ar_target = next((c.target for c in rows if c.inputs is None), fitted)
+    return Calibration(ar_target, rows)
+
+
+def check_bench(bench: dict[str, Any]) -> list[RowCheck]:
+    """Predicted against measured decode tok/s for every row of one bench run."""
+    checks = []
+    for c in calibrate(bench).rows:
+        measured = c.row["decode_tok_s"]
+        if c.inputs is None:  # AR
+            parts = {"verify": c.target.verify_s(1), "engine": c.target.engine_s}
+            checks.append(RowCheck(c.row["label"], measured, ar_tok_s(c.target), _ms(parts)))
+            continue
+        draft_s, acceptance, link, transport = c.inputs
+        p = predict(c.target, draft_s, acceptance, acceptance.at_k, link, transport)
+        checks.append(RowCheck(c.row["label"], measured, p.tok_s, _ms(p.parts_s)))
     return checks
+
+
+def _ms(parts_s: dict[str, float]) -> dict[str, float]:
+    return {name: v * 1e3 for name, v in parts_s.items()}

@@ -37,10 +37,15 @@ BACKENDS = ("local", "stream", "stream+prespec", "ggml-rpc")
 
 @dataclass(frozen=True)
 class Target:
-    """The target's verification pass: ``verify_1`` over one position, plus ``per_position`` each."""
+    """The target's verification pass: ``verify_1`` over one position, plus ``per_position`` each.
+
+    ``engine_s`` is the engine's own time per round outside drafting and
+    verifying (bookkeeping, sampling), which every round pays, AR included.
+    """
 
     verify_1_s: float
     per_position_s: float = 0.0
+    engine_s: float = 0.0
 
     def verify_s(self, positions: int) -> float:
         """One verification pass over ``positions`` positions."""
@@ -132,6 +137,8 @@ class Prediction:
 def round_parts(target: Target, draft_s: float, k: int, link: Link, transport: Transport) -> dict[str, float]:
     """The critical-path parts of one round (seconds), by name."""
     parts = {"verify": target.verify_s(k + 1)}
+    if target.engine_s:
+        parts["engine"] = target.engine_s
     b = transport.backend
     if b == "local":
         parts["draft"] = k * draft_s
@@ -167,7 +174,7 @@ def predict(
 
 def ar_tok_s(target: Target) -> float:
     """Autoregressive decode tok/s: one token per single-position pass."""
-    return 1 / target.verify_s(1)
+    return 1 / (target.verify_s(1) + target.engine_s)
 
 
 def best_k(

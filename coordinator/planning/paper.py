@@ -75,16 +75,6 @@ def profile() -> Profile:
     )
 
 
-def per_op(calls_per_pass: float = OPS_PER_PASS, bytes_per_pass: float | None = None) -> Transport:
-    """The per-op baseline: ``calls_per_pass`` calls per draft pass (one per operation by default)."""
-    return profile().per_op(calls_per_pass, bytes_per_pass)
-
-
-def stream(hit: float = 0.0, partial: float = 0.0) -> Transport:
-    """The stream protocol (with pre-speculation when ``hit`` or ``partial`` is set)."""
-    return profile().stream(hit, partial)
-
-
 @dataclass(frozen=True)
 class Check:
     """One of the paper's figures next to the model's prediction."""
@@ -102,12 +92,12 @@ class Check:
 
 def table11() -> list[Check]:
     """The model's Table 11, from the paper's profile and this project's per-call cost."""
-    t, a = target(), acceptance()
+    t, a, per_op = target(), acceptance(), profile().per_op()
     local = predict(t, 1 / DRAFT_TOK_S["M2 Ultra (local)"], a, K, GIGABIT, Transport("local"))
     checks = [Check("local SD", TABLE11["local SD"], local.tok_s, "acceptance from Table 7")]
     for machine in ("M1 Max", "M2 Pro"):
         draft_s = 1 / DRAFT_TOK_S[machine]
-        op = predict(t, draft_s, a, K, GIGABIT, per_op())
+        op = predict(t, draft_s, a, K, GIGABIT, per_op)
         checks.append(
             Check(
                 f"ggml-rpc → {machine}",

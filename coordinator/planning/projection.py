@@ -16,16 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coordinator.planning.from_bench import (
-    engine_overhead_s,
-    fit_target,
-    prespec_outcomes,
-    row_inputs,
-    row_target,
-    runs_by_row,
-    worker_floors,
-)
-from coordinator.planning.model import Acceptance, Link, Target, Transport, predict
+from coordinator.planning.from_bench import calibrate, prespec_outcomes
+from coordinator.planning.model import Acceptance, Link, Target, Transport, best_k, predict
 
 KS = range(1, 9)
 ASSUMED_HIT_RATE = 0.5
@@ -49,33 +41,18 @@ class Option:
     assumed: bool = False  # rests on an assumed hit rate, not on a measurement
 
 
-def _tok_s(
-    target: Target,
-    draft_s: float,
-    acceptance: Acceptance,
-    k: int,
-    link: Link,
-    transport: Transport,
-    overhead: float,
-) -> float:
-    p = predict(target, draft_s, acceptance, k, link, transport)
-    return p.tokens_per_round / (p.round_s + overhead)
-
-
 def _option(
     worker: str,
     backend: str,
     k: int,
     inputs: tuple[float, Acceptance, Link, Transport],
     target: Target,
-    overhead: float,
     assumed: bool = False,
 ) -> Option:
     draft_s, acceptance, link, transport = inputs
-    by_k = {j: _tok_s(target, draft_s, acceptance, j, link, transport, overhead) for j in KS}
-    best = max(by_k, key=lambda j: by_k[j])
-    at_k = by_k[k] if k in by_k else _tok_s(target, draft_s, acceptance, k, link, transport, overhead)
-    return Option(worker, backend, k, at_k, best, by_k[best], assumed)
+    best = best_k(target, draft_s, acceptance, link, transport, KS)
+    at_k = predict(target, draft_s, acceptance, k, link, transport)
+    return Option(worker, backend, k, at_k.tok_s, best.k, best.tok_s, assumed)
 
 
 def project(
@@ -88,48 +65,38 @@ def project(
     ``hit_rate``, or for a worker without such a row, also from its stream
     row at ``hit_rate`` (or ``ASSUMED_HIT_RATE``), labelled as assumed.
     """
-    by_row = runs_by_row(record)
-    target = fit_target(record["runs"])
-    ar_rows = [i for i, row in enumerate(record["rows"]) if row["kind"] == "ar"]
-    overhead = engine_overhead_s(by_row[ar_rows[0]]) if ar_rows else 0.0
-    floors = worker_floors(record)
+    calibration = calibrate(record)
     k = int(record["settings"]["k"])
-    ar_target = row_target(target, by_row[ar_rows[0]]) if ar_rows else target
-    ar = 1 / (ar_target.verify_s(1) + overhead)
     options: list[Option] = []
-    stream_inputs: dict[str, tuple[tuple[float, Acceptance, Link, Transport], Target]] = {}
-    for i, row in enumerate(record["rows"]):
-        if row["kind"] == "ar" or row["multi"] or not by_row[i]:
-            continue
-        try:
-            draft_s, measured, link, transport = row_inputs(row, by_row[i], floors.get(row["worker"]))
-        except ValueError:
-            continue  # too short to measure
-        own = row_target(target, by_row[i])  # as check_bench: this row's own verification
+    stream_rows: dict[str, tuple[tuple[float, Acceptance, Link, Transport], Target]] = {}
+    for c in calibration.rows:
+        row = c.row
+        if c.inputs is None:
+            continue  # AR
+        draft_s, measured, link, transport = c.inputs
         alpha = measured if acceptance is None else Acceptance((acceptance,))
         inputs = (draft_s, alpha, link, transport)
         if row["kind"] == "local":
-            options.append(_option("", "local SD", k, inputs, own, overhead))
+            options.append(_option("", "local SD", k, inputs, c.target))
         elif row["backend"] == "ggml-rpc":
-            options.append(_option(row["worker"], f"ggml-rpc/{row['granularity']}", k, inputs, own, overhead))
+            options.append(_option(row["worker"], f"ggml-rpc/{row['granularity']}", k, inputs, c.target))
         elif row["prespec"]:  # as measured: on-demand drafting and the wait for a pass in flight
-            if _rounds_after_open(by_row[i]) < MIN_PRESPEC_ROUNDS:
+            if _rounds_after_open(c.runs) < MIN_PRESPEC_ROUNDS:
                 continue  # too few to say: projected from the stream row below, at an assumed rate
-            hit, partial = prespec_outcomes(by_row[i])
+            hit, partial = prespec_outcomes(c.runs)
             name = f"stream+prespec (measured: {hit:.0%} hits, {partial:.0%} partial)"
-            options.append(_option(row["worker"], name, k, inputs, own, overhead))
+            options.append(_option(row["worker"], name, k, inputs, c.target))
         else:
-            options.append(_option(row["worker"], "stream", k, inputs, own, overhead))
-            stream_inputs[row["worker"]] = (inputs, own)
+            options.append(_option(row["worker"], "stream", k, inputs, c.target))
+            stream_rows[row["worker"]] = (inputs, c.target)
     measured_prespec = {o.worker for o in options if o.backend.startswith("stream+prespec")}
-    for worker, ((draft_s, alpha, link, transport), own) in stream_inputs.items():
+    for worker, ((draft_s, alpha, link, transport), target) in stream_rows.items():
         if worker not in measured_prespec or hit_rate is not None:  # the stream row's, at a given rate
             assumed = ASSUMED_HIT_RATE if hit_rate is None else hit_rate
             prespec = replace(transport, backend="stream+prespec", hit=assumed, partial=0.0)
             name = f"stream+prespec ({assumed:.0%} hits, assumed)"
-            options.append(
-                _option(worker, name, k, (draft_s, alpha, link, prespec), own, overhead, assumed=True)
-            )
+            options.append(_option(worker, name, k, (draft_s, alpha, link, prespec), target, assumed=True))
+    ar = calibration.ar_tok_s
     local = next((o.tok_s for o in options if o.backend == "local SD"), None)
     workers = sorted({o.worker for o in options if o.worker})
     # Advice rests on what was measured: an assumed hit rate is shown, never recommended.

@@ -227,12 +227,12 @@ async def probe_grpc(
 THROUGHPUT_REPEATS = 3
 
 
-def _throughput(host: str, port: int, nbytes: int, token: str | None, repeats: int) -> tuple[float, float]:
+def _throughput(host: str, port: int, nbytes: int, token: str | None) -> tuple[float, float]:
     echo = TcpEcho(host, port, token)
     try:
         echo.upload(min(nbytes, 1 << 20))  # warm-up
         ups, downs = [], []
-        for _ in range(repeats):  # interleaved, so a busy spell hits both directions alike
+        for _ in range(THROUGHPUT_REPEATS):  # interleaved, so a busy spell hits both directions alike
             ups.append(echo.upload(nbytes))
             downs.append(echo.download(nbytes))
         return nbytes / (min(ups) / 1e9), nbytes / (min(downs) / 1e9)
@@ -241,14 +241,15 @@ def _throughput(host: str, port: int, nbytes: int, token: str | None, repeats: i
 
 
 async def probe_throughput(
-    host: str, port: int, nbytes: int, token: str | None = None, repeats: int = THROUGHPUT_REPEATS
+    host: str, port: int, nbytes: int, token: str | None = None
 ) -> tuple[float, float]:
     """Bulk throughput (bytes/s) towards the worker and back from it.
 
-    The best of ``repeats`` transfers each way: load on either host only ever
-    slows a transfer, so the fastest one is the closest to what the link carries.
+    The best of ``THROUGHPUT_REPEATS`` transfers each way: load on either host
+    only ever slows a transfer, so the fastest one is the closest to what the
+    link carries.
     """
-    return await anyio.to_thread.run_sync(_throughput, host, port, nbytes, token, repeats)
+    return await anyio.to_thread.run_sync(_throughput, host, port, nbytes, token)
 
 
 class NetworkFloor:
