@@ -130,8 +130,7 @@ def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]
     if set(modes) - set(MODES):
         raise InvalidArgumentError(f"--multi-worker {args.multi_worker!r}: use split, race, or split,race")
-    if args.fallback and args.adaptive_k:
-        raise InvalidArgumentError("--fallback and --adaptive-k both choose k: use one")
+    fallback_settings(args)  # refuses --fallback with --adaptive-k
     if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32:
         raise InvalidArgumentError("--repeats and --max-tokens must be >= 1, and --k within 1..32")
     return backends, granularities

@@ -18,6 +18,7 @@ from coordinator.drafting.multi import DEFAULT_MODE, MODES
 from coordinator.drafting.stream import ROUND_TIMEOUT_S
 from coordinator.workers.credentials import Credentials
 from specwire.bonjour import mdns_interfaces
+from specwire.errors import InvalidArgumentError
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 from specwire.speculation import ALLOCATIONS
 from specwire.v1 import draft_pb2 as pb
@@ -178,7 +179,9 @@ def draft_spec(args: argparse.Namespace) -> DraftSpec:
 
 
 def fallback_settings(args: argparse.Namespace) -> FallbackSettings | None:
-    """The settings the flags ask for, or None when the fallback is off."""
+    """The settings the flags ask for, or None when the fallback is off (refused with --adaptive-k)."""
     if not args.fallback:
         return None
+    if getattr(args, "adaptive_k", False):
+        raise InvalidArgumentError("--fallback and --adaptive-k both choose k: use one")
     return FallbackSettings(args.fallback_window, args.min_acceptance, args.probe_after)

@@ -34,7 +34,7 @@ from coordinator.commands.options import (
     worker_access,
 )
 from coordinator.decoding.engine import MAX_K
-from coordinator.drafting.factory import DraftSources
+from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
 from coordinator.serving.scheduler import Drafting, Scheduler
@@ -97,16 +97,16 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(
             f"--max-queue must be >= 0, --default-max-tokens >= 1 and --k within 0..{MAX_K}"
         )
-    draft_spec(args)  # checked before the model loads
-    return anyio.run(_serve, args)
+    # Checked before the model loads.
+    drafting = Drafting(draft_spec(args), args.k, fallback_settings(args), args.adaptive_k)
+    return anyio.run(_serve, args, drafting, worker_access(args))
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    spec = draft_spec(args)
-    async with coordinator_runtime() as runtime, _directory(args, spec.kind == "remote") as live:
+async def _serve(args: argparse.Namespace, drafting: Drafting, access: WorkerAccess) -> int:
+    remote = drafting.spec.kind == "remote"
+    async with coordinator_runtime() as runtime, _directory(access, remote) as live:
         target = await runtime.compute.run(load_model, args.target)
-        access = dataclasses.replace(worker_access(args), live=live)
-        drafting = Drafting(spec, args.k, fallback_settings(args), args.adaptive_k)
+        access = dataclasses.replace(access, live=live)
         async with DraftSources(runtime, target, access) as sources:
             scheduler = Scheduler(runtime, sources, drafting, args.max_queue)
             served = ServedModel(
@@ -124,12 +124,12 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _directory(args: argparse.Namespace, remote: bool) -> AsyncIterator[WorkerDirectory | None]:
+async def _directory(access: WorkerAccess, remote: bool) -> AsyncIterator[WorkerDirectory | None]:
     """A Bonjour directory for the server's life when drafting is remote."""
     if not remote:
         yield None
         return
-    async with WorkerDirectory(worker_access(args).interfaces) as live:  # type: ignore[arg-type]
+    async with WorkerDirectory(access.interfaces) as live:  # type: ignore[arg-type]
         yield live
 
 

@@ -122,7 +122,7 @@ class SpeculativeDecoder:
         start: int,
         on_tokens: Callable[[list[int]], None] | None,
         policy: GradedFallback | AdaptiveK | None,
-        halt: threading.Event | None = None,
+        halt: threading.Event | None,
     ) -> GenerationResult:
         model = self.target.model
         cache = make_prompt_cache(model)

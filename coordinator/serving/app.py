@@ -220,8 +220,6 @@ class Api:
     # Access and errors.
 
     def _authorize(self, request: Request) -> None:
-        if self.api_key is None:
-            return
         if not self._key_given(request):
             raise ApiKeyError("missing or wrong API key: send 'Authorization: Bearer KEY'")
 

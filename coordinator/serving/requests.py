@@ -173,16 +173,16 @@ def _text_prompt(body: dict[str, Any], target: LoadedModel) -> list[int]:
 
 
 def _max_tokens(body: dict[str, Any], prompt_tokens: int, context: int, default: int) -> int:
-    asked = body.get("max_completion_tokens", body.get("max_tokens"))
+    # The newer name wins; a null one counts as absent, as in OpenAI's API.
+    name = next((n for n in ("max_completion_tokens", "max_tokens") if body.get(n) is not None), None)
     room = context - prompt_tokens
     if room < 1:
         raise ContextLengthError(
             f"the prompt has {prompt_tokens} tokens; the model's context holds {context}, "
             "with room for at least one more"
         )
-    if asked is None:
+    if name is None:
         return min(default, room)
-    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     value = _optional(body, name, int, default)
     if value < 1:
         raise InvalidArgumentError(f"{name} must be >= 1, got {value}")

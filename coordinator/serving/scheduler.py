@@ -66,9 +66,9 @@ class Drafting:
     """How every request is drafted: the source, k, and the k policies (as ``generate`` takes them)."""
 
     spec: DraftSpec
-    k: int = 4
-    fallback: FallbackSettings | None = None
-    adaptive_k: bool = False
+    k: int
+    fallback: FallbackSettings | None
+    adaptive_k: bool
 
 
 class Scheduler:
@@ -83,6 +83,9 @@ class Scheduler:
         self._lock = anyio.Lock()
         self._durations: deque[float] = deque(maxlen=RECENT)
         self._tg: TaskGroup | None = None
+        # One engine for the server's life, so the k policies time the target once, not per request;
+        # each generation (one at a time, under the lock) sets its own draft source on it.
+        self._decoder = SpeculativeDecoder(sources.target, None, drafting.fallback, drafting.adaptive_k)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Scheduler]:
@@ -146,7 +149,8 @@ class Scheduler:
         request, drafting = generation.request, self.drafting
         k = drafting.k if source is not None else 0
         generation.source["k"] = k
-        decoder = SpeculativeDecoder(self.sources.target, source, drafting.fallback, drafting.adaptive_k)
+        decoder = self._decoder
+        decoder.source = source
         generation.result = await self.runtime.compute.run(
             decoder.generate,
             request.prompt,

@@ -16,6 +16,7 @@ class StopMatcher:
         self.stops = stops
         self.stopped = False
         self._held = ""
+        self._longest = max((len(s) for s in stops), default=0)
 
     def feed(self, text: str) -> str:
         """The part of ``text`` (after what was held) that is sure to be output."""
@@ -39,7 +40,7 @@ class StopMatcher:
 
     def _partial_tail(self, text: str) -> int:
         """Length of the longest tail of ``text`` that is a proper prefix of a stop sequence."""
-        longest = min(len(text), max(len(s) for s in self.stops) - 1)
+        longest = min(len(text), self._longest - 1)
         for n in range(longest, 0, -1):
             tail = text[-n:]
             if any(s.startswith(tail) for s in self.stops):

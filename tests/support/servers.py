@@ -56,5 +56,9 @@ def running_server(*args: str) -> Iterator[ServerProcess]:
         yield server
     finally:
         process.terminate()
-        _, stderr = process.communicate(timeout=60)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
         assert process.returncode == 0, f"the server exited {process.returncode}:\n{stderr}"

@@ -247,6 +247,11 @@ def test_listening_beyond_loopback_needs_a_key() -> None:
     assert out.returncode == 1 and "--api-key" in one_error_line(out.stderr)
 
 
+def test_two_k_policies_are_refused_before_the_server_starts() -> None:
+    out = run_cli("coordinator", "serve", "--target", "tiny", "--port", "0", "--fallback", "--adaptive-k")
+    assert out.returncode == 1 and "--fallback and --adaptive-k" in one_error_line(out.stderr)
+
+
 async def sessions_active(worker: WorkerProcess) -> int:
     connection = await connect(worker.address, credentials())
     try:
