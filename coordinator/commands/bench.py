@@ -117,7 +117,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+def checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The backends and granularities the flags name, once every flag is checked."""
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     granularities = [g.strip() for g in args.granularity.split(",") if g.strip()]
     known = (BACKEND_STREAM, BACKEND_PRESPEC, BACKEND_PRESPEC_READY, BACKEND_PER_OP)
@@ -138,7 +139,7 @@ def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``coordinator bench``."""
-    backends, granularities = _check(args)
+    backends, granularities = checked(args)
     return anyio.run(_bench, args, backends, granularities)
 
 
@@ -151,11 +152,12 @@ class Measured:
     runs: list
     workers: list[RemoteWorker]
     worker_rss: dict[str, int]
+    coordinator_rss: int  # peak, read once when the last row ended
 
     def record(self) -> dict[str, Any]:
         """The bench JSON (schema specwire.bench/1)."""
         return bench_record(
-            self.settings, self.summaries, self.runs, self.workers, self.worker_rss, peak_rss_bytes()
+            self.settings, self.summaries, self.runs, self.workers, self.worker_rss, self.coordinator_rss
         )
 
 
@@ -206,7 +208,7 @@ async def measure(
     summaries = summarize(rows, runs, params.greedy, by_name)
     settings = _settings(args, backends, granularities, prompts)
     settings["chat_template"] = settings["chat_template"] and raw_prompt is None
-    return Measured(summaries, settings, runs, workers, worker_rss)
+    return Measured(summaries, settings, runs, workers, worker_rss, peak_rss_bytes())
 
 
 def _settings(
@@ -231,7 +233,8 @@ def _settings(
 
 
 def _write(args: argparse.Namespace, measured: Measured) -> None:
-    sections = report_sections(measured.summaries, peak_rss_bytes(), measured.worker_rss, measured.settings)
+    m = measured
+    sections = report_sections(m.summaries, m.coordinator_rss, m.worker_rss, m.settings)
     print(render(sections, markdown=False))
     if args.markdown:
         args.markdown.write_text(render(sections, markdown=True))

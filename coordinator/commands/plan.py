@@ -188,8 +188,7 @@ def checked_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
 def plan_here(args: argparse.Namespace) -> dict[str, Any]:
     """Calibrate on this target and these workers, then project every backend at every k."""
     bench_args = _calibration_args(args)
-    backends = [*CALIBRATION_BACKENDS, *(["stream+prespec"] if args.prespec else [])]
-    granularities = [*CALIBRATION_GRANULARITIES]
+    backends, granularities = bench.checked(bench_args)  # the bench's own checks apply (k, max tokens, ...)
     started = time.perf_counter()
     print(f"calibrating: {args.max_tokens} tokens per row, k = {args.k}, on {args.workers} workers ...")
     measured = anyio.run(measure, bench_args, backends, granularities, CALIBRATION_PROMPT)
@@ -225,6 +224,8 @@ def _calibration_args(args: argparse.Namespace) -> argparse.Namespace:
     argv = ["--target", args.target, "--draft", args.draft, "--workers", args.workers]
     argv += ["--k", str(args.k), "--max-tokens", str(args.max_tokens)]
     argv += ["--discover-timeout", str(args.discover_timeout)]
+    argv += ["--backend", ",".join([*CALIBRATION_BACKENDS, *(["stream+prespec"] if args.prespec else [])])]
+    argv += ["--granularity", ",".join(CALIBRATION_GRANULARITIES)]
     if args.interface:
         argv += ["--interface", args.interface]
     if args.token_file:

@@ -137,17 +137,14 @@ def row_inputs(
     draft_s = float(calls["worker_compute_ns"].sum() / 1e9 / max(drafted, 1))
     rtt_s = float(np.median(floors)) / 1e9
     link = Link(rtt_s=rtt_s)  # the probe's floor already includes the bytes of a call
-    if row["backend"] == "ggml-rpc" and row["granularity"] == "round":  # one call per round, whatever k
-        per_round = len(calls["wall_ns"]) / max(int(drafting.sum()), 1)
-        return (
-            draft_s,
-            acceptance,
-            link,
-            Transport("ggml-rpc", per_call_s=protocol_s, calls_per_round=per_round),
-        )
-    if row["backend"] == "ggml-rpc":
+    if row["backend"] == "ggml-rpc":  # calls per draft pass; at `round` granularity one per round, whatever k
+        n = len(calls["wall_ns"])
+        per_round = row["granularity"] == "round"
         transport = Transport(
-            "ggml-rpc", per_call_s=protocol_s, calls_per_pass=len(calls["wall_ns"]) / drafted
+            "ggml-rpc",
+            per_call_s=protocol_s,
+            calls_per_pass=0.0 if per_round else n / drafted,
+            calls_per_round=n / max(int(drafting.sum()), 1) if per_round else 0.0,
         )
         return draft_s, acceptance, link, transport
     if row["prespec"]:
