@@ -180,7 +180,9 @@ def test_lossless_for_both_backends_and_counters_match(
             assert c["client_calls"] == c["worker_graphs"] > 0 and c["client_ops"] == c["worker_ops"]
         attribution = row["attribution"]
         assert attribution["calls"] > 0
-        assert attribution["per_draft_token"]["compute_ms"] > 0
+        # Compute on the critical path: none only where every round was served from a branch drafted ahead.
+        all_hits = row["prespec"] and row["drafting"]["hit_rate"] == 1.0
+        assert attribution["per_draft_token"]["compute_ms"] > 0 or all_hits
     index = {r["label"]: i for i, r in enumerate(data["rows"])}
     round_row = index[next(r["label"] for r in remote if r["granularity"] == "round")]
     stream_row = index[next(r["label"] for r in remote if r["backend"] == "stream")]
