@@ -93,6 +93,10 @@ class UnsupportedParameterError(InvalidArgumentError):
         self.param = param
 
 
+class BodyTooLargeError(SpecwireError):
+    """A request body is larger than ``coordinator serve --max-body`` allows."""
+
+
 class QueueFullError(SpecwireError):
     """The server's request queue is full; ``retry_after_s`` is when a slot is likely free."""
 

@@ -37,6 +37,7 @@ from coordinator.decoding.engine import MAX_K
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
+from coordinator.serving.body import DEFAULT_MAX_BODY
 from coordinator.serving.scheduler import Drafting, Scheduler
 from coordinator.workers.discovery import WorkerDirectory
 from specwire.errors import InvalidArgumentError
@@ -71,6 +72,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--default-max-tokens", type=int, default=512, help="tokens per completion when a request sets none"
     )
+    p.add_argument(
+        "--max-body",
+        type=int,
+        default=DEFAULT_MAX_BODY,
+        help="largest request body in bytes; a larger one gets HTTP 413 before it is read whole",
+    )
     p.add_argument("--json", action="store_true", help="print the ready line as JSON")
     add_worker_arguments(p)
     add_fallback_arguments(p)
@@ -93,9 +100,9 @@ def check_exposure(host: str, api_key: str | None) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``coordinator serve`` until SIGINT or SIGTERM."""
     check_exposure(args.host, args.api_key)
-    if args.max_queue < 0 or args.default_max_tokens < 1 or not 0 <= args.k <= MAX_K:
+    if args.max_queue < 0 or args.default_max_tokens < 1 or not 0 <= args.k <= MAX_K or args.max_body < 1:
         raise InvalidArgumentError(
-            f"--max-queue must be >= 0, --default-max-tokens >= 1 and --k within 0..{MAX_K}"
+            f"--max-queue must be >= 0, --default-max-tokens >= 1, --max-body >= 1 and --k within 0..{MAX_K}"
         )
     # Checked before the model loads.
     drafting = Drafting(draft_spec(args), args.k, fallback_settings(args), args.adaptive_k)
@@ -110,7 +117,7 @@ async def _serve(args: argparse.Namespace, drafting: Drafting, access: WorkerAcc
         async with DraftSources(runtime, target, access) as sources:
             scheduler = Scheduler(runtime, sources, drafting, args.max_queue)
             served = ServedModel(
-                args.model_name or args.target, target, args.default_max_tokens, created_now()
+                args.model_name or args.target, target, args.default_max_tokens, created_now(), args.max_body
             )
             app = Api(served, scheduler, args.api_key, live).app()
             config = uvicorn.Config(app, lifespan="off", log_level=args.log_level, access_log=False)

@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from coordinator.serving import responses
+from coordinator.serving.body import DEFAULT_MAX_BODY, excerpt, parse_json, read_body
 from coordinator.serving.requests import CHAT, TEXT, CompletionRequest, read_request
 from coordinator.serving.responses import Envelope
 from coordinator.serving.scheduler import Scheduler
@@ -39,6 +40,7 @@ from coordinator.workers.discovery import WorkerDirectory
 from specwire.errors import (
     ApiKeyError,
     AuthenticationError,
+    BodyTooLargeError,
     CapacityError,
     InvalidArgumentError,
     NoWorkerError,
@@ -50,11 +52,13 @@ from specwire.errors import (
 )
 
 log = logging.getLogger(__name__)
+MAX_MESSAGE = 600  # characters of an error message
 
 # Error class -> (HTTP status, OpenAI error type, code); the first match in order wins.
 STATUSES: tuple[tuple[type[Exception], int, str, str | None], ...] = (
     (ApiKeyError, 401, "authentication_error", "invalid_api_key"),
     (UnknownModelError, 404, "invalid_request_error", "model_not_found"),
+    (BodyTooLargeError, 413, "invalid_request_error", "request_too_large"),
     (UnsupportedParameterError, 400, "invalid_request_error", "unsupported_parameter"),
     (InvalidArgumentError, 400, "invalid_request_error", None),
     (QueueFullError, 429, "rate_limit_error", "queue_full"),
@@ -67,13 +71,18 @@ STATUSES: tuple[tuple[type[Exception], int, str, str | None], ...] = (
 
 
 def status_of(err: Exception) -> tuple[int, dict[str, Any]]:
-    """The HTTP status and OpenAI-shaped body for ``err``."""
+    """The HTTP status and OpenAI-shaped body for ``err``; a message is never longer than MAX_MESSAGE."""
     for kind, status, error_type, code in STATUSES:
         if isinstance(err, kind):
             param = getattr(err, "param", None)
-            return status, responses.error(str(err), error_type, code, param)
+            return status, responses.error(_clipped(str(err)), error_type, code, param)
     log.exception("internal error while serving a request", exc_info=err)
     return 500, responses.error(f"internal error: {type(err).__name__}", "server_error")
+
+
+def _clipped(message: str) -> str:
+    """The last guard on what a message echoes: messages quote with ``excerpt``; none grows past this."""
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "…"
 
 
 @dataclass
@@ -84,6 +93,7 @@ class ServedModel:
     target: Any  # specwire.models.LoadedModel
     default_max_tokens: int
     created: int
+    max_body: int = DEFAULT_MAX_BODY
 
 
 class Api:
@@ -136,7 +146,7 @@ class Api:
         name = request.path_params["model"]
         if name != self.served.name:
             raise UnknownModelError(
-                f"model {name!r} is not served here; this server serves {self.served.name!r}"
+                f"model {excerpt(name)} is not served here; this server serves {self.served.name!r}"
             )
         return JSONResponse(responses.model_card(name, self.served.created))
 
@@ -150,15 +160,14 @@ class Api:
 
     async def _complete(self, request: Request, kind: str) -> Response:
         self._authorize(request)
-        try:
-            body = json.loads(await request.body(), parse_constant=_no_constant)
-        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
-            raise InvalidArgumentError(f"the request body is not valid JSON: {err}") from err
         served = self.served
-        # Templating and tokenizing a long prompt would stall the event loop, and with it every
-        # remote round in flight: a worker thread does it.
+        data = await read_body(request, served.max_body)
+        # Parsing a large body, and templating and tokenizing a long prompt, would stall the event
+        # loop, and with it every remote round in flight: a worker thread does them.
         asked = await anyio.to_thread.run_sync(
-            read_request, body, kind, served.name, served.target, served.default_max_tokens
+            lambda: read_request(
+                parse_json(data), kind, served.name, served.target, served.default_max_tokens
+            )
         )
         envelope = Envelope(kind, served.name)
         text = CompletionText(self.scheduler.submit(asked), served.target.tokenizer)
@@ -233,18 +242,42 @@ class Api:
 
     async def _error(self, request: Request, err: Exception) -> Response:
         status, body = status_of(err)
+        if isinstance(err, BodyTooLargeError):
+            return RefusedBody(body, status_code=status)
         headers = {"Retry-After": str(err.retry_after_s)} if isinstance(err, QueueFullError) else None
         return JSONResponse(body, status_code=status, headers=headers)
 
     async def _http_error(self, request: Request, err: Exception) -> Response:
         assert isinstance(err, HTTPException)
         kind = "invalid_request_error" if err.status_code < 500 else "server_error"
-        message = f"{request.method} {request.url.path}: {err.detail}"
+        message = f"{request.method} {excerpt(request.url.path, 80)}: {err.detail}"
         return JSONResponse(responses.error(message, kind), status_code=err.status_code)
 
 
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number JSON allows")
+class RefusedBody(JSONResponse):
+    """A 413 sent at once, while the rest of the refused body is read and dropped, then the connection closed.
+
+    A client that sends a large body before it reads the answer (most do
+    without ``Expect: 100-continue``) would otherwise meet a reset connection
+    instead of the 413: closing a socket with unread data resets it. So the
+    answer goes out first, whole, and the body that follows is discarded (never
+    kept) for up to ``LINGER_S`` seconds, as a web server's lingering close does.
+    """
+
+    LINGER_S = 10.0
+
+    def __init__(self, content: Any, status_code: int) -> None:
+        super().__init__(content, status_code=status_code, headers={"connection": "close"})
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body, "more_body": True})
+        with anyio.move_on_after(self.LINGER_S):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect" or not message.get("more_body"):
+                    break
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _event(body: dict[str, Any]) -> dict[str, str]:

@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.serving.body import excerpt
 from specwire.errors import (
     ContextLengthError,
     InvalidArgumentError,
@@ -71,7 +72,7 @@ def read_request(
         raise InvalidArgumentError("the request body must be a JSON object")
     model = body.get("model")
     if model is not None and model != served:
-        raise UnknownModelError(f"model {model!r} is not served here; this server serves {served!r}")
+        raise UnknownModelError(f"model {excerpt(model)} is not served here; this server serves {served!r}")
     _refuse_unsupported(body)
     prompt = _chat_prompt(body, target) if kind == CHAT else _text_prompt(body, target)
     stream = _optional(body, "stream", bool, False)
@@ -94,7 +95,7 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
         value = body.get(name)
         if value is None or value == unused or (unused is None and value in ({}, [], False, 0)):
             continue  # absent, or a client's way of saying "not used"
-        raise UnsupportedParameterError(f"{name}={value!r} is not supported by this server", name)
+        raise UnsupportedParameterError(f"{name}={excerpt(value)} is not supported by this server", name)
     response_format = body.get("response_format")
     if response_format is not None and response_format != {"type": "text"}:
         raise UnsupportedParameterError("response_format other than text is not supported", "response_format")
@@ -105,13 +106,13 @@ def _optional(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     if value is None:
         return default
     if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise InvalidArgumentError(f"{name} must be a number, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be a number, got {excerpt(value)}")
     if kind in (int, float) and not math.isfinite(value):
-        raise InvalidArgumentError(f"{name} must be finite, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be finite, got {excerpt(value)}")
     if kind is int and value != int(value):
-        raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be an integer, got {excerpt(value)}")
     if kind in (bool, str) and not isinstance(value, kind):
-        raise InvalidArgumentError(f"{name} must be a {kind.__name__}, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be a {kind.__name__}, got {excerpt(value)}")
     return kind(value)
 
 
@@ -143,7 +144,7 @@ def _chat_prompt(body: dict[str, Any], target: LoadedModel) -> list[int]:
         role = message.get("role")
         if role not in ROLES:
             raise UnsupportedParameterError(
-                f"{where}: role {role!r} is not supported (use {ROLES})", "messages"
+                f"{where}: role {excerpt(role)} is not supported (use {ROLES})", "messages"
             )
         plain.append({"role": role, "content": _text_of(message.get("content"), where)})
     tokenizer = target.tokenizer

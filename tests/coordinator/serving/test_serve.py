@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -204,6 +205,52 @@ def test_bad_requests_get_a_4xx_with_a_message(
     assert local_server.health()["status"] == "ok"
 
 
+@pytest.mark.parametrize(
+    ("data", "status", "words"),
+    [
+        (b"[" * 100_000, 400, "nests arrays and objects too deeply"),
+        (b'{"messages": [{"role": "user", "content": "\\udfff"}]}', 400, "messages[0].content holds a lone"),
+        (b'{"prompt": "caf\xe9"}', 400, "not valid UTF-8 (byte 0xe9 at offset 15)"),
+        (b'{"model": "' + b"m" * (5 << 20) + b'"}', 413, "over the server's limit of 4,194,304 bytes"),
+    ],
+)
+def test_hostile_bodies_get_a_4xx_and_the_server_goes_on(
+    local_server: ServerProcess, data: bytes, status: int, words: str
+) -> None:
+    code, reply = post(local_server.url + "/chat/completions", data)
+    assert code == status and words in reply["error"]["message"], reply
+    assert reply["error"]["type"] == "invalid_request_error"
+    assert len(reply["error"]["message"]) < 300, "an error never echoes the body"
+    assert chat(local_server.client()).choices[0].finish_reason == "length"  # type: ignore[attr-defined]
+
+
+def test_a_long_model_name_is_quoted_by_a_prefix_only(local_server: ServerProcess) -> None:
+    code, reply = post(local_server.url + "/completions", json.dumps({"model": "m" * 100_000}).encode())
+    assert code == 404 and "(100,002 characters)" in reply["error"]["message"], reply
+    assert len(reply["error"]["message"]) < 200
+
+
+def test_a_body_over_max_body_is_refused_before_it_is_sent_whole() -> None:
+    with running_server(*TINY, "--draft", "none", "--max-body", "1000") as server:
+        host, port = server.url.removeprefix("http://").removesuffix("/v1").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            # Declares 60 MB and sends none of it: the answer must come without the body.
+            conn.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: 60000000\r\n\r\n"
+            )
+            answer = b""
+            while not answer.endswith(b"}}"):  # the whole JSON error, though the body was never sent
+                answer += conn.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 413"), answer
+        assert b"over the server's limit of 1,000 bytes (it declares 60,000,000 bytes)" in answer
+        # Chunked, with no length: refused once more than the limit arrived.
+        code, reply = post(server.url + "/completions", iter([b'{"prompt": "', b"x" * 2000, b'"}']))
+        assert code == 413 and "more than that arrived" in reply["error"]["message"], reply
+        code, reply = post(server.url + "/completions", b'{"prompt": "x", "max_tokens": 2}')
+        assert code == 200 and reply["usage"]["completion_tokens"] == 2
+
+
 def test_a_client_that_leaves_a_whole_completion_halts_it(local_server: ServerProcess) -> None:
     # 8,000 tokens take the tiny pair 20 s or more here; a client that gives up after one
     # second must free the target well before that (/health counts clients still waiting).
@@ -223,8 +270,9 @@ def test_unsupported_chat_features_are_named(local_server: ServerProcess) -> Non
     assert code == 404 and "/v1/nowhere" in reply["error"]["message"]
 
 
-def post(url: str, data: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data, {"content-type": "application/json", **(headers or {})})
+def post(url: str, data: object, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    """POST ``data`` (bytes, or an iterable of chunks: sent chunked); returns the status and JSON reply."""
+    request = urllib.request.Request(url, data, {"content-type": "application/json", **(headers or {})})  # type: ignore[arg-type]
     try:
         with urllib.request.urlopen(request, timeout=60) as reply:
             return reply.status, json.loads(reply.read())
