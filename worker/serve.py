@@ -1,7 +1,8 @@
 """``worker serve``: load a draft model, serve it over gRPC, announce it over Bonjour.
 
-Start-up loads the model, measures the local draft speed over a short greedy
-warm-up (published in Hello and in the TXT record), starts a grpc.aio server
+Start-up loads the model, runs every kind of draft pass once (so no session
+pays for compiling kernels, ``specwire.warmup``), measures the local draft
+speed over a short greedy run (published in Hello and in the TXT record), starts a grpc.aio server
 with the DraftWorker service (and the per-op TensorWorker unless turned off),
 the standard health service and reflection, starts the raw TCP echo service
 the LAN probe uses, prints one ready line on stdout, and registers on
@@ -42,6 +43,7 @@ from specwire.protocol import (
 )
 from specwire.sampling import SamplingParams
 from specwire.speculation import ALLOCATIONS, DEFAULT_FANOUT, PrespecConfig
+from specwire.warmup import warm_drafter
 from worker.advertise import Advertiser, advertised_addresses
 from worker.auth import AuthInterceptor
 from worker.echo import EchoServer
@@ -236,6 +238,7 @@ async def _serve(
     if BACKEND_PER_OP in backends and not supports(model):
         log.warning("model %s is not a llama model: the %s backend is off", model.spec, BACKEND_PER_OP)
         backends = tuple(b for b in backends if b != BACKEND_PER_OP)
+    warmup_s = await compute.run(warm_drafter, model.model, True)
     tps = await compute.run(measure_draft_speed, model, args.warmup_tokens)
     echo = EchoServer(args.host, args.echo_port, ProofChecker(token) if token else None).start()
     try:
@@ -273,7 +276,7 @@ async def _serve(
                 "tls": "1" if credentials else "0",
             },
         )
-        await _run_until_signal(args, advert, port, model, interfaces, host)
+        await _run_until_signal(args, advert, port, model, interfaces, host, warmup_s)
         await health_servicer.enter_graceful_shutdown()
         await host.shutdown()
         await server.stop(SHUTDOWN_GRACE_S)
@@ -288,6 +291,7 @@ async def _run_until_signal(
     model: LoadedModel,
     interfaces: object,
     host: SessionHost,
+    warmup_s: float,
 ) -> None:
     """Advertise, print the ready line, and wait for SIGINT/SIGTERM; the goodbye goes out on the way out."""
     async with AsyncExitStack() as stack:
@@ -296,14 +300,16 @@ async def _run_until_signal(
             advert = replace(advert, name=advertiser.name)  # Bonjour renames on a conflict
             host.info = replace(host.info, name=advertiser.name)
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            _print_ready(args, advert, port, model)
+            _print_ready(args, advert, port, model, warmup_s)
             async for signum in signals:
                 name = signal.Signals(signum).name
                 log.info("received %s; stopping: Bonjour goodbye, then sessions, then the server", name)
                 break
 
 
-def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, model: LoadedModel) -> None:
+def _print_ready(
+    args: argparse.Namespace, advert: WorkerAdvert, port: int, model: LoadedModel, warmup_s: float
+) -> None:
     ready = {
         "event": "ready",
         "name": advert.name,
@@ -317,6 +323,7 @@ def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, mode
         "backends": list(advert.backends),
         "pid": advert.pid,
         "compute": args.compute,
+        "warmup_s": round(warmup_s, 3),
     }
     if args.json:
         print(json.dumps(ready), flush=True)
@@ -324,6 +331,6 @@ def _print_ready(args: argparse.Namespace, advert: WorkerAdvert, port: int, mode
         print(
             f"worker {advert.name} listening on {args.host}:{port} "
             f"(model {model.spec}, vocabulary {model.fingerprint}, {advert.draft_tps:.1f} draft tok/s, "
-            f"echo port {advert.extra['echo']})",
+            f"echo port {advert.extra['echo']}; warm-up {warmup_s:.2f} s)",
             flush=True,
         )

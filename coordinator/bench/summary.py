@@ -96,17 +96,23 @@ def drafting_figures(runs: list[Run]) -> DraftingFigures | None:
     )
 
 
-def _mean_of_medians(runs: list[Run]) -> tuple[float, dict[str, float]]:
+def mean_of_medians(values: list[tuple[int, str, float]]) -> tuple[float, dict[str, float]]:
+    """A row's figure from (prompt, category, value) per run: the median over repeats of each
+    prompt, averaged over prompts, and that average per category."""
     by_prompt: dict[int, list[float]] = {}
     categories: dict[int, str] = {}
-    for run in runs:
-        by_prompt.setdefault(run.prompt, []).append(run.result.decode_tps)
-        categories[run.prompt] = run.category
+    for prompt, category, value in values:
+        by_prompt.setdefault(prompt, []).append(value)
+        categories[prompt] = category
     medians = {p: float(np.median(v)) for p, v in by_prompt.items()}
     by_category: dict[str, list[float]] = {}
     for p, value in medians.items():
         by_category.setdefault(categories[p], []).append(value)
     return float(np.mean(list(medians.values()))), {c: float(np.mean(v)) for c, v in by_category.items()}
+
+
+def _mean_of_medians(runs: list[Run]) -> tuple[float, dict[str, float]]:
+    return mean_of_medians([(run.prompt, run.category, run.result.decode_tps) for run in runs])
 
 
 def _draft_figures(runs: list[Run]) -> tuple[float | None, float | None, float | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from coordinator.commands.options import (
     prespec_request,
     worker_access,
 )
+from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.multi import DEFAULT_MODE, MODES
@@ -201,6 +203,13 @@ async def measure(
             by_name = {w.name: w for w in workers}
             drafts = [row_draft(row, by_name, remote, local) for row in rows]
             run_settings = Settings(args.k, args.max_tokens, params, fallback_settings(args), args.adaptive_k)
+            local_drafts = [await sources.local_model(local)] if local else []
+            warmup_s = await runtime.compute.run(
+                SpeculativeDecoder(target).warm_up, args.k, params, local_drafts
+            )
+            print(
+                f"bench: warm-up {warmup_s:.2f} s (every pass a round uses, before any row)", file=sys.stderr
+            )
             runs = await run_bench(runtime, rows, drafts, prompts, args.repeats, run_settings, sources)
             worker_rss = {
                 w.name: (await refresh_hello(w.connection)).counters.peak_rss_bytes for w in workers
@@ -208,6 +217,7 @@ async def measure(
     summaries = summarize(rows, runs, params.greedy, by_name)
     settings = _settings(args, backends, granularities, prompts)
     settings["chat_template"] = settings["chat_template"] and raw_prompt is None
+    settings["warmup_s"] = warmup_s
     return Measured(summaries, settings, runs, workers, worker_rss, peak_rss_bytes())
 
 

@@ -23,6 +23,7 @@ from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.detokenizer import TextDecoder
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
+from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.provenance import drafted_by
 from coordinator.prompts import encode_prompt
 from coordinator.runtime import Runtime, coordinator_runtime
@@ -157,6 +158,10 @@ async def _generate_with(
         sys.stdout.flush()
 
     decoder = SpeculativeDecoder(target, source, fallback_settings(args), args.adaptive_k)
+    local = [source.draft] if isinstance(source, LocalDraftSource) else []
+    warmup_s = await runtime.compute.run(decoder.warm_up, k, params, local)
+    if not args.json:
+        print(f"[specwire] warm-up: {warmup_s:.2f} s (kernels of every pass a round uses)", file=sys.stderr)
     result = await runtime.compute.run(
         decoder.generate,
         prompt,
@@ -165,7 +170,7 @@ async def _generate_with(
         params=params,
         on_tokens=None if args.json else stream,
     )
-    stats = {**stats_of(result, k), **drafted_by(source)}
+    stats = {**stats_of(result, k), **drafted_by(source), "warmup_s": warmup_s}
     if result.transitions:
         stats["k_transitions"] = [asdict(t) for t in result.transitions]
     if args.json:

@@ -33,7 +33,7 @@ from coordinator.commands.options import (
     fallback_settings,
     worker_access,
 )
-from coordinator.decoding.engine import MAX_K
+from coordinator.decoding.engine import MAX_K, SpeculativeDecoder
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
@@ -42,6 +42,7 @@ from coordinator.serving.scheduler import Drafting, Scheduler
 from coordinator.workers.discovery import WorkerDirectory
 from specwire.errors import InvalidArgumentError
 from specwire.models import load_model
+from specwire.sampling import SamplingParams
 
 NAME = "serve"
 HELP = "Serve the target over an OpenAI-compatible HTTP API, drafting on workers (or locally)."
@@ -115,6 +116,11 @@ async def _serve(args: argparse.Namespace, drafting: Drafting, access: WorkerAcc
         target = await runtime.compute.run(load_model, args.target)
         access = dataclasses.replace(access, live=live)
         async with DraftSources(runtime, target, access) as sources:
+            local = [await sources.local_model(drafting.spec.local)] if drafting.spec.kind == "local" else []
+            # Requests may be greedy or sampled: warm both paths before the first one is timed.
+            warmup_s = await runtime.compute.run(
+                SpeculativeDecoder(target).warm_up, args.k, SamplingParams(temperature=1.0), local
+            )
             scheduler = Scheduler(runtime, sources, drafting, args.max_queue)
             served = ServedModel(
                 args.model_name or args.target, target, args.default_max_tokens, created_now(), args.max_body
@@ -123,7 +129,7 @@ async def _serve(args: argparse.Namespace, drafting: Drafting, access: WorkerAcc
             config = uvicorn.Config(app, lifespan="off", log_level=args.log_level, access_log=False)
             server = uvicorn.Server(config)
             sock = _listen(args.host, args.port)
-            _announce(args, sock, served.name)
+            _announce(args, sock, served.name, warmup_s)
             async with scheduler.running():
                 with _quiet_sigterm():
                     await server.serve(sockets=[sock])
@@ -150,14 +156,18 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _announce(args: argparse.Namespace, sock: socket.socket, model: str) -> None:
+def _announce(args: argparse.Namespace, sock: socket.socket, model: str, warmup_s: float) -> None:
     host, port = sock.getsockname()[:2]
     url = f"http://{host if ':' not in host else f'[{host}]'}:{port}/v1"
     if args.json:
         ready = {"event": "ready", "url": url, "port": port, "model": model, "pid": os.getpid()}
-        print(json.dumps(ready), flush=True)
+        print(json.dumps({**ready, "warmup_s": round(warmup_s, 3)}), flush=True)
     else:
-        print(f"serving {model} at {url} (OpenAI-compatible; Ctrl-C stops)", file=sys.stderr, flush=True)
+        print(
+            f"serving {model} at {url} (OpenAI-compatible; Ctrl-C stops; warm-up took {warmup_s:.2f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 @contextlib.contextmanager

@@ -39,6 +39,7 @@ from specwire.drafter import DraftBlock, prefill
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
+from specwire.warmup import warm_drafter, warm_target
 
 MAX_K = 32
 VERIFY_STREAM = 1  # the acceptance test's random stream; draft blocks use 2 (specwire.drafter)
@@ -164,6 +165,19 @@ class SpeculativeDecoder:
         result.end_ns = time.perf_counter_ns()
         result.transitions = list(policy.transitions) if policy else []
         return result
+
+    def warm_up(self, k: int, params: SamplingParams, local_drafts: Sequence[LoadedModel] = ()) -> float:
+        """Run every shape a round at up to ``k`` drafts uses, once; returns the seconds it took.
+
+        The target's passes, and those of the draft models this process drafts
+        with (a remote worker warms its own at start). Call before timing
+        anything: on a GPU the first use of each kernel compiles it
+        (``specwire.warmup``).
+        """
+        seconds = warm_target(self.target.model, k)
+        if k > 0:
+            seconds += sum(warm_drafter(d.model, sampled=not params.greedy) for d in local_drafts)
+        return seconds
 
     def single_pass_s(self) -> float:
         """Seconds of one single-token target pass (measured once, after a short context)."""
