@@ -48,6 +48,11 @@ VERIFY_STREAM = 1  # the acceptance test's random stream; draft blocks use 2 (sp
 __all__ = ["GenerationResult", "RoundRecord", "SpeculativeDecoder"]
 
 
+def _check_k(k: int) -> None:
+    if not 0 <= k <= MAX_K:
+        raise InvalidArgumentError(f"k must be within 0..{MAX_K}, got {k}")
+
+
 class SpeculativeDecoder:
     """Generates with a target model, drafting through an optional draft source.
 
@@ -105,8 +110,7 @@ class SpeculativeDecoder:
     def _check(self, prompt: Sequence[int], k: int) -> None:
         if not prompt:
             raise InvalidArgumentError("the prompt must hold at least one token")
-        if not 0 <= k <= MAX_K:
-            raise InvalidArgumentError(f"k must be within 0..{MAX_K}, got {k}")
+        _check_k(k)
         if len(prompt) >= self.target.context_length:
             raise InvalidArgumentError(
                 f"the prompt has {len(prompt)} tokens; "
@@ -174,6 +178,7 @@ class SpeculativeDecoder:
         anything: on a GPU the first use of each kernel compiles it
         (``specwire.warmup``).
         """
+        _check_k(k)  # a bad k is refused before a minute of warming on a GPU, not after
         seconds = warm_target(self.target.model, k)
         if k > 0:
             seconds += sum(warm_drafter(d.model, sampled=not params.greedy) for d in local_drafts)

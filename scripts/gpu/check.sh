@@ -34,7 +34,7 @@ install() {
     touch "$SITE/.installed"
   fi
   export PYTHONPATH="$SITE:$PWD"
-  python3 -c "import mlx.core as mx; d = mx.default_device(); print('mlx', mx.__version__, d); \
+  python3 -c "import sys, mlx.core as mx; d = mx.default_device(); print('mlx', mx.__version__, d, file=sys.stderr); \
 assert d == mx.gpu, 'MLX does not run on the GPU here'"
 }
 
@@ -49,7 +49,6 @@ if [ "${1:-}" = "--" ]; then
   exec "$@"
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
-git log -1 --format='commit %H %cd' 2>/dev/null || true
 set -o pipefail
 python3 -m pytest -p no:cacheprovider --durations=20 --junitxml="$LOG_DIR/gpu-junit.xml" "$@" 2>&1 \
   | tee "$LOG_DIR/gpu-pytest.log"

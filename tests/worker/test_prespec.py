@@ -38,6 +38,7 @@ from worker.session import DraftSession
 PROMPT = [2, 5, 1]
 PRESPEC = pb.PreSpeculation(enabled=True)
 SAMPLED = {"temperature": 1.0, "draft_top_k": 8}
+GPU_RTOL = 1e-2  # q's rounding on a GPU, with room: a branch drafted after the wrong prefix differs by O(1)
 STAT_RUNS = 600  # the broken residual then fails at p ~ 1e-7 with half as many
 
 
@@ -88,8 +89,13 @@ def test_every_branch_equals_drafting_on_demand(
         if expected.dists is not None:
             assert got.dists is not None
             for a, b in zip(got.dists, expected.dists, strict=True):
+                # A branch reaches its prefix through other batched passes than drafting on demand
+                # does: the same q bit for bit on the CPU, the same up to rounding on a GPU (an H100
+                # measured 8e-4 relative). Exactness does not rest on it: each draft travels with the
+                # q it was drawn from, and the verifier's rejection step uses that q.
                 assert a.ids.tolist() == b.ids.tolist()
-                np.testing.assert_allclose(a.probs, b.probs, rtol=1e-5)
+                rtol = 0.0 if mx.default_device() == mx.cpu else GPU_RTOL
+                np.testing.assert_allclose(a.probs, b.probs, rtol=rtol)
 
 
 def test_a_branch_is_served_only_for_its_own_verdict(pair: tuple[LoadedModel, LoadedModel]) -> None:

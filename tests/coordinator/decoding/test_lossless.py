@@ -1,12 +1,22 @@
 """At T = 0, speculative decoding emits exactly the target's greedy tokens.
 
+What guarantees it: at each position, verification takes the argmax of the
+target's logits from a pass over k + 1 positions, where AR takes it from a
+pass over one. Both run the same model on the same tokens; only the order of
+floating-point operations may differ. On MLX's CPU backend it does not: a
+batched pass's rows equal single-position passes bit for bit (checked here),
+so SD's output is AR's exactly. On a GPU the rows round differently (an H100
+measured up to 0.034 in the default target's logits), so the two outputs can
+part only at a position where the target's two best logits lie within that
+rounding of each other: a tie, where either token is the target's greedy
+choice up to rounding.
+
 Real default model: the default pair (float32 target, Q4_1 draft) at the
 default k = 4 on six completion prompts (code, math, prose), at k = 1 on
 two and at k = 2, 3 and 8 on one each; an identical pair (Q4_1 drafting for
 itself) at k = 1 and 8 accepts every draft and equals the Q4_1 model's AR.
-A divergence is excused only where the target's two best logits lie within
-1e-4 of each other (batched and single-token passes may round differently
-there); anything else fails.
+A divergence is excused only where the target's top-2 gap is within twice
+the rounding this backend shows there (zero on the CPU); anything else fails.
 
 The real pair accepts nearly every draft, so the rejection paths (a
 correction after 0..k-1 accepted drafts, every k) are covered on tiny
@@ -25,9 +35,9 @@ from coordinator.drafting.local import LocalDraftSource
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
+from tests.support.rounding import rounding_gap
 from tests.support.tiny_models import disagreeing_pair
 
-TIE_TOLERANCE = 1e-4
 PAIRS = {"f32-target/q4-draft": ("default_f32", "default_q4")}
 
 
@@ -47,13 +57,32 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 
 
 def assert_lossless(target: LoadedModel, prompt: list[int], ar: list[int], sd: list[int]) -> None:
-    """SD equals AR, or differs first at a near-tie of the target's logits."""
+    """SD equals AR, or differs first at a tie of the target's logits within this backend's rounding."""
     at = first_divergence(ar, sd)
     if at is None:
         return
-    gap = top2_gap(target, prompt + ar[:at])
-    assert gap < TIE_TOLERANCE, f"SD diverged from AR at token {at} where the target's top-2 gap is {gap:.3g}"
-    warnings.warn(f"excused divergence at token {at}: top-2 logit gap {gap:.2e}", stacklevel=2)
+    context = prompt + ar[: at + 1]
+    gap, rounding = top2_gap(target, prompt + ar[:at]), rounding_gap(target, context, min(5, len(context)))
+    assert gap <= 2 * rounding, (
+        f"SD diverged from AR at token {at}, where the target's top-2 gap is {gap:.3g} and batched and "
+        f"single passes round apart by {rounding:.3g}"
+    )
+    warnings.warn(
+        f"excused divergence at token {at}: top-2 gap {gap:.2e}, rounding {rounding:.2e}", stacklevel=2
+    )
+
+
+def test_batched_and_single_position_passes_round_alike_on_the_cpu(default_f32: LoadedModel) -> None:
+    # The guarantee above rests on this: zero on the CPU; on a GPU, rounding far below the logits' scale.
+    tokens = default_f32.tokenizer.encode(PROMPTS[2])
+    rounding = rounding_gap(default_f32, tokens)
+    if mx.default_device() == mx.cpu:
+        assert rounding == 0.0
+    else:
+        scale = float(mx.abs(default_f32.model(mx.array([tokens]))).max().item())
+        assert rounding < 1e-2 * scale, (
+            f"batched and single passes differ by {rounding} (logits up to {scale})"
+        )
 
 
 CASES = [

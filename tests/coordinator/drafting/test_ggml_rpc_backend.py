@@ -10,6 +10,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
+from mlx_lm.models.cache import make_prompt_cache
 
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.runtime import coordinator_runtime
@@ -128,7 +129,9 @@ async def test_sampled_drafts_match_the_stream_backend(tiny_worker: WorkerProces
 async def test_walked_forward_pass_gives_the_models_own_logits(
     worker: WorkerProcess, default_q4: LoadedModel
 ) -> None:
-    # Same kernels, same order: the logits of a pass walked op by op equal the model's, bit for bit.
+    # Same kernels, same order: the logits of a pass walked op by op equal the model's own pass over
+    # the same positions, bit for bit, on every backend (the same tokens split into other passes round
+    # differently on a GPU; that is batching, not walking: tests/coordinator/decoding/test_lossless.py).
     prompt = default_q4.tokenizer.encode(PROMPTS[1])
     async with coordinator_runtime() as runtime:
         connection = await connect(worker.address, credentials())
@@ -141,7 +144,9 @@ async def test_walked_forward_pass_gives_the_models_own_logits(
 
             def both() -> tuple[np.ndarray, np.ndarray]:  # MLX work stays on the compute thread
                 remote = drafter.model(mx.array([prompt[1:]]))
-                local = default_q4.model(mx.array([prompt]))[:, -1:, :]
+                cache = make_prompt_cache(default_q4.model)  # the worker's state: prompt[0] prefilled
+                mx.eval(default_q4.model(mx.array([prompt[:1]]), cache=cache))
+                local = default_q4.model(mx.array([prompt[1:]]), cache=cache)[:, -1:, :]
                 return np.array(remote), np.array(local.astype(mx.float32))
 
             remote, local = await runtime.compute.run(both)
