@@ -93,12 +93,20 @@ class MultiWorkerDraftSource:
         appended = None if outcome is None else [*self._last[: outcome.accepted], outcome.token]
         racing: dict[asyncio.Task[DraftBlock], StreamDraftSource] = {}
         for source in list(self.live):
-            queue = [t for t in self._pending[id(source)] if not t.done()]
+            tasks = self._pending[id(source)]
+            failed = next(
+                (t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()), None
+            )
+            if failed is not None:  # a round this worker lost the race on has failed since: it is gone
+                await self._drop(source, str(failed))
+                continue
+            queue = [t for t in tasks if not t.done()]
             if len(queue) >= MAX_LAG:
                 await self._drop(source, f"fell {len(queue)} rounds behind")
                 continue
             previous = queue[-1] if queue else None
             task = asyncio.ensure_future(self._after(previous, source, k, outcome, appended))
+            task.add_done_callback(_retrieved)  # a loser's failure is recorded above, never left unread
             self._pending[id(source)] = [*queue, task]
             racing[task] = source
         first_error: BaseException | None = None
@@ -152,3 +160,9 @@ class MultiWorkerDraftSource:
                 task.exception()  # retrieved: a dropped worker's error is already recorded
         for source in self.live:
             await source.close_session()
+
+
+def _retrieved(task: asyncio.Task[DraftBlock]) -> None:
+    """Mark a finished task's exception as read (the round's owner reads or records it)."""
+    if not task.cancelled():
+        task.exception()
