@@ -29,11 +29,12 @@ from coordinator.commands import bench
 from coordinator.commands.bench import measure
 from coordinator.commands.options import add_credential_arguments, add_interface_argument
 from coordinator.planning import paper
+from coordinator.planning import profile as planned
 from coordinator.planning.from_bench import check_bench
 from coordinator.planning.model import Transport, ar_tok_s, best_k, predict
-from coordinator.planning.profile import Profile
 from coordinator.planning.projection import ASSUMED_HIT_RATE, project
 from specwire.errors import InvalidArgumentError
+from specwire.profile import Profile, load_profile
 
 CALIBRATION_BACKENDS = ("stream", "ggml-rpc")
 CALIBRATION_GRANULARITIES = ("op", "token")
@@ -76,25 +77,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def project_profile(profile: Profile, hit_rate: float) -> dict[str, Any]:
     """Every backend on each of the profile's drafting machines (for the paper's, the Table 11 check)."""
-    t, a, k, link = profile.target(), profile.acceptance(), profile.k, profile.link
+    t, a, k, link = planned.target(profile), planned.acceptance(profile), profile.k, planned.link(profile)
     ar = ar_tok_s(t)
     rows: list[dict[str, Any]] = []
     local = None
-    if profile.local_draft_tok_s:
-        local = predict(t, 1 / profile.local_draft_tok_s, a, k, link, Transport("local")).tok_s
+    if profile.local_draft is not None:
+        local_s = 1 / profile.local_draft.decode_tok_s
+        local = predict(t, local_s, a, k, link, Transport("local")).tok_s
         rows.append({"machine": "target machine", "backend": "local SD", "k": k, "tok_s": local})
-    backends = {"stream": profile.stream(), "stream+prespec": profile.stream(hit=hit_rate)}
+    backends = {"stream": planned.stream(profile), "stream+prespec": planned.stream(profile, hit=hit_rate)}
     if profile.ops_per_pass:
-        backends["ggml-rpc/op"] = profile.per_op()
+        backends["ggml-rpc/op"] = planned.per_op(profile)
     if profile.logits_bytes:
-        backends["ggml-rpc/token"] = profile.per_op(calls_per_pass=1, bytes_per_pass=profile.logits_bytes)
-    for machine, draft_tok_s in profile.workers.items():
+        backends["ggml-rpc/token"] = planned.per_op(
+            profile, calls_per_pass=1, bytes_per_pass=profile.logits_bytes
+        )
+    for machine in profile.workers:
+        assert machine.draft is not None
+        draft_s = 1 / machine.draft.decode_tok_s
         for name, transport in backends.items():
-            p = predict(t, 1 / draft_tok_s, a, k, link, transport)
-            best = best_k(t, 1 / draft_tok_s, a, link, transport)
+            p = predict(t, draft_s, a, k, link, transport)
+            best = best_k(t, draft_s, a, link, transport)
             parts = {n: v * 1e3 for n, v in p.parts_s.items()}
             rows.append(
-                {"machine": machine, "backend": name, "k": k, "tok_s": p.tok_s, "best_k": best.k}
+                {"machine": machine.name, "backend": name, "k": k, "tok_s": p.tok_s, "best_k": best.k}
                 | {"best_tok_s": best.tok_s, "parts_ms": parts}
             )
     for row in rows:
@@ -129,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--hit-rate does not apply to --from-bench: each row has its own")
     if args.profile:
         hit_rate = ASSUMED_HIT_RATE if args.hit_rate is None else args.hit_rate
-        profile = paper.profile() if args.profile == "paper" else Profile.load(Path(args.profile))
+        profile = load_profile(args.profile)
         out = project_profile(profile, hit_rate)
         print(
             f"Profile {profile.name}, k = {profile.k}, AR {out['ar_tok_s']:.1f} tok/s "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.planning import paper
+from coordinator.planning import profile as planned
 from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, best_k, predict
 
 TARGET = Target(verify_1_s=0.020, per_position_s=0.001)
@@ -70,10 +71,11 @@ def test_table11_local_sd_is_reproduced() -> None:
 def test_table11_with_the_papers_own_overhead_per_draft_token() -> None:
     # The round model itself: given the paper's effective remote draft speed, the
     # GGML_RPC rows come out within 15%.
-    t, a = paper.target(), paper.acceptance()
+    p = paper.profile()
+    t, a, link = planned.target(p), planned.acceptance(p), planned.link(p)
     for machine in ("M1 Max", "M2 Pro"):
         draft_s = 1 / paper.TABLE11_REMOTE_DRAFT_TOK_S[machine]
-        got = predict(t, draft_s, a, paper.K, paper.GIGABIT, Transport("local")).tok_s
+        got = predict(t, draft_s, a, paper.K, link, Transport("local")).tok_s
         assert got == pytest.approx(paper.TABLE11[f"ggml-rpc → {machine}"], rel=0.15)
 
 

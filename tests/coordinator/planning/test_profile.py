@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_cli
+from tests.support.cli import one_error_line, run_cli
 
 
 def plan(*args: str, tmp: Path) -> dict:
@@ -45,10 +45,10 @@ def test_the_paper_profile_reproduces_table_7s_local_sd(tmp_path: Path) -> None:
     assert {r["machine"] for r in out["rows"]} == {"target machine", "M1 Max", "M2 Pro"}
 
 
-def test_a_bad_profile_file_is_refused_by_name(tmp_path: Path) -> None:
+def test_a_bad_profile_file_is_one_line_naming_the_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
-    path.write_text('{"target_tok_s": 40}')
+    path.write_text(json.dumps({"target_tok_s": -40, "workers": {"mini": 100}, "mean_accepted": 2, "k": 4}))
     out = run_cli("coordinator", "plan", "--profile", str(path))
-    assert out.returncode == 1 and "needs target_tok_s, workers" in out.stderr
+    assert out.returncode == 1 and "target_tok_s must be > 0, got -40" in one_error_line(out.stderr)
     missing = run_cli("coordinator", "plan", "--profile", str(tmp_path / "none.json"))
-    assert missing.returncode == 1 and "cannot read the profile" in missing.stderr
+    assert missing.returncode == 1 and "cannot read the profile" in one_error_line(missing.stderr)

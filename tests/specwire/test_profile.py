@@ -1,0 +1,54 @@
+"""Hardware profiles: the pass curve, the built-in paper profile, and files refused by field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specwire.errors import InvalidArgumentError
+from specwire.profile import PassCurve, Profile, load_profile
+
+GOOD = {"target_tok_s": 40, "workers": {"mini": 100}, "mean_accepted": 2, "k": 4}
+
+
+def test_a_pass_is_flat_until_prompt_speed_binds() -> None:
+    curve = PassCurve(decode_tok_s=40.0, prefill_tok_s=1000.0)
+    assert curve.pass_s(1) == curve.pass_s(5) == curve.pass_s(1, sequences=5) == pytest.approx(0.025)
+    assert curve.pass_s(100) == pytest.approx(0.1)  # compute-bound: 100 positions at 1,000 a second
+    assert PassCurve(40.0, per_position_s=0.001).pass_s(5) == pytest.approx(0.029)
+
+
+def test_the_paper_profile_has_its_three_machines() -> None:
+    paper = load_profile("paper")
+    assert [m.key for m in paper.machines] == ["m2-ultra", "m1-max", "m2-pro"]
+    assert 1 / paper.target.pass_s(5) == pytest.approx(42.4)  # k + 1 positions cost one (4.5.1)
+    assert 1 / paper.machine("M1 Max").draft.pass_s() == pytest.approx(86.6)  # type: ignore[union-attr]
+    assert paper.mean_accepted == pytest.approx(1.78, abs=0.01)
+    with pytest.raises(InvalidArgumentError, match="has no machine 'm3-max'; it has m2-ultra, m1-max"):
+        paper.machine("m3-max")
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"target_tok_s": None}, "target_tok_s is missing"),
+        ({"target_tok_s": -40}, "target_tok_s must be > 0, got -40"),
+        ({"target_tok_s": "fast"}, "target_tok_s must be a number, got 'fast'"),
+        ({"workers": {"mini": {"draft_tok_s": 0}}}, "workers.mini.draft_tok_s must be > 0"),
+        ({"workers": {}}, "workers must be an object"),
+        ({"mean_accepted": 5}, "mean_accepted (5.0) cannot exceed k (4)"),
+        ({"k": 2.5}, "k must be a whole number"),
+        ({"link": {"rtt_ms": -1}}, "link.rtt_ms must be >= 0"),
+        ({"agreement": {"top2": 1.5}}, "agreement rates must lie within 0..1"),
+    ],
+)
+def test_a_bad_field_is_named(tmp_path: Path, change: dict, words: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(
+        json.dumps({key: value for key, value in {**GOOD, **change}.items() if value is not None})
+    )
+    with pytest.raises(InvalidArgumentError, match=f"profile {path}: .*") as refused:
+        Profile.load(path)
+    assert words in str(refused.value)
