@@ -14,6 +14,7 @@ import numpy as np
 
 from specwire.drafter import DraftBlock
 from specwire.errors import InvalidArgumentError
+from specwire.pace import Pace
 from specwire.sampling import SamplingParams, SparseDistribution
 from specwire.timing import ServerTiming
 from specwire.v1 import draft_pb2 as pb
@@ -93,4 +94,17 @@ def timing_from_pb(msg: pb.ServerTiming) -> ServerTiming:
         previous_send_ns=msg.previous_send_ns,
         arrived_at_ns=msg.arrived_at_ns,
         encoded_at_ns=msg.encoded_at_ns,
+    )
+
+
+def pace_to_pb(pace: Pace | None) -> pb.Pace | None:
+    """A paced worker's Pace message (None for a worker at its own speed)."""
+    if pace is None:
+        return None
+    curve = pace.draft_curve()
+    return pb.Pace(
+        profile=pace.profile.name,
+        machine=pace.machine.key,
+        machine_name=pace.machine.name,
+        draft_tokens_per_second=1 / curve.pass_s(),
     )

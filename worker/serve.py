@@ -34,6 +34,7 @@ from specwire.compute import Compute, LoopCompute, compute_thread
 from specwire.drafter import Drafter
 from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL, LoadedModel, load_model
+from specwire.pace import Pace, Pacer, pace_model, parse_pace
 from specwire.protocol import (
     BACKEND_PER_OP,
     BACKEND_STREAM,
@@ -127,6 +128,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "pass runs) or on a thread of its own (gRPC keeps reading during a pass; two hand-offs per round)",
     )
     p.add_argument(
+        "--pace",
+        metavar="PROFILE:MACHINE",
+        help="emulate a machine of a hardware profile: every forward pass runs for real and is held until "
+        "that machine would have finished it (such as paper:m1-max; PROFILE is 'paper' or a JSON file). "
+        "The worker says so in Bonjour, Hello and every reply",
+    )
+    p.add_argument(
         "--prespec-budget",
         type=int,
         default=0,
@@ -185,8 +193,11 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--tls-cert and --tls-key go together")
     interfaces = mdns_interfaces(args.interface)
     prespec_defaults(args)  # checked before the model loads
+    pace = parse_pace(args.pace) if args.pace else None
+    if pace is not None:
+        pace.draft_curve()  # a machine with no draft speed is refused before the model loads
     token = _token(args)
-    anyio.run(_serve, args, backends, interfaces, token)
+    anyio.run(_serve, args, backends, interfaces, token, pace)
     return 0
 
 
@@ -214,15 +225,27 @@ def _credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
 
 
 def _grpc_server(
-    model: LoadedModel, host: SessionHost, compute: Compute, token: str | None, prespec: PrespecConfig
+    model: LoadedModel,
+    raw: LoadedModel,
+    host: SessionHost,
+    compute: Compute,
+    token: str | None,
+    prespec: PrespecConfig,
+    pace: Pace | None,
+    pacer: Pacer | None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, list[str]]:
-    """The gRPC server with every service this worker offers (not started)."""
+    """The gRPC server with every service this worker offers (not started).
+
+    The stream service drafts with ``model`` (paced, when the worker is); the
+    per-op executor runs ``raw``'s modules and holds each call itself.
+    """
     interceptors = [AuthInterceptor(ProofChecker(token))] if token else []
     server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
     services = [SERVICE_NAME]
-    server.add_generic_rpc_handlers([DraftService(model, host, compute, token, prespec).handler()])
+    drafting = DraftService(model, host, compute, token, prespec, pace, pacer)
+    server.add_generic_rpc_handlers([drafting.handler()])
     if BACKEND_PER_OP in host.info.backends:
-        server.add_generic_rpc_handlers([TensorService(model, host, compute).handler()])
+        server.add_generic_rpc_handlers([TensorService(raw, host, compute, pacer).handler()])
         services.append(TENSOR_SERVICE_NAME)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -231,14 +254,20 @@ def _grpc_server(
 
 
 async def _serve(
-    args: argparse.Namespace, backends: tuple[str, ...], interfaces: object, token: str | None
+    args: argparse.Namespace,
+    backends: tuple[str, ...],
+    interfaces: object,
+    token: str | None,
+    pace: Pace | None,
 ) -> None:
     compute: Compute = LoopCompute() if args.compute == "loop" else compute_thread()
-    model = await compute.run(load_model, args.model)
-    if BACKEND_PER_OP in backends and not supports(model):
-        log.warning("model %s is not a llama model: the %s backend is off", model.spec, BACKEND_PER_OP)
+    raw = await compute.run(load_model, args.model)
+    if BACKEND_PER_OP in backends and not supports(raw):
+        log.warning("model %s is not walked by the %s backend: it is off", raw.spec, BACKEND_PER_OP)
         backends = tuple(b for b in backends if b != BACKEND_PER_OP)
-    warmup_s = await compute.run(warm_drafter, model.model, True)
+    warmup_s = await compute.run(warm_drafter, raw.model, True)
+    pacer = Pacer(pace.draft_curve(), pace.label) if pace is not None else None
+    model = pace_model(raw, pacer) if pacer is not None else raw
     tps = await compute.run(measure_draft_speed, model, args.warmup_tokens)
     echo = EchoServer(args.host, args.echo_port, ProofChecker(token) if token else None).start()
     try:
@@ -246,7 +275,9 @@ async def _serve(
         info = WorkerInfo("", args.label, backends, tps, args.max_sessions, echo_port=advertised_echo)
         host = SessionHost(info, WorkerCounters(), idle_timeout_s=args.idle_timeout)
         prespec = prespec_defaults(args)
-        server, health_servicer, services = _grpc_server(model, host, compute, token, prespec)
+        server, health_servicer, services = _grpc_server(
+            model, raw, host, compute, token, prespec, pace, pacer
+        )
         credentials = _credentials(args)
         address = f"{args.host}:{args.port}"
         port = (
@@ -274,6 +305,7 @@ async def _serve(
                 "echo": str(advertised_echo),
                 "auth": "token" if token else "none",
                 "tls": "1" if credentials else "0",
+                **({"pace": pace.label} if pace is not None else {}),
             },
         )
         await _run_until_signal(args, advert, port, model, interfaces, host, warmup_s)
@@ -324,12 +356,14 @@ def _print_ready(
         "pid": advert.pid,
         "compute": args.compute,
         "warmup_s": round(warmup_s, 3),
+        "pace": advert.extra.get("pace"),
     }
     if args.json:
         print(json.dumps(ready), flush=True)
     else:
+        paced_as = f", PACED as {ready['pace']} (an emulated machine)" if ready["pace"] else ""
         print(
-            f"worker {advert.name} listening on {args.host}:{port} "
+            f"worker {advert.name}{paced_as} listening on {args.host}:{port} "
             f"(model {model.spec}, vocabulary {model.fingerprint}, {advert.draft_tps:.1f} draft tok/s, "
             f"echo port {advert.extra['echo']}; warm-up {warmup_s:.2f} s)",
             flush=True,

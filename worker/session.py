@@ -15,16 +15,44 @@ under way, or is drafted on demand (``round``).
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from specwire.drafter import DraftBlock, Drafter, Drafting
 from specwire.errors import InvalidArgumentError, ProtocolVersionError, VocabularyMismatchError
 from specwire.models import LoadedModel
+from specwire.pace import Pacer
 from specwire.protocol import MAX_K, PROTOCOL_VERSION, sampling_from_pb
 from specwire.speculation import PrespecConfig, Speculator
 from specwire.v1 import draft_pb2 as pb
 from worker.hosting import WorkerCounters
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _tallied(method: F) -> F:
+    """Add the paced passes (and overruns) of one compute job to the session's own counts.
+
+    All MLX work of the worker runs one job at a time, so what the pacer
+    counted during the job is this session's.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: DraftSession, *args: Any, **kwargs: Any) -> Any:
+        if self.pacer is None:
+            return method(self, *args, **kwargs)
+        before = self.pacer.snapshot()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            done = self.pacer.snapshot().since(before)
+            self.paced_passes += done.passes
+            self.pace_overruns += done.overruns
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -51,10 +79,14 @@ class DraftSession:
         open_msg: pb.Open,
         totals: WorkerCounters,
         prespec_defaults: PrespecConfig | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         check_open(model, open_msg)
         self.model = model
         self.totals = totals
+        self.pacer = pacer
+        self.paced_passes = 0
+        self.pace_overruns = 0
         self.k = open_msg.k
         self.prompt = list(open_msg.prompt_tokens)
         self.drafter = Drafter(model.model, sampling_from_pb(open_msg.sampling))
@@ -75,12 +107,14 @@ class DraftSession:
         """Draft-model forward passes of this session, prefill included."""
         return self.drafter.forward_passes
 
+    @_tallied
     def prefill(self) -> int:
         """Prefill the prompt; returns compute ns. Compute thread only."""
         elapsed = self.drafter.start(self.prompt)
         self._count_passes()
         return elapsed
 
+    @_tallied
     def first_drafts(self) -> Computed:
         """Draft round 0 (the k of the Open message). Compute thread only."""
         started = time.perf_counter_ns()
@@ -134,6 +168,7 @@ class DraftSession:
         self._sent = branch
         return Computed(self._count(block), now, now, pb.SPECULATION_HIT, block.compute_ns)
 
+    @_tallied
     def round(self, msg: pb.Round) -> Computed:
         """Apply the target's verdict, then draft the next k tokens. Compute thread only.
 
@@ -161,6 +196,7 @@ class DraftSession:
             self.totals.prespec_partial += 1
         return Computed(self._count(block), started, time.perf_counter_ns(), outcome, saved)
 
+    @_tallied
     def speculate(self) -> bool:
         """One speculative forward pass for the next round; False when there is nothing to do.
 

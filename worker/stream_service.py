@@ -30,7 +30,8 @@ from specwire.compute import Compute
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
 from specwire.memory import current_rss_bytes, peak_rss_bytes
 from specwire.models import LoadedModel
-from specwire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb
+from specwire.pace import Pace, PaceCounts, Pacer
+from specwire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb, pace_to_pb
 from specwire.speculation import PrespecConfig
 from specwire.v1 import draft_pb2 as pb
 from worker.auth import caller_proof_of
@@ -49,12 +50,16 @@ class DraftService:
         compute: Compute,
         token: str | None,
         prespec: PrespecConfig | None = None,
+        pace: Pace | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         self.model = model
         self.host = host
         self.compute = compute
         self.token = token
         self.prespec = prespec or PrespecConfig()
+        self.pace = pace
+        self.pacer = pacer
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The gRPC handler of the DraftWorker service."""
@@ -77,6 +82,7 @@ class DraftService:
         """Describe this worker and its model."""
         config = msgpack.packb({k: v for k, v in self.model.args.items() if _plain(v)})
         info, t = self.host.info, self.host.totals
+        paced = self.pacer.snapshot() if self.pacer is not None else PaceCounts()
         return pb.HelloReply(
             protocol_version=PROTOCOL_VERSION,
             identity=info.identity(),
@@ -102,9 +108,12 @@ class DraftService:
                 prespec_partial=t.prespec_partial,
                 prespec_misses=t.prespec_misses,
                 speculative_passes=t.speculative_passes,
+                paced_passes=paced.passes,
+                pace_overruns=paced.overruns,
             ),
             echo_port=info.echo_port,
             auth_proof=worker_proof(self.token, caller_proof_of(context)) if self.token else "",
+            pace=pace_to_pb(self.pace),
         )
 
     async def draft(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
@@ -173,7 +182,7 @@ class _DraftLoop(StreamLoop):
     async def _open(self, msg: pb.Open, deserialize_ns: int) -> None:
         service = self.service
         totals = service.host.totals
-        session = DraftSession(service.model, msg, totals, service.prespec)
+        session = DraftSession(service.model, msg, totals, service.prespec, service.pacer)
         self.session = session
         totals.sessions_opened += 1
         prefill_ns = await service.compute.run(session.prefill)
@@ -200,6 +209,8 @@ class _DraftLoop(StreamLoop):
                 prespec_partial=s.partial,
                 prespec_misses=s.misses,
                 speculative_passes=s.speculative_passes,
+                paced_passes=s.paced_passes,
+                pace_overruns=s.pace_overruns,
             )
         )
         if s.speculator is not None:

@@ -24,27 +24,30 @@ from specwire.errors import (
     UnsupportedModelError,
 )
 from specwire.models import LoadedModel
+from specwire.op_counts import WALKED, ops_per_pass
+from specwire.pace import Pacer
 from specwire.protocol import TENSOR_SERVICE_NAME
 from specwire.v1 import draft_pb2 as pb
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
 from worker.session import check_peer
 from worker.tensor_session import ModuleTable, TensorSession
 
-SUPPORTED_MODEL_TYPES = ("llama",)
-
 
 def supports(model: LoadedModel) -> bool:
     """True when the per-op executor knows this model's structure."""
-    return model.args.get("model_type") in SUPPORTED_MODEL_TYPES
+    return model.args.get("model_type") in WALKED
 
 
 class TensorService:
     """Serves the tensor executor for one model to many concurrent sessions."""
 
-    def __init__(self, model: LoadedModel, host: SessionHost, compute: Compute) -> None:
-        self.model = model
+    def __init__(
+        self, model: LoadedModel, host: SessionHost, compute: Compute, pacer: Pacer | None = None
+    ) -> None:
+        self.model = model  # unpaced: the executor holds each call itself, for its share of a pass
         self.host = host
         self.compute = compute
+        self.pacer = pacer
         self.table = ModuleTable.of(model.model) if supports(model) else None
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -100,6 +103,8 @@ class _TensorLoop(StreamLoop):
                 graphs=session.graphs,
                 ops=session.ops,
                 tensor_bytes=session.tensor_bytes,
+                paced_passes=session.paced_passes,
+                pace_overruns=session.pace_overruns,
             ),
         )
         data = encode_timed(
@@ -114,11 +119,13 @@ class _TensorLoop(StreamLoop):
         check_peer(model, msg.protocol_version, msg.vocab_fingerprint)
         if table is None:
             raise UnsupportedModelError(
-                f"the per-op executor supports {', '.join(SUPPORTED_MODEL_TYPES)} models; "
+                f"the per-op executor supports {', '.join(WALKED)} models; "
                 f"this worker serves a {model.args.get('model_type')} model"
             )
         tag = secrets.randbits(31) + 1
-        self.session = TensorSession(model, table, tag)
+        self.session = TensorSession(
+            model, table, tag, pacer=self.service.pacer, ops_per_pass=ops_per_pass(model.args)
+        )
         self.service.host.totals.sessions_opened += 1
         opened = pb.TensorOpened(
             identity=self.service.host.info.identity(),

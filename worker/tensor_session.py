@@ -26,6 +26,7 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
+from specwire.pace import Pacer
 from specwire.v1 import draft_pb2 as pb
 
 TAG_SHIFT = 32
@@ -91,6 +92,14 @@ class TensorSession:
     ops: int = 0
     tensor_bytes: int = 0
     forward_passes: int = 0
+    pacer: Pacer | None = None
+    ops_per_pass: int = 1
+    paced_passes: int = 0
+    pace_overruns: int = 0
+    _positions: int = 1
+    _pass_real_s: float = 0.0
+    _pass_paced_s: float = 0.0
+    _pass_overran: bool = False
 
     def __post_init__(self) -> None:
         self.cache = make_prompt_cache(self.model.model)
@@ -112,10 +121,17 @@ class TensorSession:
         }
 
     def execute(self, ops: Sequence[pb.Op]) -> Executed:
-        """Run ``ops`` in order, evaluate everything they wrote, return the requested tensors."""
-        started = time.perf_counter_ns()
+        """Run ``ops`` in order, evaluate everything they wrote, return the requested tensors.
+
+        Paced (``pacer``), the call is then held for its operations' share of
+        the paced time of the passes they belong to (a pass's time spread evenly
+        over its ``ops_per_pass`` operations), and each pass that ends here is
+        counted, as an overrun if any of its calls overran.
+        """
+        started_ns, started = time.perf_counter_ns(), time.perf_counter()
         tensors: list[bytes] = []
         written: dict[int, mx.array] = {}
+        paced_s, ended = 0.0, 0
         for index, op in enumerate(ops):
             run = self._ops.get(op.code)
             if run is None:
@@ -128,10 +144,37 @@ class TensorSession:
                 raise InvalidArgumentError(f"op {index} ({pb.OpCode.Name(op.code)}) failed: {err}") from err
             written.update((h, self.store[h]) for h in op.outputs if h in self.store)
             self.ops += 1
+            paced_s += self._share(op)
+            ended += op.code == pb.LM_HEAD
         mx.eval(list(written.values()))
+        if self.pacer is not None:
+            self._pace(started, paced_s, ended)
         self.graphs += 1
         self.tensor_bytes += sum(len(t) for t in tensors)
-        return Executed(tensors, started, time.perf_counter_ns())
+        return Executed(tensors, started_ns, time.perf_counter_ns())
+
+    def _share(self, op: pb.Op) -> float:
+        """This operation's part of its pass's paced time (none for the bookkeeping ops)."""
+        if op.code == pb.SET_TENSOR:
+            self._positions = int(op.args[0])
+        elif op.code == pb.ARGMAX:
+            self._positions = 1  # the chained pass after it feeds one token
+        if self.pacer is None or op.code in (pb.KV_TRIM, pb.ARGMAX):
+            return 0.0
+        return self.pacer.curve.pass_s(self._positions) / self.ops_per_pass
+
+    def _pace(self, started: float, paced_s: float, ended: int) -> None:
+        assert self.pacer is not None
+        overran = self.pacer.hold(started, paced_s)
+        self._pass_real_s += time.perf_counter() - started
+        self._pass_paced_s += paced_s
+        self._pass_overran |= overran
+        for _ in range(ended):
+            self.pacer.record(self._pass_real_s, self._pass_paced_s, self._pass_overran)
+            self.paced_passes += 1
+            self.pace_overruns += self._pass_overran
+            self._pass_real_s = self._pass_paced_s = 0.0
+            self._pass_overran = False
 
     # Handles.
 

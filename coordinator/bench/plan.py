@@ -63,6 +63,15 @@ def wire_backend(backend: str) -> str:
     return BACKEND_STREAM if backend in (BACKEND_PRESPEC, BACKEND_PRESPEC_READY) else backend
 
 
+def worker_label(worker: RemoteWorker) -> str:
+    """How rows name a worker: its label, and, if its compute is paced, the machine it emulates."""
+    hello = worker.connection.hello
+    label = hello.identity.label or worker.name
+    if hello.HasField("pace"):
+        label += f" [paced {hello.pace.profile}:{hello.pace.machine}]"
+    return label
+
+
 def plan_rows(
     workers: list[RemoteWorker],
     backends: list[str],
@@ -75,7 +84,7 @@ def plan_rows(
     if with_local:
         rows.append(RowSpec("local SD", "local"))
     for worker in workers:
-        label = worker.connection.hello.identity.label or worker.name
+        label = worker_label(worker)
         for backend in backends:
             if backend == BACKEND_PER_OP:
                 rows += [
@@ -89,9 +98,10 @@ def plan_rows(
             else:
                 rows.append(RowSpec(f"{backend} → {label}", "remote", backend, "", worker.name))
     if len(workers) >= 2:
+        paced = " [paced]" if any(w.connection.hello.HasField("pace") for w in workers) else ""
         rows += [
             RowSpec(
-                f"{BACKEND_PRESPEC} ×{len(workers)} ({mode})",
+                f"{BACKEND_PRESPEC} ×{len(workers)} ({mode}){paced}",
                 "remote",
                 BACKEND_STREAM,
                 "",

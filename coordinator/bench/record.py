@@ -75,6 +75,7 @@ def run_record(run: Run) -> dict[str, Any]:
         "worker_identity": run.identity,
         "worker_losses": run.worker_losses,
         "k_transitions": [asdict(t) for t in result.transitions],
+        "pace": run.pace,
     }
 
 
@@ -101,6 +102,7 @@ def row_record(s: RowSummary) -> dict[str, Any]:
         "worker_losses": s.worker_losses,
         "k_transitions": s.k_transitions,
         "drafting": asdict(s.drafting) if s.drafting is not None else None,
+        "pace": None if s.pace is None else {**asdict(s.pace), "held": s.pace.held},
     }
 
 
@@ -117,8 +119,22 @@ def worker_record(worker: RemoteWorker, peak_rss: int) -> dict[str, Any]:
         },
         "backends": list(hello.backends),
         "local_draft_tok_s": hello.draft_tokens_per_second,
+        "pace": pace_of_hello(hello),
         "probe_tcp": [asdict(s) for s in worker.probe],
         "peak_rss_bytes": peak_rss,
+    }
+
+
+def pace_of_hello(hello: Any) -> dict[str, Any] | None:
+    """A paced worker's Pace message as plain data (None for a worker at its own speed)."""
+    if not hello.HasField("pace"):
+        return None
+    p = hello.pace
+    return {
+        "profile": p.profile,
+        "machine": p.machine,
+        "machine_name": p.machine_name,
+        "draft_tok_s": p.draft_tokens_per_second,
     }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from coordinator.bench.pacing import pace_lines
 from coordinator.bench.summary import RowSummary
 
 Table = tuple[list[str], list[list[str]]]
@@ -32,7 +33,7 @@ def _lossless(s: RowSummary) -> str:
 
 
 def throughput_table(rows: Sequence[RowSummary]) -> Table:
-    """The paper's Table 11 layout, extended."""
+    """The paper's Table 11 layout, extended (with a Pace column when any row is paced)."""
     head = [
         "Draft backend",
         "Avg TPS",
@@ -62,6 +63,10 @@ def throughput_table(rows: Sequence[RowSummary]) -> Table:
         ]
         for s in rows
     ]
+    if any(s.pace is not None for s in rows):
+        head.append("Pace")
+        for s, line in zip(rows, body, strict=True):
+            line.append("–" if s.pace is None else ("held" if s.pace.held else "NOT HELD"))
     return head, body
 
 
@@ -94,6 +99,8 @@ def proof_lines(rows: Sequence[RowSummary]) -> list[str]:
         else:
             counts = _counts(c)
         verdict = "verified" if s.verified and ident.get("session_identities_match") else "NOT VERIFIED"
+        if s.pace is not None and s.pace.workers:
+            verdict += "; paced " + ", ".join(f"{n}: {t.text()}" for n, t in s.pace.workers.items())
         if s.worker_losses:
             verdict += f"; {s.worker_losses} worker loss(es), see the JSON"
         lines.append(
@@ -191,8 +198,9 @@ def report_sections(
     rows: Sequence[RowSummary], coordinator_rss: int, worker_rss: dict[str, int], settings: dict[str, Any]
 ) -> list[tuple[str, Table | list[str]]]:
     """The report as titled sections: tables, or lines of text."""
+    paced = f" (paced as {settings['pace']})" if settings.get("pace") else ""
     title = (
-        f"Table 1. Speculative decoding, target {settings['target']}, k = {settings['k']}, "
+        f"Table 1. Speculative decoding, target {settings['target']}{paced}, k = {settings['k']}, "
         f"{settings['max_tokens']} tokens, T = {settings['temperature']}, {settings['prompts']} prompts × "
         f"{settings['repeats']} repeats (decode tok/s: median over repeats, mean over prompts)"
     )
@@ -200,6 +208,7 @@ def report_sections(
         (title, throughput_table(rows)),
         ("† effective draft tok/s including transport (drafts over the engine's wait for them)", []),
         ("Proof of remote execution", proof_lines(rows)),
+        *_pace_section(rows, settings),
         (
             "Table 2. Where drafting time goes, per draft token (and per generated token)",
             attribution_table(rows),
@@ -212,6 +221,17 @@ def report_sections(
         ),
         *fallback_section(rows),
     ]
+
+
+def _pace_section(
+    rows: Sequence[RowSummary], settings: dict[str, Any]
+) -> list[tuple[str, Table | list[str]]]:
+    lines = pace_lines(rows)
+    if not lines:
+        return []
+    machine = settings.get("pace")
+    who = f"the coordinator emulates {machine}" if machine else "the coordinator computes at its own speed"
+    return [(f"Paced compute ({who}; emulated machines, not real ones): passes held, overruns", lines)]
 
 
 def critical_path_table(rows: Sequence[RowSummary]) -> Table:

@@ -25,8 +25,10 @@ from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.multi import MultiWorkerDraftSource
 from coordinator.drafting.stream import StreamDraftSource
+from coordinator.pacing import CoordinatorPace
 from coordinator.prompts import Prompt
 from coordinator.runtime import Runtime
+from specwire.pace import PaceCounts
 from specwire.sampling import SamplingParams
 
 
@@ -43,6 +45,7 @@ class Run:
     verified: bool = True
     identity: dict[str, Any] = field(default_factory=dict)
     worker_losses: list[dict[str, Any]] = field(default_factory=list)
+    pace: dict[str, dict[str, float]] = field(default_factory=dict)  # the coordinator's pacers, by role
 
 
 @dataclass
@@ -105,6 +108,7 @@ def verify(
             "client_draft_tokens": drafted,
             "worker_draft_tokens": w.draft_tokens,
             "worker_forward_passes": w.forward_passes,
+            **_paced(w),
         }
         served = [r.draft.speculation for r in result.rounds if r.draft.calls]
         if source.prespec is not None:
@@ -136,6 +140,7 @@ def verify(
             "worker_ops": w.ops,
             "worker_messages_received": w.messages_received,
             "worker_tensor_bytes": w.tensor_bytes,
+            **_paced(w),
         }
         ok = c.calls == w.graphs and c.ops == w.ops and w.messages_received == c.calls + 1
         ident = source.connection.hello.identity
@@ -147,6 +152,13 @@ def verify(
     return ok, counters, identity
 
 
+def _paced(counters: Any) -> dict[str, int]:
+    """A paced worker's pass and overrun counts of one session (nothing for an unpaced one)."""
+    if not counters.paced_passes:
+        return {}
+    return {"worker_paced_passes": counters.paced_passes, "worker_pace_overruns": counters.pace_overruns}
+
+
 async def run_bench(
     runtime: Runtime,
     rows: list[RowSpec],
@@ -155,8 +167,12 @@ async def run_bench(
     repeats: int,
     settings: Settings,
     sources: DraftSources,
+    pace: CoordinatorPace | None = None,
 ) -> list[Run]:
-    """Run every row (drafting with ``drafts[row]``) on every prompt, ``repeats`` times, interleaved."""
+    """Run every row (drafting with ``drafts[row]``) on every prompt, ``repeats`` times, interleaved.
+
+    With ``pace``, each run records what the coordinator's pacers counted during it.
+    """
     target = sources.target
     runs: list[Run] = []
     with Progress(repeats * len(prompts) * len(rows)) as progress:
@@ -167,10 +183,18 @@ async def run_bench(
                     source = await sources.open(drafts[r])
                     decoder = SpeculativeDecoder(target, source, settings.fallback, settings.adaptive_k)
                     k = settings.k if source is not None else 0
+                    before = pace.snapshot() if pace is not None else {}
                     result = await runtime.compute.run(
                         decoder.generate, ids, max_tokens=settings.max_tokens, k=k, params=settings.params
                     )
+                    paced = {} if pace is None else _since(pace.snapshot(), before)
                     ok, counters, identity = verify(source, result)
                     losses = [asdict(loss) for loss in getattr(source, "losses", [])]
-                    runs.append(Run(r, p, prompt.category, repeat, result, counters, ok, identity, losses))
+                    runs.append(
+                        Run(r, p, prompt.category, repeat, result, counters, ok, identity, losses, paced)
+                    )
     return runs
+
+
+def _since(now: dict[str, PaceCounts], before: dict[str, PaceCounts]) -> dict[str, dict[str, float]]:
+    return {role: asdict(counts.since(before[role])) for role, counts in now.items()}

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.attribution import EXCLUDED_KINDS, Attribution, attribute
+from coordinator.bench.pacing import PaceFigures, pace_figures
 from coordinator.bench.plan import RemoteWorker, RowSpec
 from coordinator.bench.runner import Run
 
@@ -48,6 +49,7 @@ class RowSummary:
     worker_losses: int = 0
     k_transitions: int = 0
     drafting: DraftingFigures | None = None
+    pace: PaceFigures | None = None
 
 
 @dataclass(frozen=True)
@@ -187,10 +189,12 @@ def summarize_row(
         k_transitions=sum(len(run.result.transitions) for run in runs),
         drafting=drafting_figures(runs),
     )
+    counters = _sum_counters(runs)
+    summary.pace = pace_figures(runs, counters, spec.worker, bool(spec.multi))
     if worker is not None:
         summary.local_draft_tps = worker.connection.hello.draft_tokens_per_second
         summary.verified = all(run.verified for run in runs)
-        summary.counters = _sum_counters(runs)
+        summary.counters = counters
         summary.identity = {
             **worker.connection.identity(),
             "session_identities_match": _same_process(runs, workers),

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from coordinator.bench.pacing import NOT_HELD
 from coordinator.bench.plan import (
     BACKEND_PRESPEC,
     BACKEND_PRESPEC_READY,
@@ -36,9 +37,11 @@ from coordinator.commands.options import (
     add_credential_arguments,
     add_fallback_arguments,
     add_interface_argument,
+    add_pace_argument,
     add_prespec_arguments,
     add_worker_loss_arguments,
     fallback_settings,
+    pace_of,
     prespec_request,
     worker_access,
 )
@@ -108,6 +111,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fallback_arguments(p)
     add_adaptive_k_argument(p)
     add_prespec_arguments(p)
+    add_pace_argument(p)
+    p.add_argument(
+        "--allow-overruns",
+        action="store_true",
+        help="with paced compute: report a row whose pace was not held instead of failing the bench",
+    )
     p.add_argument(
         "--multi-worker",
         nargs="?",
@@ -134,6 +143,7 @@ def checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if set(modes) - set(MODES):
         raise InvalidArgumentError(f"--multi-worker {args.multi_worker!r}: use split, race, or split,race")
     fallback_settings(args)  # refuses --fallback with --adaptive-k
+    pace_of(args)  # a bad --pace is refused before any model loads
     if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32:
         raise InvalidArgumentError("--repeats and --max-tokens must be >= 1, and --k within 1..32")
     return backends, granularities
@@ -166,7 +176,7 @@ class Measured:
 async def _bench(args: argparse.Namespace, backends: list[str], granularities: list[str]) -> int:
     measured = await measure(args, backends, granularities)
     _write(args, measured)
-    return _verdict(measured.summaries)
+    return _verdict(measured.summaries, args.allow_overruns)
 
 
 async def measure(
@@ -179,9 +189,12 @@ async def measure(
     remote = DraftSpec(
         "remote", prespec=prespec_request(args), on_loss=args.on_worker_loss, fallback_draft=local
     )
+    pace = pace_of(args)
     async with coordinator_runtime() as runtime:
         target = await runtime.compute.run(load_model, args.target)
-        async with DraftSources(runtime, target, access) as sources:
+        if pace is not None:
+            target = pace.target_model(target)
+        async with DraftSources(runtime, target, access, pace) as sources:
             if local:
                 await sources.local_model(local)
             selectors = [s.strip() for s in args.workers.split(",") if s.strip()]
@@ -210,7 +223,7 @@ async def measure(
             print(
                 f"bench: warm-up {warmup_s:.2f} s (every pass a round uses, before any row)", file=sys.stderr
             )
-            runs = await run_bench(runtime, rows, drafts, prompts, args.repeats, run_settings, sources)
+            runs = await run_bench(runtime, rows, drafts, prompts, args.repeats, run_settings, sources, pace)
             worker_rss = {
                 w.name: (await refresh_hello(w.connection)).counters.peak_rss_bytes for w in workers
             }
@@ -218,6 +231,7 @@ async def measure(
     settings = _settings(args, backends, granularities, prompts)
     settings["chat_template"] = settings["chat_template"] and raw_prompt is None
     settings["warmup_s"] = warmup_s
+    settings["pace"] = pace.label if pace is not None else None
     return Measured(summaries, settings, runs, workers, worker_rss, peak_rss_bytes())
 
 
@@ -254,8 +268,8 @@ def _write(args: argparse.Namespace, measured: Measured) -> None:
         write_plot(measured.summaries, args.plot)
 
 
-def _verdict(summaries: list[RowSummary]) -> int:
-    """Exit code: a lossless mismatch or an unverified remote row is an error."""
+def _verdict(summaries: list[RowSummary], allow_overruns: bool = False) -> int:
+    """Exit code: a lossless mismatch, an unverified remote row or (unless allowed) a pace not held."""
     broken = [s for s in summaries if s.lossless is False]
     unverified = [
         s
@@ -264,6 +278,12 @@ def _verdict(summaries: list[RowSummary]) -> int:
     ]
     problems = [f"{s.spec.label}: output differs from AR ({'; '.join(s.mismatches[:3])})" for s in broken]
     problems += [f"{s.spec.label}: worker counters or identity do not match the client's" for s in unverified]
+    if not allow_overruns:
+        problems += [
+            f"{s.spec.label}: {NOT_HELD} (--allow-overruns reports it instead)"
+            for s in summaries
+            if s.pace is not None and not s.pace.held
+        ]
     if problems:
         raise BenchFailure("; ".join(problems))
     return 0

@@ -14,9 +14,11 @@ import numpy as np
 from coordinator.commands.options import (
     add_adaptive_k_argument,
     add_fallback_arguments,
+    add_pace_argument,
     add_worker_arguments,
     draft_spec,
     fallback_settings,
+    pace_of,
     worker_access,
 )
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
@@ -25,11 +27,13 @@ from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.provenance import drafted_by
+from coordinator.pacing import CoordinatorPace
 from coordinator.prompts import encode_prompt
 from coordinator.runtime import Runtime, coordinator_runtime
 from coordinator.strict_json import strict_json
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel, load_model
+from specwire.pace import PaceCounts
 from specwire.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
 
 NAME = "generate"
@@ -68,6 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_worker_arguments(p)
     add_fallback_arguments(p)
     add_adaptive_k_argument(p)
+    add_pace_argument(p)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -116,11 +121,25 @@ def stats_line(stats: dict[str, Any]) -> str:
     """One human-readable line of stats."""
     acc = stats["acceptance_rate"]
     acc_text = "n/a (no drafts)" if acc != acc else f"{acc:.1%}"
+    pace = stats.get("pace")
+    paced = ""
+    if pace:
+        overruns = sum(c["overruns"] for c in pace["roles"].values())
+        paced = f", PACED as {pace['machine']} ({overruns} overruns)"
     return (
         f"[specwire] {stats['tokens']} tokens, {stats['decode_tok_s']:.2f} tok/s, "
         f"acceptance {acc_text} (k={stats['k']}), TTFT {stats['ttft_s']:.3f} s, "
-        f"finish={stats['finish_reason']}"
+        f"finish={stats['finish_reason']}{paced}"
     )
+
+
+def pace_stats(pace: CoordinatorPace, before: dict[str, PaceCounts]) -> dict[str, Any]:
+    """What the coordinator's pacers counted since ``before``, by role."""
+    now = pace.snapshot()
+    return {
+        "machine": pace.label,
+        "roles": {role: asdict(counts.since(before[role])) for role, counts in now.items()},
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,15 +148,21 @@ def run(args: argparse.Namespace) -> int:
     if args.max_tokens < 1:
         raise InvalidArgumentError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     text = read_prompt(args)
-    return anyio.run(_generate, args, params, text)
+    pace = pace_of(args)
+    return anyio.run(_generate, args, params, text, pace)
 
 
-async def _generate(args: argparse.Namespace, params: SamplingParams, text: str) -> int:
+async def _generate(
+    args: argparse.Namespace, params: SamplingParams, text: str, pace: CoordinatorPace | None
+) -> int:
     spec = draft_spec(args)
     async with coordinator_runtime() as runtime:
         target = await runtime.compute.run(load_model, args.target)
-        async with DraftSources(runtime, target, worker_access(args)) as sources:
-            return await _generate_with(args, params, text, runtime, target, await sources.open(spec))
+        if pace is not None:
+            target = pace.target_model(target)
+        async with DraftSources(runtime, target, worker_access(args), pace) as sources:
+            source = await sources.open(spec)
+            return await _generate_with(args, params, text, runtime, target, source, pace)
 
 
 async def _generate_with(
@@ -147,6 +172,7 @@ async def _generate_with(
     runtime: Runtime,
     target: LoadedModel,
     source: DraftSource | None,
+    pace: CoordinatorPace | None = None,
 ) -> int:
     """Generate with ``source`` and print the text (streamed) or JSON, and the stats."""
     prompt = encode_prompt(target, text, args.chat)
@@ -162,6 +188,7 @@ async def _generate_with(
     warmup_s = await runtime.compute.run(decoder.warm_up, k, params, local)
     if not args.json:
         print(f"[specwire] warm-up: {warmup_s:.2f} s (kernels of every pass a round uses)", file=sys.stderr)
+    before = pace.snapshot() if pace is not None else {}
     result = await runtime.compute.run(
         decoder.generate,
         prompt,
@@ -171,6 +198,8 @@ async def _generate_with(
         on_tokens=None if args.json else stream,
     )
     stats = {**stats_of(result, k), **drafted_by(source), "warmup_s": warmup_s}
+    if pace is not None:
+        stats["pace"] = pace_stats(pace, before)
     if result.transitions:
         stats["k_transitions"] = [asdict(t) for t in result.transitions]
     if args.json:

@@ -16,9 +16,11 @@ from coordinator.drafting.failover import POLICIES
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.multi import DEFAULT_MODE, MODES
 from coordinator.drafting.stream import ROUND_TIMEOUT_S
+from coordinator.pacing import CoordinatorPace
 from coordinator.workers.credentials import Credentials
 from specwire.bonjour import mdns_interfaces
 from specwire.errors import InvalidArgumentError
+from specwire.pace import parse_pace
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 from specwire.speculation import ALLOCATIONS
 from specwire.v1 import draft_pb2 as pb
@@ -132,6 +134,23 @@ def add_fallback_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--probe-after", type=int, default=32, help="autoregressive rounds before drafting is tried again"
     )
+
+
+def add_pace_argument(p: argparse.ArgumentParser) -> None:
+    """The --pace flag: emulate one machine of a hardware profile."""
+    p.add_argument(
+        "--pace",
+        metavar="PROFILE:MACHINE",
+        help="emulate the target machine of a hardware profile: every target (and local draft) pass runs "
+        "for real and is held until that machine would be done (such as paper:m2-ultra; PROFILE is "
+        "'paper' or a JSON file)",
+    )
+
+
+def pace_of(args: argparse.Namespace) -> CoordinatorPace | None:
+    """The machine ``--pace`` names (checked before any model loads), or None."""
+    text = getattr(args, "pace", None)
+    return CoordinatorPace.of(parse_pace(text)) if text else None
 
 
 def add_adaptive_k_argument(p: argparse.ArgumentParser) -> None:

@@ -26,6 +26,7 @@ from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.multi import MODES, MultiWorkerDraftSource
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
+from coordinator.pacing import CoordinatorPace
 from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
 from coordinator.workers.credentials import Credentials
@@ -119,10 +120,17 @@ class WorkerAccess:
 class DraftSources:
     """Opens draft sources for one target; owns the worker connections and local models it made."""
 
-    def __init__(self, runtime: Runtime, target: LoadedModel, access: WorkerAccess) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        target: LoadedModel,
+        access: WorkerAccess,
+        pace: CoordinatorPace | None = None,
+    ) -> None:
         self.runtime = runtime
         self.target = target
         self.access = access
+        self.pace = pace  # local draft models are paced as this machine's
         self.connections: dict[str, WorkerConnection] = {}
         self._replacements: list[WorkerConnection] = []  # opened after a loss, never shared
         self._models: dict[str, LoadedModel] = {}
@@ -212,7 +220,7 @@ class DraftSources:
         if spec not in self._models:
             model = load_model(spec)
             ensure_same_vocabulary(self.target.fingerprint, model.fingerprint, self.target.spec, model.spec)
-            self._models[spec] = model
+            self._models[spec] = self.pace.draft_model(model) if self.pace is not None else model
         return self._models[spec]
 
     # The builders: the only place remote draft sources are constructed.

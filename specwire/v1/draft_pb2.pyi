@@ -92,7 +92,7 @@ class ModelInfo(_message.Message):
     def __init__(self, spec: _Optional[str] = ..., fingerprint: _Optional[str] = ..., precision: _Optional[str] = ..., vocab_size: _Optional[int] = ..., context_length: _Optional[int] = ..., config_msgpack: _Optional[bytes] = ...) -> None: ...
 
 class WorkerCounters(_message.Message):
-    __slots__ = ("sessions_opened", "sessions_active", "forward_passes", "draft_tokens", "peak_rss_bytes", "rss_bytes", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes")
+    __slots__ = ("sessions_opened", "sessions_active", "forward_passes", "draft_tokens", "peak_rss_bytes", "rss_bytes", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes", "paced_passes", "pace_overruns")
     SESSIONS_OPENED_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
     FORWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,8 @@ class WorkerCounters(_message.Message):
     PRESPEC_PARTIAL_FIELD_NUMBER: _ClassVar[int]
     PRESPEC_MISSES_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_PASSES_FIELD_NUMBER: _ClassVar[int]
+    PACED_PASSES_FIELD_NUMBER: _ClassVar[int]
+    PACE_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
     sessions_opened: int
     sessions_active: int
     forward_passes: int
@@ -113,10 +115,24 @@ class WorkerCounters(_message.Message):
     prespec_partial: int
     prespec_misses: int
     speculative_passes: int
-    def __init__(self, sessions_opened: _Optional[int] = ..., sessions_active: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., peak_rss_bytes: _Optional[int] = ..., rss_bytes: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ...) -> None: ...
+    paced_passes: int
+    pace_overruns: int
+    def __init__(self, sessions_opened: _Optional[int] = ..., sessions_active: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., peak_rss_bytes: _Optional[int] = ..., rss_bytes: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ...) -> None: ...
+
+class Pace(_message.Message):
+    __slots__ = ("profile", "machine", "machine_name", "draft_tokens_per_second")
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_NAME_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    profile: str
+    machine: str
+    machine_name: str
+    draft_tokens_per_second: float
+    def __init__(self, profile: _Optional[str] = ..., machine: _Optional[str] = ..., machine_name: _Optional[str] = ..., draft_tokens_per_second: _Optional[float] = ...) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port", "auth_proof")
+    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port", "auth_proof", "pace")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +142,7 @@ class HelloReply(_message.Message):
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     ECHO_PORT_FIELD_NUMBER: _ClassVar[int]
     AUTH_PROOF_FIELD_NUMBER: _ClassVar[int]
+    PACE_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     identity: WorkerIdentity
     model: ModelInfo
@@ -135,7 +152,8 @@ class HelloReply(_message.Message):
     counters: WorkerCounters
     echo_port: int
     auth_proof: str
-    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ..., echo_port: _Optional[int] = ..., auth_proof: _Optional[str] = ...) -> None: ...
+    pace: Pace
+    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ..., echo_port: _Optional[int] = ..., auth_proof: _Optional[str] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "draft_top_k", "seed")
@@ -244,7 +262,7 @@ class ServerTiming(_message.Message):
     def __init__(self, deserialize_ns: _Optional[int] = ..., receive_to_start_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., compute_to_reply_ns: _Optional[int] = ..., serialize_ns: _Optional[int] = ..., previous_send_ns: _Optional[int] = ..., arrived_at_ns: _Optional[int] = ..., encoded_at_ns: _Optional[int] = ...) -> None: ...
 
 class SessionCounters(_message.Message):
-    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes")
+    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes", "paced_passes", "pace_overruns")
     MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
@@ -254,6 +272,8 @@ class SessionCounters(_message.Message):
     PRESPEC_PARTIAL_FIELD_NUMBER: _ClassVar[int]
     PRESPEC_MISSES_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_PASSES_FIELD_NUMBER: _ClassVar[int]
+    PACED_PASSES_FIELD_NUMBER: _ClassVar[int]
+    PACE_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
     messages_received: int
     messages_sent: int
     rounds: int
@@ -263,7 +283,9 @@ class SessionCounters(_message.Message):
     prespec_partial: int
     prespec_misses: int
     speculative_passes: int
-    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ...) -> None: ...
+    paced_passes: int
+    pace_overruns: int
+    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ...) -> None: ...
 
 class Speculation(_message.Message):
     __slots__ = ("outcome", "saved_ns", "speculative_passes", "branches")
@@ -354,18 +376,22 @@ class Graph(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ...) -> None: ...
 
 class TensorCounters(_message.Message):
-    __slots__ = ("messages_received", "messages_sent", "graphs", "ops", "tensor_bytes")
+    __slots__ = ("messages_received", "messages_sent", "graphs", "ops", "tensor_bytes", "paced_passes", "pace_overruns")
     MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
     GRAPHS_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     TENSOR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PACED_PASSES_FIELD_NUMBER: _ClassVar[int]
+    PACE_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
     messages_received: int
     messages_sent: int
     graphs: int
     ops: int
     tensor_bytes: int
-    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., graphs: _Optional[int] = ..., ops: _Optional[int] = ..., tensor_bytes: _Optional[int] = ...) -> None: ...
+    paced_passes: int
+    pace_overruns: int
+    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., graphs: _Optional[int] = ..., ops: _Optional[int] = ..., tensor_bytes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ...) -> None: ...
 
 class GraphResult(_message.Message):
     __slots__ = ("seq", "tensors", "timing", "counters")

@@ -23,8 +23,6 @@ from specwire.errors import UnsupportedModelError
 from specwire.v1 import draft_pb2 as pb
 
 TAG_SHIFT = 32
-OPS_PER_BLOCK = 17
-OPS_OUTSIDE_BLOCKS = 5
 
 
 class Slot(IntEnum):
@@ -74,11 +72,6 @@ class LlamaShape:
             kv_heads=int(config.get("num_key_value_heads") or heads),
             tied=bool(config.get("tie_word_embeddings", True)),
         )
-
-
-def ops_per_forward(layers: int) -> int:
-    """Operations in one forward pass of a llama model with ``layers`` blocks."""
-    return OPS_PER_BLOCK * layers + OPS_OUTSIDE_BLOCKS
 
 
 class ForwardGraph:

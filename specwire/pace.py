@@ -1,0 +1,190 @@
+"""Paced compute: every forward pass runs for real, then is held until a profiled Mac would be done.
+
+``--pace PROFILE:MACHINE`` (``worker serve``, and the coordinator's commands
+that compute) makes this process one machine of a hardware profile
+(``specwire.profile``): each forward pass computes its real logits and
+tokens, and the thread that computes is then held until the profile's time
+for a pass of that shape has passed (``PassCurve.pass_s``: positions and
+sequences). The device is busy exactly as long as that machine's GPU would
+be, and everything around it (threads, sessions, protocol, network) is real.
+
+A pass whose real compute takes longer than its paced time is an overrun:
+it cannot be held back to the profile, so the emulation is slower than the
+Mac there. Every ``Pacer`` counts its passes and overruns; the bench shows
+them and refuses a row where more than ``MAX_OVERRUN_SHARE`` of the passes
+overran ("pace not held").
+
+Holding sleeps until just before the deadline (the sleep's measured
+overshoot is learnt and subtracted) and spins the rest, so a pass ends within
+tens of microseconds of its paced time without burning a core for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import mlx.core as mx
+
+from specwire.errors import InvalidArgumentError
+from specwire.models import LoadedModel
+from specwire.profile import Machine, PassCurve, Profile, load_profile
+
+MAX_OVERRUN_SHARE = 0.01
+ROUND_POSITIONS = 33  # the most positions a round's pass has: k + 1 at the protocol's largest k
+_OVERSHOOT_WEIGHT = 0.1  # of the newest sample, in the running estimate of the sleep's overshoot
+
+
+@dataclass
+class PaceCounts:
+    """A pacer's tally: passes held, passes that overran, and their real and paced seconds."""
+
+    passes: int = 0
+    overruns: int = 0
+    real_s: float = 0.0
+    paced_s: float = 0.0
+    worst_overrun_s: float = 0.0
+
+    def since(self, earlier: PaceCounts) -> PaceCounts:
+        """What was counted after ``earlier`` (a copy taken before)."""
+        return PaceCounts(
+            self.passes - earlier.passes,
+            self.overruns - earlier.overruns,
+            self.real_s - earlier.real_s,
+            self.paced_s - earlier.paced_s,
+            self.worst_overrun_s,
+        )
+
+
+class Pacer:
+    """Holds the passes of one model on one machine to that machine's curve, and counts them."""
+
+    def __init__(self, curve: PassCurve, label: str) -> None:
+        self.curve = curve
+        self.label = label
+        self.counts = PaceCounts()
+        self._overshoot_s = 1e-4
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> PaceCounts:
+        """A copy of the counts now."""
+        with self._lock:
+            return replace(self.counts)
+
+    def hold(self, started: float, paced_s: float) -> bool:
+        """Wait until ``started + paced_s`` (``time.perf_counter`` seconds); True if that had passed."""
+        now = time.perf_counter()
+        deadline = started + paced_s
+        if now >= deadline:
+            return now > deadline
+        sleep_s = deadline - now - self._overshoot_s
+        if sleep_s > 0:
+            time.sleep(sleep_s)
+            woke = time.perf_counter()
+            late = woke - (now + sleep_s)
+            self._overshoot_s += _OVERSHOOT_WEIGHT * (late - self._overshoot_s)
+        while time.perf_counter() < deadline:
+            pass
+        return False
+
+    def record(self, real_s: float, paced_s: float, overran: bool) -> None:
+        """Count one pass."""
+        with self._lock:
+            c = self.counts
+            c.passes += 1
+            c.real_s += real_s
+            c.paced_s += paced_s
+            if overran:
+                c.overruns += 1
+                c.worst_overrun_s = max(c.worst_overrun_s, real_s - paced_s)
+
+    def run_pass(self, started: float, positions: int, sequences: int = 1) -> None:
+        """Hold a pass that began at ``started`` and has just computed, then count it."""
+        paced = self.curve.pass_s(positions, sequences)
+        real = time.perf_counter() - started
+        self.record(real, paced, self.hold(started, paced))
+
+
+class PacedModel:
+    """An mlx-lm model whose every call computes for real, then is held to its pacer's time.
+
+    Attributes other than the call (``layers``, ``make_cache``, ``model``, ...)
+    are the wrapped model's, so mlx-lm's helpers and the per-op executor see it
+    as they see the model itself.
+    """
+
+    def __init__(self, model: Any, pacer: Pacer) -> None:
+        self.inner = model
+        self.pacer = pacer
+
+    def __call__(self, inputs: mx.array, cache: Any = None, **kwargs: Any) -> mx.array:
+        started = time.perf_counter()
+        out = self.inner(inputs, cache=cache, **kwargs)
+        # The pass's work is done inside its paced time: the cache it extends, and the logits of a
+        # pass the size of a round (a draft, a verification); a prefill's are left lazy, as its
+        # caller never reads them.
+        sequences, positions = inputs.shape[0], inputs.shape[1]
+        mx.eval(*_arrays(cache), *([out] if positions <= ROUND_POSITIONS else []))
+        self.pacer.run_pass(started, positions, sequences)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _arrays(tree: Any) -> list[mx.array]:
+    """The arrays in a cache (a list of layer caches, whose ``state`` nests arrays, lists and None)."""
+    if isinstance(tree, mx.array):
+        return [tree]
+    if isinstance(tree, (list, tuple)):
+        return [a for item in tree for a in _arrays(item)]
+    state = getattr(tree, "state", None)
+    return _arrays(state) if state is not None else []
+
+
+@dataclass(frozen=True)
+class Pace:
+    """One machine of a profile, to be emulated by this process."""
+
+    profile: Profile
+    machine: Machine
+
+    @property
+    def label(self) -> str:
+        """``PROFILE:MACHINE`` as ``--pace`` names it, such as ``paper:m1-max``."""
+        return f"{self.profile.name}:{self.machine.key}"
+
+    def draft_curve(self) -> PassCurve:
+        """The draft model's curve on this machine, or a clear error."""
+        if self.machine.draft is None:
+            raise InvalidArgumentError(
+                f"--pace {self.label}: the profile gives no draft-model speed for {self.machine.name}"
+            )
+        return self.machine.draft
+
+    def target_curve(self) -> PassCurve:
+        """The target model's curve on this machine, or a clear error."""
+        if self.machine.target is None:
+            raise InvalidArgumentError(
+                f"--pace {self.label}: {self.machine.name} is a drafting machine of profile "
+                f"{self.profile.name}; the target runs on {self.profile.target_machine.key}"
+            )
+        return self.machine.target
+
+
+def parse_pace(text: str) -> Pace:
+    """``PROFILE:MACHINE`` (``paper:m1-max``, or ``my-macs.json:m1-max``), or a clear error."""
+    name, sep, machine = text.rpartition(":")
+    if not sep or not name or not machine:
+        raise InvalidArgumentError(
+            f"--pace {text!r}: expected PROFILE:MACHINE, such as paper:m1-max (PROFILE: paper or a file)"
+        )
+    profile = load_profile(name)
+    return Pace(profile, profile.machine(machine))
+
+
+def pace_model(model: LoadedModel, pacer: Pacer) -> LoadedModel:
+    """``model`` with every forward pass held by ``pacer``."""
+    return replace(model, model=PacedModel(model.model, pacer))  # type: ignore[arg-type]
