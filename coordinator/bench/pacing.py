@@ -47,6 +47,14 @@ class PaceFigures:
         """Every side held its pace."""
         return all(t.held for t in [*self.coordinator.values(), *self.workers.values()])
 
+    def why_not_held(self) -> str:
+        """Which sides overran, and by how much: ``9 of 9 coordinator target passes overran``."""
+        sides = [(f"coordinator {role}", t) for role, t in self.coordinator.items()]
+        sides += [(f"worker {name}", t) for name, t in self.workers.items()]
+        return "; ".join(
+            f"{t.overruns} of {t.passes} {side} passes overran" for side, t in sides if not t.held
+        )
+
 
 def pace_figures(
     runs: Sequence[Any], counters: dict[str, Any], worker: str, multi: bool

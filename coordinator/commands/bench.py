@@ -18,7 +18,6 @@ from typing import Any
 
 import anyio
 
-from coordinator.bench.pacing import NOT_HELD
 from coordinator.bench.plan import (
     BACKEND_PRESPEC,
     BACKEND_PRESPEC_READY,
@@ -280,7 +279,8 @@ def _verdict(summaries: list[RowSummary], allow_overruns: bool = False) -> int:
     problems += [f"{s.spec.label}: worker counters or identity do not match the client's" for s in unverified]
     if not allow_overruns:
         problems += [
-            f"{s.spec.label}: {NOT_HELD} (--allow-overruns reports it instead)"
+            f"{s.spec.label}: pace not held, {s.pace.why_not_held()} (this machine computes more slowly "
+            "than the one it emulates; --allow-overruns reports it instead)"
             for s in summaries
             if s.pace is not None and not s.pace.held
         ]

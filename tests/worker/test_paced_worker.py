@@ -1,0 +1,94 @@
+"""A worker paced as one of the paper's Macs: it says so everywhere, drafts what it would unpaced,
+and the bench counts its passes and refuses a pace its compute cannot hold."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.workers.connection import connect
+from specwire.models import LoadedModel
+from specwire.sampling import SamplingParams
+from tests.support.cli import run_cli
+from tests.support.credentials import credentials
+from tests.support.prompts import PROMPTS
+from tests.support.remote import generate_remote
+from tests.support.workers import WorkerProcess, running_worker, unique_name
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def paced_worker() -> Iterator[WorkerProcess]:
+    """A tiny worker emulating the paper's M1 Max (86.6 draft tok/s)."""
+    name = unique_name("paced-m1-max")
+    with running_worker(
+        "--model", "tiny", "--name", name, "--label", "M1 Max", "--pace", "paper:m1-max"
+    ) as w:
+        yield w
+
+
+async def test_a_paced_worker_says_so(paced_worker: WorkerProcess) -> None:
+    assert paced_worker.ready["pace"] == "paper:m1-max"
+    connection = await connect(paced_worker.address, credentials())
+    try:
+        pace = connection.hello.pace
+        assert (pace.profile, pace.machine, pace.machine_name) == ("paper", "m1-max", "M1 Max")
+        assert pace.draft_tokens_per_second == pytest.approx(86.6)
+        assert 60 < connection.hello.draft_tokens_per_second < 90  # measured through the pacing
+    finally:
+        await connection.close()
+    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "2", "--json")
+    mine = [w for w in json.loads(out.stdout)["workers"] if w["name"] == paced_worker.name]
+    assert len(mine) == 1 and mine[0]["pace"] == "paper:m1-max"
+
+
+async def test_a_paced_worker_drafts_what_an_unpaced_one_drafts(
+    paced_worker: WorkerProcess, tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    prompt = tiny.tokenizer.encode(PROMPTS[0])
+    for params in (SamplingParams(), SamplingParams(temperature=0.8, seed=2)):
+        (paced,) = await generate_remote(paced_worker.address, tiny, [prompt], 4, 16, params)
+        (plain,) = await generate_remote(tiny_worker.address, tiny, [prompt], 4, 16, params)
+        assert paced.result.tokens == plain.result.tokens
+        assert [r.draft.tokens for r in paced.result.rounds] == [r.draft.tokens for r in plain.result.rounds]
+        assert paced.worker_counters.paced_passes == paced.worker_counters.forward_passes > 0
+        assert plain.worker_counters.paced_passes == 0
+
+
+def test_the_bench_shows_paced_rows_and_refuses_a_pace_not_held(
+    paced_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    # A target machine 10,000 times faster than the tiny model can compute: every pass overruns.
+    fast = {"name": "impossible", "target_machine": "rocket", "target_tok_s": 1e7, "workers": {"x": 1e7}}
+    profile = tmp_path / "impossible.json"
+    profile.write_text(json.dumps({**fast, "mean_accepted": 1, "k": 4}))
+    common = ["--workers", paced_worker.address, "--target", "tiny", "--draft", "none", "--max-tokens", "8"]
+    common += [
+        "--backend",
+        "stream",
+        "--prompts",
+        str(_one_prompt(tmp_path)),
+        "--json",
+        str(tmp_path / "b.json"),
+    ]
+    out = run_cli("coordinator", "bench", *common, "--pace", f"{profile}:rocket")
+    error = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 1 and "Traceback" not in out.stderr and error.startswith("error: ")
+    assert "AR (target only): pace not held, " in error and " coordinator target passes overran" in error
+    assert "[paced paper:m1-max]" in out.stdout and "NOT HELD" in out.stdout
+    allowed = run_cli("coordinator", "bench", *common, "--pace", f"{profile}:rocket", "--allow-overruns")
+    assert allowed.returncode == 0, allowed.stderr
+    rows = {r["kind"]: r for r in json.loads((tmp_path / "b.json").read_text())["rows"]}
+    assert rows["ar"]["pace"]["held"] is False and rows["ar"]["pace"]["coordinator"]["target"]["overruns"] > 0
+    worker = rows["remote"]["pace"]["workers"]
+    assert list(worker) == [paced_worker.name] and worker[paced_worker.name]["passes"] > 0
+
+
+def _one_prompt(tmp_path: Path) -> Path:
+    path = tmp_path / "prompt.txt"
+    path.write_text("Say something.\n")
+    return path
