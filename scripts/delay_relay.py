@@ -12,6 +12,11 @@ chunk is due and spins the last half millisecond, so the added delay stays
 precise even where waking a sleeping thread is slow (an event loop's timers
 would round up to whole milliseconds).
 
+Two helpers measure what relaying itself costs, so a caller can take it off
+the delay (the LAN test bed does): ``--echo HOST:PORT`` also serves a plain
+TCP echo there, and ``--measure A,B`` (run alone) prints the median round
+trip of small messages echoed at each address, interleaved.
+
 SIGUSR1 turns it into a black hole (connections stay open, nothing passes,
 what arrives is dropped); SIGUSR2 lets traffic through again. It prints one
 JSON ready line with the listening ports, and runs until SIGINT or SIGTERM.
@@ -106,6 +111,14 @@ class Relay:
             threading.Thread(target=self.join, args=(client, target), daemon=True).start()
 
 
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT")
+    return host, int(port)
+
+
 def parse_map(text: str) -> tuple[tuple[str, int], tuple[str, int]]:
     """``LISTEN_HOST:PORT=TARGET_HOST:PORT``."""
     listen, _, target = text.partition("=")
@@ -116,7 +129,52 @@ def parse_map(text: str) -> tuple[tuple[str, int], tuple[str, int]]:
     return (lh, int(lp)), (th, int(tp))
 
 
+def echo_forever(listener: socket.socket) -> None:
+    """Echo every connection's bytes back, on a thread per connection."""
+
+    def serve(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while data := conn.recv(CHUNK):
+                conn.sendall(data)
+
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def median_rtts_ms(addresses: list[tuple[str, int]], rounds: int = 300, size: int = 64) -> list[float]:
+    """The median round trip of ``size``-byte echoes at each address, the addresses taken in turn."""
+    conns = [socket.create_connection(a, timeout=5) for a in addresses]
+    times: list[list[float]] = [[] for _ in conns]
+    try:
+        for conn in conns:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(rounds):
+            for conn, samples in zip(conns, times, strict=True):
+                started = time.perf_counter()
+                conn.sendall(b"x" * size)
+                got = 0
+                while got < size:
+                    got += len(conn.recv(CHUNK))
+                samples.append(time.perf_counter() - started)
+    finally:
+        for conn in conns:
+            conn.close()
+    return [sorted(s)[len(s) // 2] * 1e3 for s in times]
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.measure:
+        print(json.dumps({"rtt_p50_ms": median_rtts_ms(args.measure)}), flush=True)
+        return 0
+    if not args.map:
+        raise SystemExit("delay_relay: give --map (or --measure)")
+    for host, port in args.echo or []:
+        threading.Thread(target=echo_forever, args=(socket.create_server((host, port)),), daemon=True).start()
     relay = Relay(args.delay_ms / 1000.0)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -138,8 +196,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--map", type=parse_map, action="append", help="LISTEN:PORT=TARGET:PORT")
     parser.add_argument(
-        "--map", type=parse_map, action="append", required=True, help="LISTEN:PORT=TARGET:PORT"
+        "--echo", type=parse_address, action="append", help="also serve a TCP echo at HOST:PORT"
+    )
+    parser.add_argument(
+        "--measure",
+        type=lambda text: [parse_address(a) for a in text.split(",")],
+        help="A,B,...: print the median round trip of small echoes at each address, and exit",
     )
     parser.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay added in each direction")
     sys.exit(main(parser.parse_args()))

@@ -213,10 +213,15 @@ class Drafter:
 
     def distribution_after(self, sequence: Sequence[int], size: int) -> SparseDistribution:
         """The draft's ``size`` most probable next tokens after ``sequence`` (one pass, no sampling)."""
-        logits = np.array(self._forward(list(sequence)).astype(mx.float32))
+        row = self._forward(list(sequence))
         self.forward_passes += 1
         if self.params.greedy:
-            return _top(logits, size)
+            top = _top_on_device(row, size)
+            self._settle(*top)
+            return _ranked(*top)
+        row = row.astype(mx.float32)
+        self._settle(row)
+        logits = np.array(row)
         dist = draft_distribution(logits, self.params)
         return SparseDistribution(dist.ids[:size], dist.probs[:size])
 
@@ -231,11 +236,29 @@ class Drafter:
         return keep
 
     def _forward(self, sequence: list[int]) -> mx.array:
-        """Logits after ``sequence`` (lazy); the cache then holds all of it."""
+        """Logits after ``sequence`` (lazy: ``_settle`` what you derive from them); the cache holds it all."""
         keep = self._reuse(sequence)
-        logits = self.model(mx.array([sequence[keep:]]), cache=self.cache)[0, -1]
+        logits = self._pass(mx.array([sequence[keep:]]))[0, -1]
         self.cached.extend(sequence[keep:])
         return logits
+
+    def _pass(self, inputs: mx.array) -> mx.array:
+        """One forward pass (lazy); a paced model holds it only once ``_settle`` computed its results."""
+        if self._paced:
+            paced: Any = self.model  # specwire.pace.PacedModel
+            return paced(inputs, cache=self.cache, defer=True)
+        return self.model(inputs, cache=self.cache)
+
+    def _settle(self, *arrays: mx.array) -> None:
+        """Compute a pass's results: inside its paced time for a paced model, otherwise queued."""
+        if self._paced:
+            self.model.settle(*arrays)  # type: ignore[attr-defined]
+        else:
+            mx.async_eval(*arrays)
+
+    @property
+    def _paced(self) -> bool:
+        return hasattr(self.model, "settle")
 
     def greedy_passes(self, block: Drafting, n: int) -> None:
         """Extend ``block`` by ``n`` argmax drafts."""
@@ -257,32 +280,25 @@ class Drafter:
         y = mx.array([feed])
         out, tops = [], []
         for i in range(n):
-            logits = self.model(y, cache=self.cache)[:, -1, :]
+            logits = self._pass(y)[:, -1, :]
             token = mx.argmax(logits, axis=-1)
             if block.alternatives:
-                probs = mx.softmax(logits[0].astype(mx.float32))
-                ids = mx.argpartition(-probs, block.alternatives - 1)[: block.alternatives]
-                tops.append((ids, probs[ids]))
-                mx.async_eval(token, ids, tops[-1][1])
-            else:
-                mx.async_eval(token)
+                tops.append(_top_on_device(logits[0], block.alternatives))
+            self._settle(token, *(tops[-1] if block.alternatives else ()))
             out.append(token)
             if i + 1 < n:
                 y = token[None]
         tokens = np.array(mx.concatenate(out)).astype(int).tolist()
-        for ids, probs in tops:
-            order = np.argsort(-np.array(probs), kind="stable")
-            block.candidates.append(
-                SparseDistribution(np.array(ids).astype(np.int64)[order], np.array(probs)[order])
-            )
+        block.candidates.extend(_ranked(ids, probs) for ids, probs in tops)
         return tokens
 
     def sampled_passes(self, block: Drafting, n: int) -> None:
         """Extend ``block`` by ``n`` drafts sampled from the truncated q with the block's generator."""
         for _ in range(n):
             sequence = block.prefix + block.tokens
-            logits = np.array(self._forward(sequence).astype(mx.float32))
-            token, dist = choose_draft_token(logits, self.params, block.rng)
+            row = self._forward(sequence).astype(mx.float32)
+            self._settle(row)
+            token, dist = choose_draft_token(np.array(row), self.params, block.rng)
             assert dist is not None
             block.dists.append(dist)
             if block.alternatives:
@@ -293,10 +309,19 @@ class Drafter:
         self.forward_passes += n
 
 
-def _top(logits: np.ndarray, size: int) -> SparseDistribution:
-    """The ``size`` most probable tokens of softmax(logits), most probable first."""
-    z = logits.astype(np.float64) - logits.max()
-    probs = np.exp(z) / np.exp(z).sum()
-    ids = np.argpartition(-probs, size - 1)[:size]
-    ids = ids[np.argsort(-probs[ids], kind="stable")]
-    return SparseDistribution(ids.astype(np.int64), probs[ids])
+def _top_on_device(row: mx.array, size: int) -> tuple[mx.array, mx.array]:
+    """The ``size`` most probable tokens of softmax(row) and their probabilities, unordered (lazy).
+
+    Computed where the model runs: one partition and one log-sum-exp over the
+    vocabulary, and only ``size`` values come back to the host.
+    """
+    row = row.astype(mx.float32)
+    ids = mx.argpartition(-row, size - 1)[:size]
+    return ids, mx.exp(row[ids] - mx.logsumexp(row))
+
+
+def _ranked(ids: mx.array, probs: mx.array) -> SparseDistribution:
+    """Candidates most probable first."""
+    p = np.array(probs, dtype=np.float64)
+    order = np.argsort(-p, kind="stable")
+    return SparseDistribution(np.array(ids).astype(np.int64)[order], p[order])

@@ -113,22 +113,41 @@ class PacedModel:
     Attributes other than the call (``layers``, ``make_cache``, ``model``, ...)
     are the wrapped model's, so mlx-lm's helpers and the per-op executor see it
     as they see the model itself.
+
+    A caller that derives more from a pass than its logits (a drafter's argmax
+    and top candidates) calls with ``defer=True`` and then ``settle(arrays)``:
+    those arrays are computed inside the pass's paced time, as a GPU would
+    compute them with the pass, and the hold comes after them.
     """
 
     def __init__(self, model: Any, pacer: Pacer) -> None:
         self.inner = model
         self.pacer = pacer
+        self._open: tuple[float, int, int] | None = None
 
-    def __call__(self, inputs: mx.array, cache: Any = None, **kwargs: Any) -> mx.array:
+    def __call__(self, inputs: mx.array, cache: Any = None, defer: bool = False, **kwargs: Any) -> mx.array:
+        if self._open is not None:  # a deferred pass nobody settled: it ends before this one starts
+            self.settle()
         started = time.perf_counter()
         out = self.inner(inputs, cache=cache, **kwargs)
+        sequences, positions = inputs.shape[0], inputs.shape[1]
+        if defer:
+            self._open = (started, positions, sequences)
+            return out
         # The pass's work is done inside its paced time: the cache it extends, and the logits of a
         # pass the size of a round (a draft, a verification); a prefill's are left lazy, as its
         # caller never reads them.
-        sequences, positions = inputs.shape[0], inputs.shape[1]
         mx.eval(*_arrays(cache), *([out] if positions <= ROUND_POSITIONS else []))
         self.pacer.run_pass(started, positions, sequences)
         return out
+
+    def settle(self, *arrays: Any) -> None:
+        """Compute ``arrays`` (derived from the deferred pass) and hold the pass to its paced time."""
+        mx.eval(*arrays)
+        if self._open is not None:
+            started, positions, sequences = self._open
+            self._open = None
+            self.pacer.run_pass(started, positions, sequences)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

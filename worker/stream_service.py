@@ -26,7 +26,7 @@ import msgpack
 from google.protobuf.message import DecodeError
 
 from specwire.auth import worker_proof
-from specwire.compute import Compute
+from specwire.compute import Compute, ComputeThread
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
 from specwire.memory import current_rss_bytes, peak_rss_bytes
 from specwire.models import LoadedModel
@@ -114,6 +114,7 @@ class DraftService:
             echo_port=info.echo_port,
             auth_proof=worker_proof(self.token, caller_proof_of(context)) if self.token else "",
             pace=pace_to_pb(self.pace),
+            compute="thread" if isinstance(self.compute, ComputeThread) else "loop",
         )
 
     async def draft(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:

@@ -26,7 +26,7 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.pace import Pacer
+from specwire.pace import ROUND_POSITIONS, Pacer
 from specwire.v1 import draft_pb2 as pb
 
 TAG_SHIFT = 32
@@ -99,7 +99,7 @@ class TensorSession:
     _positions: int = 1
     _pass_real_s: float = 0.0
     _pass_paced_s: float = 0.0
-    _pass_overran: bool = False
+    _pass_lag_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.cache = make_prompt_cache(self.model.model)
@@ -164,17 +164,26 @@ class TensorSession:
         return self.pacer.curve.pass_s(self._positions) / self.ops_per_pass
 
     def _pace(self, started: float, paced_s: float, ended: int) -> None:
+        """Hold this call for its share of its pass, less what earlier calls of the pass ran over.
+
+        A pass's calls together keep the device busy for max(its paced time, their
+        real compute): an operation slower than its even share (the LM head) is
+        made up by the faster ones after it. A pass overran when its calls' real
+        compute, together, took longer than its paced time.
+        """
         assert self.pacer is not None
-        overran = self.pacer.hold(started, paced_s)
-        self._pass_real_s += time.perf_counter() - started
+        compute_s = time.perf_counter() - started
+        due = max(0.0, paced_s - self._pass_lag_s)
+        late = self.pacer.hold(started, due)
+        self._pass_lag_s = max(0.0, self._pass_lag_s + compute_s - paced_s) if late else 0.0
+        self._pass_real_s += compute_s
         self._pass_paced_s += paced_s
-        self._pass_overran |= overran
         for _ in range(ended):
-            self.pacer.record(self._pass_real_s, self._pass_paced_s, self._pass_overran)
+            overran = self._pass_real_s > self._pass_paced_s
+            self.pacer.record(self._pass_real_s, self._pass_paced_s, overran)
             self.paced_passes += 1
-            self.pace_overruns += self._pass_overran
-            self._pass_real_s = self._pass_paced_s = 0.0
-            self._pass_overran = False
+            self.pace_overruns += overran
+            self._pass_real_s = self._pass_paced_s = self._pass_lag_s = 0.0
 
     # Handles.
 
@@ -319,6 +328,8 @@ class TensorSession:
         self._shape(op, 1, 2, 0)
         head = self._module(op.inputs[1], (*_EMBEDDING, *_LINEAR), "LM head")
         x = self._get(op.inputs[0])
+        if x.ndim == 3 and x.shape[1] > ROUND_POSITIONS:
+            x = x[:, -1:]  # a prefill: GET_TENSOR returns the last position's row, so only it is computed
         self._put(op.outputs[0], head.as_linear(x) if isinstance(head, _EMBEDDING) else head(x))
         self.forward_passes += 1
         return []

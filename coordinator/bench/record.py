@@ -14,10 +14,14 @@ import socket
 from dataclasses import asdict
 from typing import Any
 
+import msgpack
+
 from coordinator.bench.plan import RemoteWorker
 from coordinator.bench.runner import Run
 from coordinator.bench.summary import RowSummary
 from coordinator.strict_json import strict_json
+from specwire.errors import SpecwireError
+from specwire.op_counts import ops_per_pass
 from specwire.timing import CallRecord
 
 SCHEMA = "specwire.bench/1"
@@ -120,9 +124,20 @@ def worker_record(worker: RemoteWorker, peak_rss: int) -> dict[str, Any]:
         "backends": list(hello.backends),
         "local_draft_tok_s": hello.draft_tokens_per_second,
         "pace": pace_of_hello(hello),
+        "compute": hello.compute or None,
+        "vocab_size": hello.model.vocab_size,
+        "ops_per_pass": walked_ops(hello),
         "probe_tcp": [asdict(s) for s in worker.probe],
         "peak_rss_bytes": peak_rss,
     }
+
+
+def walked_ops(hello: Any) -> int | None:
+    """Operations of one pass of the worker's model as the per-op baseline walks it (None: not walked)."""
+    try:
+        return ops_per_pass(msgpack.unpackb(hello.model.config_msgpack))
+    except (SpecwireError, KeyError, ValueError, TypeError):
+        return None
 
 
 def pace_of_hello(hello: Any) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from coordinator.commands.bench import measure
 from coordinator.commands.options import add_credential_arguments, add_interface_argument
 from coordinator.planning import paper
 from coordinator.planning import profile as planned
+from coordinator.planning.against_profile import load_checked
 from coordinator.planning.from_bench import check_bench
 from coordinator.planning.model import Transport, ar_tok_s, best_k, predict
 from coordinator.planning.projection import ASSUMED_HIT_RATE, project
@@ -53,6 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     source.add_argument("--from-bench", type=Path, help="a bench JSON: predict every row from its own inputs")
     p.add_argument(
+        "--check-bench",
+        type=Path,
+        metavar="BENCH_JSON",
+        help="with --profile: the profile's prediction beside every row of a bench that emulated it "
+        "(--pace), with no input from that run",
+    )
+    p.add_argument(
         "--hit-rate",
         type=float,
         help="pre-speculation hit rate for stream+prespec (0..1; default: measured, or 0.5 for the paper)",
@@ -71,6 +79,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     live.add_argument("--acceptance", type=float, help="per-draft acceptance rate to plan with (0..1)")
     live.add_argument("--discover-timeout", type=float, default=3.0, help="seconds to wait for workers")
+    live.add_argument(
+        "--pace",
+        metavar="PROFILE:MACHINE",
+        help="calibrate with this coordinator paced as a profile's target machine (see bench --pace)",
+    )
     add_interface_argument(p)
     add_credential_arguments(p)
 
@@ -133,7 +146,11 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.hit_rate is not None and args.from_bench:
         raise InvalidArgumentError("--hit-rate does not apply to --from-bench: each row has its own")
-    if args.profile:
+    if args.check_bench is not None and not args.profile:
+        raise InvalidArgumentError("--check-bench checks a profile: give --profile too")
+    if args.check_bench is not None:
+        out = {"rows": profile_rows(load_profile(args.profile), read_bench(args.check_bench))}
+    elif args.profile:
         hit_rate = ASSUMED_HIT_RATE if args.hit_rate is None else args.hit_rate
         profile = load_profile(args.profile)
         out = project_profile(profile, hit_rate)
@@ -159,18 +176,48 @@ def run(args: argparse.Namespace) -> int:
     elif args.from_bench is None:
         out = plan_here(args)
     else:
-        try:
-            bench = json.loads(args.from_bench.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise InvalidArgumentError(f"cannot read the bench JSON {args.from_bench}: {err}") from err
-        if bench.get("schema") != "specwire.bench/1":
-            raise InvalidArgumentError(
-                f"{args.from_bench} is not a coordinator bench JSON (schema specwire.bench/1)"
-            )
-        out = {"rows": checked_rows(bench)}
+        out = {"rows": checked_rows(read_bench(args.from_bench))}
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0
+
+
+def read_bench(path: Path) -> dict[str, Any]:
+    """A bench JSON, or a clear error."""
+    try:
+        bench = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise InvalidArgumentError(f"cannot read the bench JSON {path}: {err}") from err
+    if not isinstance(bench, dict) or bench.get("schema") != "specwire.bench/1":
+        raise InvalidArgumentError(f"{path} is not a coordinator bench JSON (schema specwire.bench/1)")
+    return bench
+
+
+def profile_rows(profile: Profile, bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """The profile's prediction beside every row of a bench that emulated it; printed as a table."""
+    checks = load_checked(profile, bench)
+    print(
+        f"Profile {profile.name} against the bench ({bench['settings'].get('pace') or 'unpaced'} "
+        "coordinator): measured, the paper's Table 11, and the profile's prediction (no input from the run)"
+    )
+    width = max(len(c.label) for c in checks) + 2
+    print(f"{'row':<{width}}{'measured':>10}{'paper':>8}{'planned':>10}{'error':>8}")
+    for c in checks:
+        figure = f"{c.paper_tok_s:>8.1f}" if c.paper_tok_s is not None else f"{'–':>8}"
+        print(
+            f"{c.label:<{width}}{c.measured_tok_s:>10.2f}{figure}{c.predicted_tok_s:>10.2f}{c.error:>+8.1%}"
+        )
+    return [
+        {
+            "label": c.label,
+            "measured_tok_s": c.measured_tok_s,
+            "paper_tok_s": c.paper_tok_s,
+            "predicted_tok_s": c.predicted_tok_s,
+            "error": c.error,
+            "parts_ms": c.parts_ms,
+        }
+        for c in checks
+    ]
 
 
 def checked_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
@@ -234,6 +281,8 @@ def _calibration_args(args: argparse.Namespace) -> argparse.Namespace:
     argv += ["--granularity", ",".join(CALIBRATION_GRANULARITIES)]
     if args.interface:
         argv += ["--interface", args.interface]
+    if args.pace:
+        argv += ["--pace", args.pace]
     if args.token_file:
         argv += ["--token-file", str(args.token_file)]
     if args.insecure:

@@ -28,13 +28,16 @@ import uvicorn
 from coordinator.commands.options import (
     add_adaptive_k_argument,
     add_fallback_arguments,
+    add_pace_argument,
     add_worker_arguments,
     draft_spec,
     fallback_settings,
+    pace_of,
     worker_access,
 )
 from coordinator.decoding.engine import MAX_K, SpeculativeDecoder
 from coordinator.drafting.factory import DraftSources, WorkerAccess
+from coordinator.pacing import CoordinatorPace
 from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
 from coordinator.serving.body import DEFAULT_MAX_BODY
@@ -83,6 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_worker_arguments(p)
     add_fallback_arguments(p)
     add_adaptive_k_argument(p)
+    add_pace_argument(p)
 
 
 def check_exposure(host: str, api_key: str | None) -> None:
@@ -107,15 +111,19 @@ def run(args: argparse.Namespace) -> int:
         )
     # Checked before the model loads.
     drafting = Drafting(draft_spec(args), args.k, fallback_settings(args), args.adaptive_k)
-    return anyio.run(_serve, args, drafting, worker_access(args))
+    return anyio.run(_serve, args, drafting, worker_access(args), pace_of(args))
 
 
-async def _serve(args: argparse.Namespace, drafting: Drafting, access: WorkerAccess) -> int:
+async def _serve(
+    args: argparse.Namespace, drafting: Drafting, access: WorkerAccess, pace: CoordinatorPace | None
+) -> int:
     remote = drafting.spec.kind == "remote"
     async with coordinator_runtime() as runtime, _directory(access, remote) as live:
         target = await runtime.compute.run(load_model, args.target)
+        if pace is not None:
+            target = pace.target_model(target)
         access = dataclasses.replace(access, live=live)
-        async with DraftSources(runtime, target, access) as sources:
+        async with DraftSources(runtime, target, access, pace) as sources:
             local = [await sources.local_model(drafting.spec.local)] if drafting.spec.kind == "local" else []
             # Requests may be greedy or sampled: warm both paths before the first one is timed.
             warmup_s = await runtime.compute.run(

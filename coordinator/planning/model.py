@@ -119,7 +119,8 @@ class Transport:
     bytes_per_pass: float = 0.0
     hit: float = 0.0
     partial: float = 0.0
-    in_flight_s: float | None = None  # measured wait for a speculative pass in flight, per round
+    in_flight_s: float | None = None  # wait for a speculative pass in flight, per round
+    on_demand_passes: float | None = None  # draft passes after the verdict, per round (planning.prespec)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,8 @@ def round_parts(target: Target, draft_s: float, k: int, link: Link, transport: T
         parts["link"] = link.rtt_s + link.carry_s(transport.bytes_per_round)
         parts["protocol"] = transport.per_round_s
         on_demand = 1.0 if b == "stream" else (1 - transport.hit - transport.partial) + transport.partial / 2
-        parts["draft"] = on_demand * k * draft_s
+        passes = on_demand * k if transport.on_demand_passes is None else transport.on_demand_passes
+        parts["draft"] = passes * draft_s
         if b == "stream+prespec":  # the worker may be mid-way through a speculative pass: wait for it
             in_flight = transport.in_flight_s
             parts["in flight"] = (

@@ -3,7 +3,7 @@
 lan_testbed up [--rate 1gbit] [--delay 0.15ms] [--cpus] [--workers m1-max,m2-pro] [--coordinator m2-ultra]
 lan_testbed status
 lan_testbed exec m1-max -- worker serve --label "M1 Max"
-lan_testbed bench [--rate …] [--delay …] [-- coordinator bench flags]
+lan_testbed bench [--rate …] [--delay …] [--profile paper] [-- coordinator bench flags]
 lan_testbed down
 """
 
@@ -13,6 +13,8 @@ import argparse
 import os
 import sys
 
+from specwire.errors import SpecwireError
+from specwire.profile import load_profile
 from testbed import commands
 from testbed.system import TestbedError
 from testbed.topology import DEFAULT_COORDINATOR, DEFAULT_SUBNET, DEFAULT_WORKERS, SWITCH, Topology, cpu_sets
@@ -83,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--worker-model", default="default", help="model the workers serve (tiny: the fast pair)"
     )
+    bench.add_argument(
+        "--profile",
+        help="emulate a hardware profile's machines ('paper' or a JSON file): every host paced as the "
+        "machine of its name, the tiny pair at the paper's acceptance, then the planner against every row",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -101,9 +108,16 @@ def main(argv: list[str] | None = None) -> int:
             if not tail:
                 parser.error("exec needs a command after --")
             return commands.exec_in(args.host, tail)
+        if args.profile:
+            machines = [m.key for m in load_profile(args.profile).machines]
+            args.coordinator, args.workers = machines[0], ",".join(machines[1:])
         topo, note = _topology(args)
-        return commands.bench_preset(topo, note, tail, args.worker_model)
-    except TestbedError as err:
+        if args.profile:
+            preset = commands.paced_preset(args.profile, topo)
+        else:
+            preset = commands.Preset(worker_model=args.worker_model)
+        return commands.bench_preset(topo, note, tail, preset)
+    except (TestbedError, SpecwireError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyError as err:

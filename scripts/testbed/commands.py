@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed import state, system
@@ -182,11 +183,41 @@ def up(topo: Topology, cpu_note: str) -> dict:
     state.save(record)
     try:
         _create(topo, mechanism, record)
+        if mechanism == "relay" and len(topo.hosts) > 1:
+            record["relay_cost_ms"] = _relay_cost_ms(topo)
+            state.save(record)
     except BaseException:
         _teardown(record["namespaces"])
         state.clear()
         raise
     return record
+
+
+CALIBRATION_PORTS = (47002, 47003)  # a relay, and the echo behind it
+
+
+def _relay_cost_ms(topo: Topology) -> float:
+    """The one-way latency the path has before the relay adds any delay: the link's and the relay's own.
+
+    An echo behind a relay of no delay on a worker host is measured from the
+    coordinator host (the median of small round trips, halved). Relays then
+    add the configured delay less this, so a message takes the delay asked
+    for from host to host, as it would on a LAN of that latency.
+    """
+    coordinator, host = topo.hosts[0], topo.hosts[1]
+    relayed, hidden = CALIBRATION_PORTS
+    serve = [sys.executable, str(RELAY), "--echo", f"127.0.0.1:{hidden}", "--delay-ms", "0"]
+    serve += ["--map", f"{host.address}:{relayed}=127.0.0.1:{hidden}"]
+    server = subprocess.Popen(["ip", "netns", "exec", host.name, *serve], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        server.stdout.readline()  # the ready line: listening
+        measure = [sys.executable, str(RELAY), "--measure", f"{host.address}:{relayed}"]
+        (through,) = json.loads(run("ip", "netns", "exec", coordinator.name, *measure).stdout)["rtt_p50_ms"]
+    finally:
+        server.terminate()
+        server.wait(10)
+    return through / 2
 
 
 def down() -> list[str]:
@@ -212,9 +243,12 @@ def loaded() -> tuple[Topology, dict]:
 def status() -> str:
     """A readable description of the running test bed."""
     topo, current = loaded()
+    relay = ""
+    if "relay_cost_ms" in current:
+        relay = f" (the path's own {current['relay_cost_ms']:.3f} ms a direction is taken off the delay)"
     lines = [
         f"subnet {topo.subnet}, rate {topo.rate} each way per link, one-way delay {topo.delay_ms} ms "
-        f"via {current['delay_mechanism']}",
+        f"via {current['delay_mechanism']}{relay}",
         f"CPUs: {current['cpus']}",
     ]
     existing = system.namespaces()
@@ -248,13 +282,15 @@ def _worker_behind_relay(host: Host, topo: Topology, prefix: list[str], command:
     """Start the relay that carries the host's delay, then the worker, listening behind it."""
     grpc_public, echo_public = PUBLIC_PORTS
     grpc_private, echo_private = PRIVATE_PORTS
+    _, current = loaded()
+    delay_ms = max(0.0, topo.delay_ms - float(current.get("relay_cost_ms", 0.0)))
     relay = subprocess.Popen(
         [
             *prefix,
             sys.executable,
             str(RELAY),
             "--delay-ms",
-            str(topo.delay_ms),
+            str(delay_ms),
             "--map",
             f"{host.address}:{grpc_public}=127.0.0.1:{grpc_private}",
             "--map",
@@ -300,11 +336,78 @@ def _supervise(processes: list[subprocess.Popen]) -> int:
     return code
 
 
-def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], worker_model: str = "default") -> int:
-    """Up, two workers serving ``worker_model``, ``coordinator bench`` from the coordinator host, down.
+@dataclass(frozen=True)
+class Preset:
+    """What the bench preset runs: the workers' model and flags per host, the bench's own flags."""
 
-    The bench runs ``--backend stream,ggml-rpc`` with the paper's settings;
-    ``bench_args`` come after them, so they can change any of them.
+    worker_model: str = "default"
+    worker_flags: dict[str, list[str]] = field(default_factory=dict)  # by host name
+    coordinator_flags: list[str] = field(default_factory=list)
+    bench_flags: list[str] = field(default_factory=list)
+    json: str = "testbed-bench.json"
+    plot: str = "testbed-bench.png"
+    after: list[list[str]] = field(default_factory=list)  # commands run once the bench is done
+
+
+def paced_preset(profile: str, topo: Topology) -> Preset:
+    """The paper's set-up emulated: every host paced as the profile's machine of its name.
+
+    Workers serve ``tiny-draft`` (accepted as often as the paper's draft) on a
+    compute thread (so a pre-speculating worker answers a hit at once); the
+    coordinator's ``tiny`` target and local ``tiny-draft`` run paced as the
+    target machine. k = 4, T = 0, the built-in prompts, 64 tokens; stream,
+    stream with pre-speculation, the per-op baseline at op and token
+    granularity, and both workers racing. The planner then predicts every row
+    from the profile alone (``coordinator plan --profile --check-bench``).
+    """
+    coordinator, *workers = topo.hosts
+    json_path = f"testbed-{Path(profile).stem}-bench.json"
+    return Preset(
+        worker_model="tiny-draft",
+        worker_flags={h.name: ["--pace", f"{profile}:{h.name}", "--compute", "thread"] for h in workers},
+        coordinator_flags=[],
+        bench_flags=[
+            *("--pace", f"{profile}:{coordinator.name}", "--target", "tiny", "--draft", "tiny-draft"),
+            *("--backend", "stream,stream+prespec,ggml-rpc", "--granularity", "op,token"),
+            *("--multi-worker", "race", "--max-tokens", "64"),
+        ],
+        json=json_path,
+        plot=f"testbed-{Path(profile).stem}-bench.png",
+        after=[
+            [
+                sys.executable,
+                "-m",
+                "coordinator.cli",
+                "plan",
+                "--profile",
+                profile,
+                "--check-bench",
+                json_path,
+            ]
+        ],
+    )
+
+
+def plan_check(profile: str, bench_json: str) -> list[str]:
+    """``coordinator plan``: the profile's prediction beside every row of the bench."""
+    return [
+        sys.executable,
+        "-m",
+        "coordinator.cli",
+        "plan",
+        "--profile",
+        profile,
+        "--check-bench",
+        bench_json,
+    ]
+
+
+def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], preset: Preset) -> int:
+    """Up, two workers serving the preset's model, ``coordinator bench`` from the coordinator host, down.
+
+    The bench runs ``--backend stream,ggml-rpc`` with the paper's settings,
+    then the preset's flags; ``bench_args`` come last, so they can change any
+    of them.
     """
     up(topo, cpu_note)
     lan_testbed = str(SCRIPTS / "lan_testbed")
@@ -321,8 +424,9 @@ def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], worker_mo
                 "--label",
                 label,
                 "--model",
-                worker_model,
+                preset.worker_model,
                 "--json",
+                *preset.worker_flags.get(host.name, []),
             ]
             workers.append(
                 subprocess.Popen(
@@ -335,18 +439,14 @@ def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], worker_mo
             _wait_ready(process)
         bench = [sys.executable, "-m", "coordinator.cli", "bench", "--backend", "stream,ggml-rpc"]
         bench += ["--workers", ",".join(h.name for h in topo.hosts[1:]), "--k", "4", "--max-tokens", "200"]
-        bench += [
-            "--temperature",
-            "0",
-            "--plot",
-            "testbed-bench.png",
-            "--json",
-            "testbed-bench.json",
-            *bench_args,
-        ]
-        return subprocess.run(
+        bench += ["--temperature", "0", "--plot", preset.plot, "--json", preset.json]
+        bench += [*preset.bench_flags, *bench_args]
+        code = subprocess.run(
             [sys.executable, lan_testbed, "exec", topo.hosts[0].name, "--", *bench], check=False
         ).returncode
+        for command in preset.after if code == 0 else []:
+            code = code or subprocess.run(command, check=False).returncode
+        return code
     finally:
         for process in workers:
             process.send_signal(signal.SIGTERM)

@@ -132,7 +132,7 @@ class Pace(_message.Message):
     def __init__(self, profile: _Optional[str] = ..., machine: _Optional[str] = ..., machine_name: _Optional[str] = ..., draft_tokens_per_second: _Optional[float] = ...) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port", "auth_proof", "pace")
+    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port", "auth_proof", "pace", "compute")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +143,7 @@ class HelloReply(_message.Message):
     ECHO_PORT_FIELD_NUMBER: _ClassVar[int]
     AUTH_PROOF_FIELD_NUMBER: _ClassVar[int]
     PACE_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     identity: WorkerIdentity
     model: ModelInfo
@@ -153,7 +154,8 @@ class HelloReply(_message.Message):
     echo_port: int
     auth_proof: str
     pace: Pace
-    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ..., echo_port: _Optional[int] = ..., auth_proof: _Optional[str] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ...) -> None: ...
+    compute: str
+    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ..., echo_port: _Optional[int] = ..., auth_proof: _Optional[str] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ..., compute: _Optional[str] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "draft_top_k", "seed")

@@ -1,0 +1,190 @@
+"""A hardware profile's prediction for every row of a bench that emulated it, with no input from the run.
+
+A bench run with ``--pace`` (the coordinator as the profile's target machine,
+workers serving with ``--pace`` as its drafting machines) is checked here
+against what the profile alone predicts: the machines' pass curves, the
+pair's acceptance and agreement, the link and the protocol's costs, all from
+the profile. From the run only what the set-up is, never what it measured:
+which row drafts on which machine with which backend and k, and the draft
+model's structure (operations per walked pass, vocabulary size), which set
+the per-op baseline's calls and bytes.
+
+Each row: AR; local SD with the target machine's draft curve; the stream
+protocol; pre-speculation (``planning.prespec``: which branches the worker
+drafts before the verdict); the per-op baseline at op granularity (a call
+per operation) and token granularity (a call per pass, carrying the logits
+row); several workers racing (the fastest machine's prediction: each round
+goes to every worker and the first reply wins). Rows the profile cannot
+place (an unpaced worker) are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from coordinator.planning import profile as planned
+from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, predict
+from coordinator.planning.prespec import Outcomes, schedule
+from specwire import paper
+from specwire.errors import InvalidArgumentError
+from specwire.profile import Profile
+
+LOGIT_BYTES = 4  # float32
+
+
+@dataclass(frozen=True)
+class ProfileCheck:
+    """One bench row, measured, next to the profile's prediction (and the paper's figure, if any)."""
+
+    label: str
+    measured_tok_s: float
+    predicted_tok_s: float
+    paper_tok_s: float | None
+    parts_ms: dict[str, float]
+
+    @property
+    def error(self) -> float:
+        """Relative error of the prediction."""
+        return self.predicted_tok_s / self.measured_tok_s - 1
+
+
+def check_rows(profile: Profile, bench: dict[str, Any]) -> list[ProfileCheck]:
+    """The profile's prediction beside every row of ``bench`` it can place (module docstring)."""
+    k = int(bench["settings"]["k"])
+    target = planned.target(profile)
+    acceptance = planned.acceptance(profile) if k == profile.k else _acceptance_at(profile, k)
+    link = planned.link(profile)
+    workers = {w["name"]: w for w in bench["workers"]}
+    checks = []
+    for row in bench["rows"]:
+        predicted = _row(profile, row, workers, target, acceptance, link, k)
+        if predicted is None:
+            continue
+        tok_s, parts = predicted
+        checks.append(
+            ProfileCheck(row["label"], row["decode_tok_s"], tok_s, _papers(profile, row, workers), parts)
+        )
+    return checks
+
+
+def _acceptance_at(profile: Profile, k: int) -> Acceptance:
+    per_draft = planned.acceptance(profile).profile
+    return Acceptance(per_draft)
+
+
+def _row(
+    profile: Profile,
+    row: dict[str, Any],
+    workers: dict[str, dict[str, Any]],
+    target: Target,
+    acceptance: Acceptance,
+    link: Link,
+    k: int,
+) -> tuple[float, dict[str, float]] | None:
+    if row["kind"] == "ar":
+        return ar_tok_s(target), {"verify": target.verify_s(1) * 1e3}
+    if row["kind"] == "local":
+        if profile.local_draft is None:
+            return None
+        return _predicted(
+            target, 1 / profile.local_draft.decode_tok_s, acceptance, k, link, Transport("local")
+        )
+    names = list(workers) if row["multi"] else [row["worker"]]
+    options = []
+    for name in names:
+        option = (
+            _remote(profile, row, workers[name], target, acceptance, link, k) if name in workers else None
+        )
+        if option is not None:
+            options.append(option)
+    return max(options, key=lambda o: o[0]) if options else None
+
+
+def _remote(
+    profile: Profile,
+    row: dict[str, Any],
+    worker: dict[str, Any],
+    target: Target,
+    acceptance: Acceptance,
+    link: Link,
+    k: int,
+) -> tuple[float, dict[str, float]] | None:
+    pace = worker.get("pace")
+    if not pace or pace["profile"] != profile.name:
+        return None
+    machine = profile.machine(pace["machine"])
+    if machine.draft is None:
+        return None
+    draft_s = 1 / machine.draft.decode_tok_s
+    if row["backend"] == "ggml-rpc":
+        ops, vocab = worker.get("ops_per_pass"), worker.get("vocab_size")
+        if not ops or not vocab:
+            return None
+        if row["granularity"] == "op":
+            transport = planned.per_op(profile, calls_per_pass=ops)
+        elif row["granularity"] == "token":
+            transport = planned.per_op(profile, calls_per_pass=1, bytes_per_pass=vocab * LOGIT_BYTES)
+        else:
+            return None
+        return _predicted(target, draft_s, acceptance, k, link, transport)
+    transport = planned.stream(profile)
+    if row["prespec"]:
+        transport = _prespec(profile, transport, target, acceptance, link, k, draft_s, worker)
+    return _predicted(target, draft_s, acceptance, k, link, transport)
+
+
+def _prespec(
+    profile: Profile,
+    stream: Transport,
+    target: Target,
+    acceptance: Acceptance,
+    link: Link,
+    k: int,
+    draft_s: float,
+    worker: dict[str, Any],
+) -> Transport:
+    """The stream transport with what pre-speculation leaves on the critical path (``planning.prespec``)."""
+    window = target.verify_s(k + 1) + target.engine_s + link.rtt_s + stream.per_round_s
+    outcomes = Outcomes(acceptance.profile[0], profile.agreement)
+    thread = worker.get("compute", "thread") == "thread"
+    s = schedule(outcomes, k, draft_s, window, answers_during_pass=thread)
+    return replace(
+        stream,
+        backend="stream+prespec",
+        hit=s.hit,
+        partial=s.partial,
+        in_flight_s=s.in_flight_s,
+        on_demand_passes=s.on_demand_passes,
+    )
+
+
+def _predicted(
+    target: Target, draft_s: float, acceptance: Acceptance, k: int, link: Link, transport: Transport
+) -> tuple[float, dict[str, float]]:
+    p = predict(target, draft_s, acceptance, k, link, transport)
+    return p.tok_s, {name: v * 1e3 for name, v in p.parts_s.items()}
+
+
+def _papers(profile: Profile, row: dict[str, Any], workers: dict[str, dict[str, Any]]) -> float | None:
+    """The paper's Table 11 figure for this row, when the profile is the paper's and it has one."""
+    if profile.name != "paper":
+        return None
+    if row["kind"] == "local":
+        return paper.TABLE11["local SD"]
+    if row["kind"] == "remote" and row["backend"] == "ggml-rpc" and not row["multi"]:
+        pace = (workers.get(row["worker"]) or {}).get("pace") or {}
+        name = pace.get("machine_name")
+        return paper.TABLE11.get(f"ggml-rpc → {name}")
+    return None
+
+
+def load_checked(profile: Profile, bench: dict[str, Any]) -> list[ProfileCheck]:
+    """``check_rows``, or a clear error when the bench emulated no machine of this profile."""
+    checks = check_rows(profile, bench)
+    if not any(c.label != "AR (target only)" for c in checks):
+        raise InvalidArgumentError(
+            f"the bench ran no paced worker of profile {profile.name}: run it with --pace "
+            "(scripts/lan_testbed bench --profile does)"
+        )
+    return checks

@@ -1,0 +1,142 @@
+"""Pre-speculation, predicted: which branches a worker drafts before the verdict comes back, and what
+the round still waits for.
+
+The worker (``specwire.speculation``) ranks the verdicts the target may give
+to the drafts it just sent, most likely first: a drafts accepted with
+probability alpha^a (1 - alpha) (alpha^k for all), and then the target's own
+token, which is the draft's second choice, third, ... with the probabilities
+the pair's agreement gives (``Outcomes``). It spends one forward pass at a
+time: the bonus probe (the draft's distribution after all k drafts), then the
+most likely branch until its k drafts are done, then the next. The verdict
+reaches it ``window_s`` after it sent the drafts (the target's verification,
+the engine's bookkeeping, the link and the protocol).
+
+Then, for the verdict the target gave: a branch with all k drafts is a hit
+(no compute; a worker computing on its event loop first finishes the pass in
+flight); a branch under way is a partial hit (the pass in flight ends, the
+branch is finished); otherwise a miss (the pass in flight ends, k drafts on
+demand). ``schedule`` turns this into the fractions of rounds of each kind and
+the drafting left on the critical path, which ``model.round_parts`` adds up.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """The probabilities of the target's verdicts on k drafts.
+
+    ``alpha`` is the per-draft acceptance; ``choice(j)`` is the probability
+    that the target's token is the draft's j-th most likely (j = 1: its
+    first choice), from the pair's top-1/2/4 agreement; after a rejection the
+    first choice is excluded, so the others are renormalised.
+    """
+
+    alpha: float
+    agreement: dict[str, float]
+
+    def choice(self, j: int) -> float:
+        """P(the target's token is the draft's j-th choice), j >= 1."""
+        top1 = self.agreement.get("top1", self.alpha)
+        top2 = self.agreement.get("top2", top1)
+        top4 = self.agreement.get("top4", top2)
+        return {1: top1, 2: top2 - top1, 3: (top4 - top2) / 2, 4: (top4 - top2) / 2}.get(j, 0.0)
+
+    def accepted(self, a: int, k: int) -> float:
+        """P(exactly a of k drafts accepted)."""
+        return self.alpha**k if a == k else self.alpha**a * (1 - self.alpha)
+
+    def correction(self, j: int) -> float:
+        """P(the correction after a rejection is the draft's j-th choice), j >= 2."""
+        return self.choice(j) / max(1e-12, 1 - self.choice(1))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What pre-speculation leaves on the critical path of a round, on average."""
+
+    hit: float  # fraction of rounds served whole from a branch
+    partial: float  # fraction that finished a branch begun ahead
+    on_demand_passes: float  # draft passes still run after the verdict, per round
+    in_flight_s: float  # wait for the speculative pass in flight, per round
+
+
+def schedule(
+    outcomes: Outcomes,
+    k: int,
+    draft_s: float,
+    window_s: float,
+    budget: int = 0,
+    fanout: int = 2,
+    answers_during_pass: bool = True,
+) -> Schedule:
+    """The worker's passes by ``window_s``, and the expected round that follows (module docstring).
+
+    ``answers_during_pass``: a worker computing on a thread of its own serves
+    a hit while a pass runs; one computing on its event loop reads the Round
+    only when the pass ends.
+    """
+    budget = budget or 2 * k + 1
+    done = math.floor(window_s / draft_s + 1e-9)
+    spent = min(done, budget)
+    in_flight = (done + 1) * draft_s - window_s if done < budget else 0.0
+    progress = _branch_passes(outcomes, k, fanout, min(done + 1, budget))  # passes per branch, in order
+    at_window = _branch_passes(outcomes, k, fanout, spent)
+    hit = partial = demand = wait = 0.0
+    covered = 0.0
+    for branch, p in _branches(outcomes, k, fanout):
+        ready = at_window.get(branch, 0) >= k
+        if ready:
+            hit += p
+            wait += p * (0.0 if answers_during_pass else in_flight)
+            covered += p
+            continue
+        after = progress.get(branch, 0)  # the pass in flight ends first
+        wait += p * in_flight
+        covered += p
+        if after >= k:
+            hit += p  # the pass in flight finished it: served whole, once it ended
+        elif after > 0:
+            partial += p
+            demand += p * (k - after)
+        else:
+            demand += p * k
+    miss = max(0.0, 1.0 - covered)
+    return Schedule(hit, partial, demand + miss * k, wait + miss * in_flight)
+
+
+def _branches(outcomes: Outcomes, k: int, fanout: int) -> list[tuple[tuple[int, int], float]]:
+    """Every verdict a branch can be drafted for, with its probability: (accepted, choice rank)."""
+    out = [((k, j), outcomes.accepted(k, k) * outcomes.choice(j)) for j in range(1, fanout + 1)]
+    for a in range(k):
+        out += [((a, j), outcomes.accepted(a, k) * outcomes.correction(j)) for j in range(2, fanout + 2)]
+    return out
+
+
+def _branch_passes(outcomes: Outcomes, k: int, fanout: int, passes: int) -> dict[tuple[int, int], int]:
+    """Forward passes spent on each branch after ``passes`` speculative passes, in the worker's order."""
+    order = itertools.count()
+    queue: list[tuple[float, int, tuple[int, int] | None]] = [(-outcomes.accepted(k, k), next(order), None)]
+    for a in range(k):
+        for j in range(2, fanout + 2):
+            queue.append((-outcomes.accepted(a, k) * outcomes.correction(j), next(order), (a, j)))
+    heapq.heapify(queue)
+    spent: dict[tuple[int, int], int] = {}
+    for _ in range(passes):
+        if not queue:
+            break
+        value, _, branch = queue[0]
+        if branch is None:  # the bonus probe: one pass, then the bonus branches join the queue
+            heapq.heappop(queue)
+            for j in range(1, fanout + 1):
+                heapq.heappush(queue, (value * outcomes.choice(j), next(order), (k, j)))
+            continue
+        spent[branch] = spent.get(branch, 0) + 1
+        if spent[branch] >= k:
+            heapq.heappop(queue)
+    return spent
