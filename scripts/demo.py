@@ -1,22 +1,23 @@
 #!/usr/bin/env python3
-"""The main job out of the box: two local workers, and the bench across both backends.
+"""The main job out of the box: the paper's Macs emulated, then this machine's real model.
 
-It starts two ``worker serve`` processes on 127.0.0.1, labelled as stand-ins
-for the paper's M1 Max and M2 Pro, with Bonjour bound to 127.0.0.1, waits
-until both are ready, runs ``coordinator bench --backend stream,ggml-rpc``
-against them with the default model, and prints the tables. The workers are
-stopped on the way out, whether the bench succeeded, failed or was
-interrupted. Extra arguments go to ``coordinator bench``.
+1. **The paper's Macs, emulated** (paced compute, real protocol and network):
+   two ``worker serve`` processes paced as the paper's M1 Max and M2 Pro, each
+   behind the delay relay on 127.0.0.1 (0.15 ms each way: the LAN test bed's
+   namespaces need root, which the demo does not assume), and the bench paced
+   as the M2 Ultra, with the tiny pair (``tiny`` target, ``tiny-draft``
+   accepted as often as the paper's draft); then the planner's prediction from
+   the paper's profile alone beside every row.
+2. **This machine's real model**: two workers serving the default model, and
+   ``coordinator bench --backend stream,ggml-rpc`` at MLX-CPU speed.
+
+Bonjour stays on 127.0.0.1; workers and relays are stopped on the way out,
+whether the bench succeeded, failed or was interrupted. Extra arguments go
+to the real-model bench.
 
     python scripts/demo.py                      # the README's `make demo`
-    python scripts/demo.py --max-tokens 200     # the paper's length
-    python scripts/demo.py --fast               # the tiny model: where protocol cost shows
-
-``--fast`` serves and benches the ``tiny`` model (seeded random weights, the
-default model's tokenizer; a draft pass of about 2 ms here), both backends
-and every granularity of the per-op baseline, 64 tokens per prompt: the
-regime of the Macs, where a round is tens of milliseconds and the protocol's
-cost decides the result.
+    python scripts/demo.py --max-tokens 200     # the paper's length (the real-model bench)
+    python scripts/demo.py --fast               # the tiny model unpaced: where protocol cost shows
 """
 
 from __future__ import annotations
@@ -29,37 +30,58 @@ import sys
 import time
 from pathlib import Path
 
-WORKERS = (("m1-max", "M1 Max (stand-in)"), ("m2-pro", "M2 Pro (stand-in)"))
+SCRIPTS = Path(__file__).resolve().parent
+RELAY = SCRIPTS / "delay_relay.py"
+WORKERS = (("m1-max", "M1 Max"), ("m2-pro", "M2 Pro"))
+DELAY_MS = 0.15
 # Short enough to finish in minutes on a CPU; the paper used 200 tokens.
-DEFAULT_BENCH = ["--max-tokens", "32", "--k", "4", "--plot", "demo-bench.png", "--json", "demo-bench.json"]
+REAL_BENCH = ["--max-tokens", "16", "--k", "4", "--plot", "demo-bench.png", "--json", "demo-bench.json"]
+PACED_BENCH = ["--pace", "paper:m2-ultra", "--target", "tiny", "--draft", "tiny-draft", "--max-tokens", "64"]
+PACED_BENCH += ["--backend", "stream,stream+prespec,ggml-rpc", "--granularity", "op,token"]
+PACED_BENCH += ["--multi-worker", "race", "--k", "4", "--json", "demo-paced-bench.json"]
 FAST_BENCH = ["--target", "tiny", "--draft", "tiny", "--granularity", "op,layer,token,round"]
 FAST_BENCH += ["--max-tokens", "64", "--k", "4", "--json", "demo-fast-bench.json"]
 READY_TIMEOUT_S = 300.0
 ENV = {**os.environ, "SPECWIRE_MDNS_INTERFACES": "127.0.0.1"}
+PACED_SAYS = (
+    "The paper's Macs, emulated: paced compute, real protocol and network. Every forward pass of the tiny "
+    "pair runs for real and is held to the time the paper's M2 Ultra, M1 Max or M2 Pro takes for it; the "
+    f"network is loopback through the delay relay at {DELAY_MS} ms each way (the LAN test bed, "
+    "scripts/lan_testbed bench --profile paper, needs root). It shows what each backend gives where the Macs "
+    "live: a slower Mac drafting loses to the M2 Ultra drafting for itself unless drafting leaves the "
+    "critical path, and GGML_RPC-style per-op calls lose most."
+)
+REAL_SAYS = (
+    "This machine's real model: SmolLM2-135M on MLX's CPU backend, unpaced. On a CPU a pass over k + 1 "
+    "positions costs about k + 1 single passes, so speculative decoding loses to AR here, and the stream "
+    "protocol's cost is buried under compute while the per-op baseline's is not."
+)
 
 
-def start_worker(name: str, label: str, model: str = "default") -> subprocess.Popen[str]:
+def start_worker(name: str, label: str, model: str, *extra: str) -> subprocess.Popen[str]:
     """Start one worker on 127.0.0.1 with mDNS on loopback."""
-    command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
+    command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1"]
     command += ["--interface", "127.0.0.1", "--name", name, "--label", label, "--json", "--model", model]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=ENV)
+    if "--port" not in extra:
+        command += ["--port", "0"]
+    return subprocess.Popen([*command, *extra], stdout=subprocess.PIPE, text=True, env=ENV)
 
 
 def wait_ready(process: subprocess.Popen[str], name: str) -> dict:
-    """Read the worker's ready line (or fail if it exits first)."""
+    """Read a process's JSON ready line (or fail if it exits first)."""
     assert process.stdout is not None
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
-            raise SystemExit(f"demo: worker {name} exited before it was ready (code {process.wait()})")
+            raise SystemExit(f"demo: {name} exited before it was ready (code {process.wait()})")
         if line.startswith("{") and json.loads(line).get("event") == "ready":
-            return json.loads(line)
-    raise SystemExit(f"demo: worker {name} was not ready within {READY_TIMEOUT_S:.0f} s")
+            return dict(json.loads(line))
+    raise SystemExit(f"demo: {name} was not ready within {READY_TIMEOUT_S:.0f} s")
 
 
 def stop(processes: list[subprocess.Popen[str]]) -> None:
-    """SIGTERM every worker (they send their Bonjour goodbye), then make sure they are gone."""
+    """SIGTERM every process (workers send their Bonjour goodbye), then make sure they are gone."""
     for p in processes:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -71,30 +93,118 @@ def stop(processes: list[subprocess.Popen[str]]) -> None:
             p.wait()
 
 
-def main(argv: list[str]) -> int:
-    """Start the workers, run the bench, stop the workers."""
-    processes: list[subprocess.Popen[str]] = []
-    fast = "--fast" in argv
-    argv = [a for a in argv if a != "--fast"]
+def loopback_latency_ms() -> float:
+    """One-way latency of a relayed loopback path before any added delay (taken off the relay's delay)."""
+    relay = subprocess.Popen(
+        [sys.executable, str(RELAY), "--echo", "127.0.0.1:47103", "--map", "127.0.0.1:47102=127.0.0.1:47103"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        for name, label in WORKERS:
-            processes.append(start_worker(name, label, "tiny" if fast else "default"))
+        wait_ready(relay, "the calibration relay")
+        out = subprocess.run(
+            [sys.executable, str(RELAY), "--measure", "127.0.0.1:47102"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return float(json.loads(out.stdout)["rtt_p50_ms"][0]) / 2
+    finally:
+        stop([relay])
+
+
+def paced_workers(processes: list[subprocess.Popen[str]]) -> list[str]:
+    """Start the two paced workers, each behind a relay; returns the relays' addresses."""
+    delay = max(0.0, DELAY_MS - loopback_latency_ms())
+    addresses = []
+    for i, (name, label) in enumerate(WORKERS):
+        port, echo = 47110 + 4 * i, 47111 + 4 * i
+        public, public_echo = port + 2, echo + 2
+        relay = [sys.executable, str(RELAY), "--delay-ms", f"{delay:.4f}"]
+        relay += [
+            "--map",
+            f"127.0.0.1:{public}=127.0.0.1:{port}",
+            "--map",
+            f"127.0.0.1:{public_echo}=127.0.0.1:{echo}",
+        ]
+        processes.append(subprocess.Popen(relay, stdout=subprocess.PIPE, text=True))
+        wait_ready(processes[-1], f"the relay of {name}")
+        flags = [
+            "--pace",
+            f"paper:{name}",
+            "--compute",
+            "thread",
+            "--port",
+            str(port),
+            "--echo-port",
+            str(echo),
+        ]
+        flags += ["--advertise-host", "127.0.0.1", "--advertise-port", str(public)]
+        flags += ["--advertise-echo-port", str(public_echo)]
+        processes.append(start_worker(f"paced-{name}", label, "tiny-draft", *flags))
+        addresses.append(f"127.0.0.1:{public}")
+    for process, (name, _) in zip(processes[1::2], WORKERS, strict=True):
+        wait_ready(process, f"worker paced-{name}")
+    return addresses
+
+
+def bench(workers: list[str], flags: list[str]) -> int:
+    """``coordinator bench`` against ``workers`` with ``flags``."""
+    command = [sys.executable, "-m", "coordinator.cli", "bench", "--backend", "stream,ggml-rpc"]
+    command += ["--workers", ",".join(workers), "--interface", "127.0.0.1", *flags]
+    print("demo: " + " ".join(Path(a).name if i == 0 else a for i, a in enumerate(command)), flush=True)
+    return subprocess.run(command, env=ENV, check=False).returncode
+
+
+def section(title: str, says: str) -> None:
+    print(f"\n{'=' * 100}\n{title}\n{says}\n{'=' * 100}", flush=True)
+
+
+def paced_part() -> int:
+    """The paper's Macs, emulated, and the planner's prediction from the profile alone."""
+    section("1. The paper's Macs, emulated: paced compute, real protocol and network", PACED_SAYS)
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        code = bench(paced_workers(processes), PACED_BENCH)
+    finally:
+        stop(processes)
+    if code == 0:
+        plan = [sys.executable, "-m", "coordinator.cli", "plan", "--profile", "paper"]
+        code = subprocess.run([*plan, "--check-bench", "demo-paced-bench.json"], check=False).returncode
+    return code
+
+
+def real_part(argv: list[str], fast: bool) -> int:
+    """Two unpaced local workers and the bench with the default model (or the tiny one with --fast)."""
+    if not fast:
+        section("2. This machine's real model, unpaced", REAL_SAYS)
+    processes = [
+        start_worker(name, f"{label} (stand-in)", "tiny" if fast else "default") for name, label in WORKERS
+    ]
+    try:
         for (name, _), process in zip(WORKERS, processes, strict=True):
-            ready = wait_ready(process, name)
+            ready = wait_ready(process, f"worker {name}")
             print(
                 f"demo: worker {ready['name']} ready on 127.0.0.1:{ready['port']} (pid {ready['pid']})",
                 flush=True,
             )
-        bench = [sys.executable, "-m", "coordinator.cli", "bench", "--backend", "stream,ggml-rpc"]
-        bench += ["--workers", ",".join(name for name, _ in WORKERS), "--interface", "127.0.0.1"]
-        bench += [*(FAST_BENCH if fast else DEFAULT_BENCH), *argv]
-        print("demo: " + " ".join(Path(a).name if i == 0 else a for i, a in enumerate(bench)), flush=True)
-        return subprocess.run(bench, env=ENV, check=False).returncode
+        return bench([name for name, _ in WORKERS], [*(FAST_BENCH if fast else REAL_BENCH), *argv])
+    finally:
+        stop(processes)
+
+
+def main(argv: list[str]) -> int:
+    """The paced part, then the real-model part (or with --fast, the tiny model alone)."""
+    fast = "--fast" in argv
+    argv = [a for a in argv if a != "--fast"]
+    try:
+        if fast:
+            return real_part(argv, fast=True)
+        paced = paced_part()
+        return real_part(argv, fast=False) or paced
     except KeyboardInterrupt:
         print("demo: interrupted", file=sys.stderr)
         return 130
-    finally:
-        stop(processes)
 
 
 if __name__ == "__main__":
