@@ -180,11 +180,13 @@ def _papers(profile: Profile, row: dict[str, Any], workers: dict[str, dict[str, 
 
 
 def load_checked(profile: Profile, bench: dict[str, Any]) -> list[ProfileCheck]:
-    """``check_rows``, or a clear error when the bench emulated no machine of this profile."""
-    checks = check_rows(profile, bench)
-    if not any(c.label != "AR (target only)" for c in checks):
+    """``check_rows``, or a clear error when the bench's coordinator did not emulate the profile's target
+    machine (its rows would not be the profile's to predict)."""
+    expected = f"{profile.name}:{profile.target_machine.key}"
+    paced = bench["settings"].get("pace")
+    if paced != expected:
         raise InvalidArgumentError(
-            f"the bench ran no paced worker of profile {profile.name}: run it with --pace "
-            "(scripts/lan_testbed bench --profile does)"
+            f"the bench's coordinator ran {'paced as ' + paced if paced else 'at its own speed'}, not as "
+            f"{expected}: run the bench with --pace {expected} (scripts/lan_testbed bench --profile does)"
         )
-    return checks
+    return check_rows(profile, bench)

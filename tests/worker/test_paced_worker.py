@@ -92,3 +92,25 @@ def _one_prompt(tmp_path: Path) -> Path:
     path = tmp_path / "prompt.txt"
     path.write_text("Say something.\n")
     return path
+
+
+def test_the_paper_profile_is_checked_against_a_paced_bench(
+    paced_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    bench, plan = tmp_path / "paced.json", tmp_path / "plan.json"
+    flags = ["--workers", paced_worker.address, "--target", "tiny", "--draft", "tiny-draft"]
+    flags += ["--max-tokens", "8", "--backend", "stream", "--prompts", str(_one_prompt(tmp_path))]
+    out = run_cli("coordinator", "bench", *flags, "--json", str(bench), "--pace", "paper:m2-ultra")
+    assert out.returncode in (0, 1), out.stderr  # 1 only if this loaded machine could not hold the pace
+    check = ["plan", "--profile", "paper", "--check-bench", str(bench)]
+    checked = run_cli("coordinator", *check, "--json", str(plan))
+    assert checked.returncode == 0, checked.stderr
+    rows = {r["label"]: r for r in json.loads(plan.read_text())["rows"]}
+    assert set(rows) == {"AR (target only)", "local SD", "stream → M1 Max [paced paper:m1-max]"}
+    assert rows["local SD"]["paper_tok_s"] == 53.8
+    assert rows["AR (target only)"]["predicted_tok_s"] == pytest.approx(42.4)
+    data = json.loads(bench.read_text())
+    data["settings"]["pace"] = None  # as a coordinator computing at its own speed records it
+    bench.write_text(json.dumps(data))
+    refused = run_cli("coordinator", *check)
+    assert refused.returncode == 1 and "ran at its own speed, not as paper:m2-ultra" in refused.stderr
