@@ -18,8 +18,10 @@ with every row of that run.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +34,8 @@ from coordinator.planning import paper
 from coordinator.planning import profile as planned
 from coordinator.planning.against_profile import load_checked
 from coordinator.planning.from_bench import check_bench
-from coordinator.planning.model import Transport, ar_tok_s, best_k, predict
-from coordinator.planning.projection import ASSUMED_HIT_RATE, project
+from coordinator.planning.model import Transport, ar_tok_s, predict
+from coordinator.planning.projection import project
 from specwire.errors import InvalidArgumentError
 from specwire.profile import Profile, load_profile
 
@@ -88,7 +90,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_credential_arguments(p)
 
 
-def project_profile(profile: Profile, hit_rate: float) -> dict[str, Any]:
+def _constant(transport: Transport) -> Callable[[int], Transport]:
+    return lambda _k: transport
+
+
+def project_profile(profile: Profile, hit_rate: float | None) -> dict[str, Any]:
     """Every backend on each of the profile's drafting machines (for the paper's, the Table 11 check)."""
     t, a, k, link = planned.target(profile), planned.acceptance(profile), profile.k, planned.link(profile)
     ar = ar_tok_s(t)
@@ -98,19 +104,30 @@ def project_profile(profile: Profile, hit_rate: float) -> dict[str, Any]:
         local_s = 1 / profile.local_draft.decode_tok_s
         local = predict(t, local_s, a, k, link, Transport("local")).tok_s
         rows.append({"machine": "target machine", "backend": "local SD", "k": k, "tok_s": local})
-    backends = {"stream": planned.stream(profile), "stream+prespec": planned.stream(profile, hit=hit_rate)}
+    # Each backend's transport at a given k (pre-speculation's depends on k: branches need k passes).
+    fixed: dict[str, Transport] = {"stream": planned.stream(profile)}
+    if hit_rate is not None:
+        fixed["stream+prespec"] = planned.stream(profile, hit=hit_rate)
     if profile.ops_per_pass:
-        backends["ggml-rpc/op"] = planned.per_op(profile)
+        fixed["ggml-rpc/op"] = planned.per_op(profile)
     if profile.logits_bytes:
-        backends["ggml-rpc/token"] = planned.per_op(
+        fixed["ggml-rpc/token"] = planned.per_op(
             profile, calls_per_pass=1, bytes_per_pass=profile.logits_bytes
         )
     for machine in profile.workers:
         assert machine.draft is not None
         draft_s = 1 / machine.draft.decode_tok_s
-        for name, transport in backends.items():
-            p = predict(t, draft_s, a, k, link, transport)
-            best = best_k(t, draft_s, a, link, transport)
+        backends: dict[str, Callable[[int], Transport]] = {
+            n: (lambda _k, tr=tr: tr) for n, tr in fixed.items()
+        }
+        if hit_rate is None:  # the worker's branches before each verdict, from acceptance and agreement
+            backends["stream+prespec"] = functools.partial(planned.prespec, profile, draft_s)
+        for name, transport_at in backends.items():
+            p = predict(t, draft_s, a, k, link, transport_at(k))
+            best = max(
+                (predict(t, draft_s, a, kk, link, transport_at(kk)) for kk in range(1, 17)),
+                key=lambda q: q.tok_s,
+            )
             parts = {n: v * 1e3 for n, v in p.parts_s.items()}
             rows.append(
                 {"machine": machine.name, "backend": name, "k": k, "tok_s": p.tok_s, "best_k": best.k}
@@ -151,13 +168,14 @@ def run(args: argparse.Namespace) -> int:
     if args.check_bench is not None:
         out = {"rows": profile_rows(load_profile(args.profile), read_bench(args.check_bench))}
     elif args.profile:
-        hit_rate = ASSUMED_HIT_RATE if args.hit_rate is None else args.hit_rate
         profile = load_profile(args.profile)
-        out = project_profile(profile, hit_rate)
-        print(
-            f"Profile {profile.name}, k = {profile.k}, AR {out['ar_tok_s']:.1f} tok/s "
-            f"(stream+prespec assumes {hit_rate:.0%} hits):"
+        out = project_profile(profile, args.hit_rate)
+        hits = (
+            f"stream+prespec assumes {args.hit_rate:.0%} hits"
+            if args.hit_rate is not None
+            else "stream+prespec: the branches a worker drafts before each verdict (planning/prespec.py)"
         )
+        print(f"Profile {profile.name}, k = {profile.k}, AR {out['ar_tok_s']:.1f} tok/s ({hits}):")
         print(f"{'machine':<16}{'backend':<16}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}{'best k':>8}")
         for r in out["rows"]:
             best = f"{r['best_k']:>8}" if "best_k" in r else f"{'':>8}"

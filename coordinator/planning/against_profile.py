@@ -20,12 +20,11 @@ place (an unpaced worker) are left out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.planning import profile as planned
 from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, predict
-from coordinator.planning.prespec import Outcomes, schedule
 from specwire import paper
 from specwire.errors import InvalidArgumentError
 from specwire.profile import Profile
@@ -128,35 +127,12 @@ def _remote(
         else:
             return None
         return _predicted(target, draft_s, acceptance, k, link, transport)
-    transport = planned.stream(profile)
     if row["prespec"]:
-        transport = _prespec(profile, transport, target, acceptance, link, k, draft_s, worker)
+        thread = worker.get("compute", "thread") == "thread"
+        transport = planned.prespec(profile, draft_s, k, answers_during_pass=thread)
+    else:
+        transport = planned.stream(profile)
     return _predicted(target, draft_s, acceptance, k, link, transport)
-
-
-def _prespec(
-    profile: Profile,
-    stream: Transport,
-    target: Target,
-    acceptance: Acceptance,
-    link: Link,
-    k: int,
-    draft_s: float,
-    worker: dict[str, Any],
-) -> Transport:
-    """The stream transport with what pre-speculation leaves on the critical path (``planning.prespec``)."""
-    window = target.verify_s(k + 1) + target.engine_s + link.rtt_s + stream.per_round_s
-    outcomes = Outcomes(acceptance.profile[0], profile.agreement)
-    thread = worker.get("compute", "thread") == "thread"
-    s = schedule(outcomes, k, draft_s, window, answers_during_pass=thread)
-    return replace(
-        stream,
-        backend="stream+prespec",
-        hit=s.hit,
-        partial=s.partial,
-        in_flight_s=s.in_flight_s,
-        on_demand_passes=s.on_demand_passes,
-    )
 
 
 def _predicted(

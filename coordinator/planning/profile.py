@@ -7,7 +7,10 @@ the link, and each backend's transport.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from coordinator.planning.model import Acceptance, Link, Target, Transport
+from coordinator.planning.prespec import Outcomes, schedule
 from specwire.profile import Profile
 
 
@@ -44,4 +47,28 @@ def stream(profile: Profile, hit: float = 0.0, partial: float = 0.0) -> Transpor
         bytes_per_round=profile.stream_bytes_per_round,
         hit=hit,
         partial=partial,
+    )
+
+
+def prespec(
+    profile: Profile,
+    draft_s: float,
+    k: int | None = None,
+    answers_during_pass: bool = True,
+) -> Transport:
+    """The stream protocol with pre-speculation: what a worker drafting a pass in ``draft_s`` gets
+    done before each verdict comes back (``planning.prespec``), from the profile's acceptance and
+    agreement. ``answers_during_pass``: the worker computes on a thread of its own."""
+    k = profile.k if k is None else k
+    t, link_ = target(profile), link(profile)
+    window = t.verify_s(k + 1) + t.engine_s + link_.rtt_s + profile.stream_per_round_s
+    outcomes = Outcomes(acceptance(profile).profile[0], profile.agreement)
+    s = schedule(outcomes, k, draft_s, window, answers_during_pass=answers_during_pass)
+    return replace(
+        stream(profile),
+        backend="stream+prespec",
+        hit=s.hit,
+        partial=s.partial,
+        in_flight_s=s.in_flight_s,
+        on_demand_passes=s.on_demand_passes,
     )
