@@ -117,9 +117,7 @@ def project_profile(profile: Profile, hit_rate: float | None) -> dict[str, Any]:
     for machine in profile.workers:
         assert machine.draft is not None
         draft_s = 1 / machine.draft.decode_tok_s
-        backends: dict[str, Callable[[int], Transport]] = {
-            n: (lambda _k, tr=tr: tr) for n, tr in fixed.items()
-        }
+        backends: dict[str, Callable[[int], Transport]] = {n: _constant(tr) for n, tr in fixed.items()}
         if hit_rate is None:  # the worker's branches before each verdict, from acceptance and agreement
             backends["stream+prespec"] = functools.partial(planned.prespec, profile, draft_s)
         for name, transport_at in backends.items():
