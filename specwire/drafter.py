@@ -32,9 +32,10 @@ from typing import Any, Protocol
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.errors import InvalidArgumentError
+from specwire.rollback import Checkpoints
 from specwire.sampling import SamplingParams, SparseDistribution, choose_draft_token, draft_distribution
 from specwire.timing import CallRecord
 
@@ -69,13 +70,26 @@ class DraftBlock:
     saved_ns: int = 0
 
 
-def prefill(model: LanguageModel, cache: list, tokens: Sequence[int], step: int = PREFILL_STEP) -> int:
-    """Run ``tokens`` through ``model`` into ``cache`` in chunks; returns forward passes used."""
+def prefill(
+    model: LanguageModel,
+    cache: list,
+    tokens: Sequence[int],
+    step: int = PREFILL_STEP,
+    checkpoints: Checkpoints | None = None,
+    start: int = 0,
+) -> int:
+    """Run ``tokens`` through ``model`` into ``cache`` (which holds ``start`` tokens) in chunks.
+
+    Returns the forward passes used; with ``checkpoints``, the state after each chunk is kept.
+    """
     passes = 0
-    for start in range(0, len(tokens), step):
-        model(mx.array([list(tokens[start : start + step])]), cache=cache)
+    for first in range(0, len(tokens), step):
+        chunk = list(tokens[first : first + step])
+        model(mx.array([chunk]), cache=cache)
         mx.eval([c.state for c in cache])
         passes += 1
+        if checkpoints is not None:
+            checkpoints.keep(start + first + len(chunk))
     return passes
 
 
@@ -143,6 +157,7 @@ class Drafter:
         self.model = model
         self.params = params
         self.cache = make_prompt_cache(model)  # type: ignore[arg-type]  # mlx-lm only calls make_cache or reads layers
+        self.checkpoints = Checkpoints(self.cache)  # recurrent layers' states after each pass
         self.context: list[int] = []
         self.cached: list[int] = []
         self.last_drafts: list[int] = []
@@ -159,7 +174,10 @@ class Drafter:
             raise InvalidArgumentError("the prompt must hold at least one token")
         t0 = time.perf_counter_ns()
         self.context = list(prompt)
-        self.forward_passes += prefill(self.model, self.cache, self.context[:-1])
+        self.checkpoints.keep(0)
+        self.forward_passes += prefill(
+            self.model, self.cache, self.context[:-1], checkpoints=self.checkpoints
+        )
         self.cached = self.context[:-1]
         return time.perf_counter_ns() - t0
 
@@ -175,8 +193,10 @@ class Drafter:
                 f"accepted count {accepted} is outside 0..{len(self.last_drafts)} "
                 "(the drafts of the last round)"
             )
+        settled = len(self.context) - 1  # every later sequence starts with the context: no rollback before
         self.context.extend(self.verdict_tokens(accepted, token, appended))
         self.last_drafts = []
+        self.checkpoints.forget_before(settled)
 
     def verdict_tokens(self, accepted: int, token: int, appended: Sequence[int] | None = None) -> list[int]:
         """The tokens a verdict appends to the context."""
@@ -228,10 +248,14 @@ class Drafter:
     # Forward passes; each trims the cache to what it shares with the sequence first.
 
     def _reuse(self, sequence: list[int]) -> int:
-        """Trim the cache to its longest prefix shared with ``sequence`` (leaving one token to feed)."""
-        keep = min(shared_prefix(self.cached, sequence), len(sequence) - 1)
+        """Roll the cache back to its longest prefix shared with ``sequence`` (leaving one token to feed).
+
+        With recurrent layers, back to the furthest kept state within that prefix
+        (the state after a pass); the tokens after it are fed again.
+        """
+        keep = self.checkpoints.nearest(min(shared_prefix(self.cached, sequence), len(sequence) - 1))
         if keep < len(self.cached):
-            trim_prompt_cache(self.cache, len(self.cached) - keep)
+            self.checkpoints.rewind(len(self.cached), keep)
             del self.cached[keep:]
         return keep
 
@@ -240,6 +264,7 @@ class Drafter:
         keep = self._reuse(sequence)
         logits = self._pass(mx.array([sequence[keep:]]))[0, -1]
         self.cached.extend(sequence[keep:])
+        self.checkpoints.keep(len(self.cached))
         return logits
 
     def _pass(self, inputs: mx.array) -> mx.array:
@@ -269,18 +294,22 @@ class Drafter:
         if chain is not None and not block.alternatives:
             # A remote executor that runs the whole greedy round at once.
             tokens = list(chain(feed, n, self.cache))
+            for i in range(n - 1):  # the worker keeps its state after each chained pass
+                self.checkpoints.keep(keep + len(feed) + i)
         else:
-            tokens = self._greedy_chain(block, feed, n)
+            tokens = self._greedy_chain(block, feed, n, keep + len(feed))
         self.cached.extend(feed + tokens[:-1])
         block.tokens.extend(tokens)
         self.forward_passes += n
 
-    def _greedy_chain(self, block: Drafting, feed: list[int], n: int) -> list[int]:
+    def _greedy_chain(self, block: Drafting, feed: list[int], n: int, position: int) -> list[int]:
         # The argmax stays in the graph, so MLX can run ahead without a host sync per token.
         y = mx.array([feed])
         out, tops = [], []
         for i in range(n):
             logits = self._pass(y)[:, -1, :]
+            if i + 1 < n:  # the state after this pass's tokens (the last draft is never fed)
+                self.checkpoints.keep(position + i)
             token = mx.argmax(logits, axis=-1)
             if block.alternatives:
                 tops.append(_top_on_device(logits[0], block.alternatives))

@@ -28,12 +28,13 @@ from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
 from coordinator.decoding.acceptance import accept_greedy, accept_sampled
 from coordinator.decoding.adaptive_k import AdaptiveK
 from coordinator.decoding.fallback import FallbackSettings, GradedFallback
 from coordinator.decoding.results import GenerationResult, RoundRecord
+from coordinator.decoding.rollback import Rollback
 from coordinator.drafting.base import DraftSource, Outcome
 from specwire.drafter import DraftBlock, prefill
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
@@ -131,10 +132,10 @@ class SpeculativeDecoder:
     ) -> GenerationResult:
         model = self.target.model
         cache = make_prompt_cache(model)
-        if not can_trim_prompt_cache(cache):
-            raise UnsupportedModelError(
-                f"{self.target.spec}: its KV cache cannot be trimmed, so it cannot verify drafts"
-            )
+        try:
+            rollback = Rollback(model, cache, len(prompt) - 1)
+        except UnsupportedModelError as err:
+            raise UnsupportedModelError(f"{self.target.spec}: {err}") from err
         prefill(model, cache, list(prompt[:-1]))
         result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
         rng = np.random.default_rng([params.seed, VERIFY_STREAM])
@@ -148,7 +149,7 @@ class SpeculativeDecoder:
             # The last round (one token left) drafts nothing: the source is not asked.
             block = source.propose(k_round, outcome) if source and k_round else DraftBlock([], None, 0, 0)
             t1 = time.perf_counter_ns()
-            accepted, token = self._verify(cache, pending, block, params, rng)
+            accepted, token = self._verify(cache, rollback, pending, block, params, rng)
             t2 = time.perf_counter_ns()
             emitted = [*block.tokens[:accepted], token]
             stop = next((i for i, t in enumerate(emitted) if t in self.target.eos_token_ids), None)
@@ -210,17 +211,20 @@ class SpeculativeDecoder:
     def _verify(
         self,
         cache: list,
+        rollback: Rollback,
         pending: int,
         block: DraftBlock,
         params: SamplingParams,
         rng: np.random.Generator,
     ) -> tuple[int, int]:
         drafts = block.tokens
-        logits = self.target.model(mx.array([[pending, *drafts]]), cache=cache)[0]
+        fed = [pending, *drafts]
+        rollback.before(fed)
+        logits = self.target.model(mx.array([fed]), cache=cache)[0]
         if params.greedy:
             accepted, token = accept_greedy(np.array(mx.argmax(logits, axis=-1)).tolist(), drafts)
         else:
             rows = np.array(logits.astype(mx.float32))
             accepted, token = accept_sampled(rows, drafts, block.dists or [], params, rng)
-        trim_prompt_cache(cache, len(drafts) - accepted)
+        rollback.keep_first(accepted + 1)
         return accepted, token

@@ -8,6 +8,9 @@ A spec is one of
   for measuring protocol cost (``specwire.models.tiny``; its text is meaningless);
 * ``tiny-draft``: a draft model of its own for ``tiny``, accepted about as
   often as the paper's draft (``specwire.models.tiny``);
+* ``tiny-hybrid`` and ``tiny-hybrid-draft``: the same idea in Qwen3.5's hybrid
+  layout, Gated DeltaNet layers with full attention every fourth
+  (``specwire.models.tiny_hybrid``);
 * a path to a GGUF file (llama architecture; Q4_0, Q4_1, Q8_0, F16, F32);
 * a local mlx-lm model directory, or a Hugging Face id, through ``mlx_lm.load``.
 
@@ -33,6 +36,7 @@ from specwire.models.gguf import load_gguf
 from specwire.models.gguf_header import is_gguf, read_metadata
 from specwire.models.gguf_tokenizer import build_tokenizer
 from specwire.models.tiny import TINY_DRAFT_MODEL, TINY_MODEL, build_tiny
+from specwire.models.tiny_hybrid import TINY_HYBRID_DRAFT_MODEL, TINY_HYBRID_MODEL, build_tiny_hybrid
 from specwire.vocab import vocabulary_fingerprint
 
 DEFAULT_MODEL = "default"
@@ -90,14 +94,20 @@ class LoadedModel:
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
 
     @property
+    def text_args(self) -> dict[str, Any]:
+        """The language model's arguments (a multimodal config nests them in ``text_config``)."""
+        nested = self.args.get("text_config")
+        return {**self.args, **nested} if isinstance(nested, dict) else self.args
+
+    @property
     def vocab_size(self) -> int:
         """Number of rows of the model's output layer."""
-        return int(self.args["vocab_size"])
+        return int(self.text_args["vocab_size"])
 
     @property
     def context_length(self) -> int:
         """Longest sequence the model was trained for (prompt plus generation)."""
-        return int(self.args.get("max_position_embeddings") or 4096)
+        return int(self.text_args.get("max_position_embeddings") or 4096)
 
 
 def default_model_path() -> Path:
@@ -116,8 +126,8 @@ def default_model_path() -> Path:
 
 def _resolve(source: str) -> Path | str:
     """A local path for files and directories, or the string itself for a Hugging Face id."""
-    if source in (DEFAULT_MODEL, TINY_MODEL, TINY_DRAFT_MODEL):
-        return default_model_path()  # tiny and tiny-draft borrow the default model's tokenizer
+    if source == DEFAULT_MODEL or source in BUILT:
+        return default_model_path()  # the built models borrow the default model's tokenizer
     path = Path(source).expanduser()
     if path.exists():
         return path
@@ -152,9 +162,19 @@ def _load_gguf_model(path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
     return model, build_tokenizer(metadata, str(path)), args, "gguf " + _precision_of(model)
 
 
-def _load_tiny_model(tokenizer_path: Path, draft: bool) -> tuple[nn.Module, Any, dict[str, Any], str]:
+# Models built from a seed, with the default model's tokenizer: spec -> (builder, draft variant).
+BUILT = {
+    TINY_MODEL: (build_tiny, False),
+    TINY_DRAFT_MODEL: (build_tiny, True),
+    TINY_HYBRID_MODEL: (build_tiny_hybrid, False),
+    TINY_HYBRID_DRAFT_MODEL: (build_tiny_hybrid, True),
+}
+
+
+def _load_built_model(source: str, tokenizer_path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
     tokenizer = build_tokenizer(read_metadata(tokenizer_path), str(tokenizer_path))
-    model, args = build_tiny(len(tokenizer), draft)
+    build, draft = BUILT[source]
+    model, args = build(len(tokenizer), draft)
     return model, tokenizer, args, "float32"
 
 
@@ -183,9 +203,9 @@ def load_model(spec: str | ModelSpec, dtype: str | None = None) -> LoadedModel:
         parsed = ModelSpec(parsed.source, _DTYPE_ALIASES.get(dtype, dtype))
     resolved = _resolve(parsed.source)
     path = str(resolved)
-    if parsed.source in (TINY_MODEL, TINY_DRAFT_MODEL):
+    if parsed.source in BUILT:
         assert isinstance(resolved, Path)
-        model, tokenizer, args, precision = _load_tiny_model(resolved, parsed.source == TINY_DRAFT_MODEL)
+        model, tokenizer, args, precision = _load_built_model(parsed.source, resolved)
         path = f"random weights, tokenizer of {resolved}"
     elif isinstance(resolved, Path) and resolved.is_file():
         if not is_gguf(resolved):

@@ -1,0 +1,84 @@
+"""``tiny-hybrid``: a hybrid model in Qwen3.5's layout, for tests and the fast regime (its text is noise).
+
+Qwen3.5 (the paper's pair), Qwen3-Next and other current models mix
+linear-attention layers, whose recurrent state cannot be trimmed, with a
+full-attention layer every few. This is mlx-lm's own ``qwen3_5`` model at a
+tiny size: four layers, three Gated DeltaNet and the fourth full attention
+(``full_attention_interval`` 4), width 16, with seeded random weights and
+the default model's tokenizer and vocabulary, so it pairs with ``tiny`` and
+the default model. A pass takes about 3 ms on a 2-core CPU.
+
+``tiny-hybrid-draft`` is ``tiny-hybrid`` with every tensor perturbed (as
+``tiny-draft`` is ``tiny``): a hybrid draft model of its own that the hybrid
+target accepts often, but not always.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+from mlx_lm.models import qwen3_5
+
+TINY_HYBRID_MODEL = "tiny-hybrid"
+TINY_HYBRID_DRAFT_MODEL = "tiny-hybrid-draft"
+SEED = 20260324
+DRAFT_NOISE = 0.07
+DRAFT_SEED = 5
+ARGS: dict[str, Any] = {
+    "model_type": "qwen3_5",
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 4,
+    "full_attention_interval": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 8,
+    "linear_num_value_heads": 2,
+    "linear_num_key_heads": 1,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 49152,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+    "rope_parameters": {"type": "default", "rope_theta": 100000.0, "partial_rotary_factor": 0.5},
+}
+
+
+def build_tiny_hybrid(vocab_size: int, draft: bool = False) -> tuple[nn.Module, dict[str, Any]]:
+    """``tiny-hybrid`` (or, with ``draft``, ``tiny-hybrid-draft``) for ``vocab_size`` tokens, and its args.
+
+    Weights as ``tiny``'s: embedding and LM head N(0, 1), other matrices
+    N(0, 1/fan_in), norms one; each Gated DeltaNet layer's decay (A_log) from
+    log U(1, 16) and its time-step bias one, as the model initialises them.
+    """
+    args = {**ARGS, "vocab_size": vocab_size}
+    model = qwen3_5.Model(qwen3_5.ModelArgs.from_dict(args))
+    rng = np.random.default_rng(SEED)
+    weights = []
+    params: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    for name, value in params:
+        shape = tuple(value.shape)
+        if name.endswith("A_log"):
+            array = np.log(rng.uniform(1.0, 16.0, shape)).astype(np.float32)
+        elif name.endswith(("norm.weight", "dt_bias")):
+            array = np.ones(shape, np.float32)
+        elif "embed_tokens" in name or "lm_head" in name:
+            array = rng.standard_normal(shape).astype(np.float32)
+        else:
+            array = (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+        weights.append((name, array))
+    if draft:
+        noise = np.random.default_rng(DRAFT_SEED)
+        weights = [
+            (name, a + DRAFT_NOISE * a.std() * noise.standard_normal(a.shape).astype(np.float32))
+            for name, a in weights
+        ]
+    model.update(tree_unflatten([(name, mx.array(a)) for name, a in weights]))
+    mx.eval(model.parameters())
+    return model, args

@@ -1,0 +1,104 @@
+"""Hybrid models (Qwen3.5's Gated DeltaNet layers with full attention every fourth): lossless in every role.
+
+Their recurrent state cannot be trimmed; the target keeps it before each
+verification and feeds the accepted positions again after a rejection, the
+drafter keeps it after each pass (``specwire.rollback``). At T = 0 the
+output equals the target alone's for every pairing: a hybrid drafting for
+itself (every draft accepted), a perturbed hybrid (some), a llama model of
+the same vocabulary for a hybrid target and the other way round (none). At
+T > 0 a small-vocabulary hybrid pair samples exactly from the target.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models.cache import ArraysCache, make_prompt_cache
+
+from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.drafting.local import LocalDraftSource
+from specwire.models import LoadedModel, load_model
+from specwire.models.tiny_hybrid import build_tiny_hybrid
+from specwire.rollback import Checkpoints
+from specwire.sampling import SamplingParams
+from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p, exact_joint
+from tests.support.prompts import PROMPTS, ar_tokens
+from tests.support.tiny_models import as_loaded
+
+TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def models(tiny: LoadedModel) -> dict[str, LoadedModel]:
+    return {
+        "hybrid": load_model("tiny-hybrid"),
+        "hybrid-draft": load_model("tiny-hybrid-draft"),
+        "llama": tiny,
+    }
+
+
+@pytest.mark.parametrize(
+    ("target", "draft", "accepted"),
+    [
+        ("hybrid", "hybrid", "all"),
+        ("hybrid", "hybrid-draft", "some"),
+        ("hybrid", "llama", "none"),
+        ("llama", "hybrid", "none"),
+    ],
+)
+@pytest.mark.parametrize("k", [1, 4])
+def test_sd_with_hybrid_models_equals_the_target_alone(
+    models: dict[str, LoadedModel], target: str, draft: str, accepted: str, k: int
+) -> None:
+    decoder = SpeculativeDecoder(models[target], LocalDraftSource(models[draft]))
+    counts: set[int] = set()
+    for text in PROMPTS[:3]:
+        prompt = models[target].tokenizer.encode(text)
+        result = decoder.generate(prompt, max_tokens=TOKENS, k=k, params=SamplingParams())
+        assert result.tokens == ar_tokens(models[target], prompt, TOKENS)
+        counts |= {r.accepted for r in result.rounds if r.drafted == k}
+    expected = {"all": {k}, "none": {0}}.get(accepted)
+    assert counts == expected if expected else (len(counts) > 1), counts
+
+
+def test_a_rolled_back_state_is_the_plain_pass_over_the_prefix(models: dict[str, LoadedModel]) -> None:
+    model = models["hybrid"].model
+    tokens = models["hybrid"].tokenizer.encode(PROMPTS[1] + PROMPTS[2])
+    rolled, plain = make_prompt_cache(model), make_prompt_cache(model)
+    checkpoints = Checkpoints(rolled)
+    assert not checkpoints.exact  # Gated DeltaNet layers cannot be trimmed
+    model(mx.array([tokens[:5]]), cache=rolled)
+    checkpoints.keep(5)
+    model(mx.array([tokens[5:9]]), cache=rolled)  # a branch that is then rejected
+    checkpoints.rewind(9, 5)
+    after_rollback = model(mx.array([tokens[5:7]]), cache=rolled)[0, -1]
+    after_plain = model(mx.array([tokens[:7]]), cache=plain)[0, -1]
+    np.testing.assert_allclose(np.array(after_rollback), np.array(after_plain), rtol=1e-5, atol=1e-5)
+    for a, b in zip(rolled, plain, strict=True):
+        if isinstance(a, ArraysCache):  # the recurrent and convolution states themselves
+            for x, y in zip(a.cache, b.cache, strict=True):
+                np.testing.assert_allclose(np.array(x), np.array(y), rtol=1e-5, atol=1e-6)
+        else:
+            assert a.offset == b.offset == 7
+
+
+@pytest.fixture(scope="module")
+def small_pair() -> tuple[LoadedModel, LoadedModel]:
+    """A hybrid pair over a vocabulary of 8, whose joint output distribution can be enumerated."""
+    target, args = build_tiny_hybrid(8)
+    draft, _ = build_tiny_hybrid(8, draft=True)
+    return as_loaded(target, args, "hybrid-target"), as_loaded(draft, args, "hybrid-draft")
+
+
+def test_sd_with_a_hybrid_pair_is_distributed_as_the_target(
+    small_pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    target, draft = small_pair
+    sampling = {"temperature": 1.0, "draft_top_k": 4}
+    decoder = SpeculativeDecoder(target, LocalDraftSource(draft))
+    counts = np.zeros((8, 8))
+    for seed in range(1200):
+        result = decoder.generate([2, 5, 1], max_tokens=2, k=1, params=SamplingParams(seed=seed, **sampling))  # type: ignore[arg-type]
+        counts[result.tokens[0], result.tokens[1]] += 1
+    assert chi_square_p(counts, exact_joint(target, SamplingParams(**sampling))) >= P_VALUE_FLOOR  # type: ignore[arg-type]
