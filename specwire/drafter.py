@@ -294,7 +294,7 @@ class Drafter:
         if chain is not None and not block.alternatives:
             # A remote executor that runs the whole greedy round at once.
             tokens = list(chain(feed, n, self.cache))
-            for i in range(n - 1):  # the worker keeps its state after each chained pass
+            for i in range(n):  # the worker keeps its state after each chained pass
                 self.checkpoints.keep(keep + len(feed) + i)
         else:
             tokens = self._greedy_chain(block, feed, n, keep + len(feed))
@@ -308,8 +308,7 @@ class Drafter:
         out, tops = [], []
         for i in range(n):
             logits = self._pass(y)[:, -1, :]
-            if i + 1 < n:  # the state after this pass's tokens (the last draft is never fed)
-                self.checkpoints.keep(position + i)
+            self.checkpoints.keep(position + i)  # the state after this pass's tokens
             token = mx.argmax(logits, axis=-1)
             if block.alternatives:
                 tops.append(_top_on_device(logits[0], block.alternatives))

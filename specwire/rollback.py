@@ -18,9 +18,9 @@ nearest earlier one, feeding the tokens after it again (``nearest``).
 
 A cache layer that is neither trimmable nor an ``ArraysCache`` (a rotating
 window past its size, say) cannot be rolled back: ``Checkpoints`` refuses it
-by name. A layer may also roll itself back (``snapshot``/``restore``
-methods): the per-op baseline's shadow of a worker's cache does, by asking
-the worker to restore its own.
+by name. A layer may also roll itself back to a kept position (a
+``restore(position)`` method): the per-op baseline's shadow of a worker's
+cache does, by asking the worker to restore the state it kept there.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from specwire.errors import UnsupportedModelError
 
 
 def _kind(layer: Any) -> str:
-    if hasattr(layer, "restore") and hasattr(layer, "snapshot"):
+    if hasattr(layer, "restore"):
         return "self"
     if layer.is_trimmable():
         return "trim"
@@ -79,7 +79,10 @@ class Checkpoints:
         if saved is None and to > 0:
             raise RuntimeError(f"no state kept at position {to} (kept: {sorted(self.kept)})")
         for layer, kind, state in zip(self.cache, self.kinds, saved or [None] * len(self.cache), strict=True):
-            _load(layer, kind, current - to, state)
+            if kind == "self":
+                layer.restore(to)
+            else:
+                _load(layer, kind, current - to, state)
         self.forget_after(to)
 
     def forget_after(self, position: int) -> None:
@@ -94,8 +97,6 @@ class Checkpoints:
 def _save(layer: Any, kind: str) -> Any:
     if kind == "arrays":
         return (list(layer.cache), layer.lengths, layer.left_padding)
-    if kind == "self":
-        return layer.snapshot()
     return None
 
 
@@ -109,5 +110,3 @@ def _load(layer: Any, kind: str, drop: int, state: Any) -> None:
         else:
             cache, layer.lengths, layer.left_padding = state
             layer.cache = list(cache)
-    else:
-        layer.restore(0 if state is None else state)

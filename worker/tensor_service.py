@@ -24,18 +24,28 @@ from specwire.errors import (
     UnsupportedModelError,
 )
 from specwire.models import LoadedModel
-from specwire.op_counts import WALKED, ops_per_pass
+from specwire.op_counts import block_kinds, ops_per_pass
 from specwire.pace import Pacer
 from specwire.protocol import TENSOR_SERVICE_NAME
 from specwire.v1 import draft_pb2 as pb
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
 from worker.session import check_peer
-from worker.tensor_session import ModuleTable, TensorSession
+from worker.tensor_modules import ModuleTable
+from worker.tensor_session import TensorSession
+
+
+def walkable(model: LoadedModel) -> tuple[ModuleTable | None, str]:
+    """The model's module table, or None and why the per-op executor cannot walk it."""
+    try:
+        block_kinds(model.args)
+        return ModuleTable.of(model.model), ""
+    except UnsupportedModelError as err:
+        return None, str(err)
 
 
 def supports(model: LoadedModel) -> bool:
     """True when the per-op executor knows this model's structure."""
-    return model.args.get("model_type") in WALKED
+    return walkable(model)[0] is not None
 
 
 class TensorService:
@@ -48,7 +58,7 @@ class TensorService:
         self.host = host
         self.compute = compute
         self.pacer = pacer
-        self.table = ModuleTable.of(model.model) if supports(model) else None
+        self.table, self.refusal = walkable(model)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The gRPC handler of the TensorWorker service."""
@@ -118,10 +128,7 @@ class _TensorLoop(StreamLoop):
         model, table = self.service.model, self.service.table
         check_peer(model, msg.protocol_version, msg.vocab_fingerprint)
         if table is None:
-            raise UnsupportedModelError(
-                f"the per-op executor supports {', '.join(WALKED)} models; "
-                f"this worker serves a {model.args.get('model_type')} model"
-            )
+            raise UnsupportedModelError(self.service.refusal)
         tag = secrets.randbits(31) + 1
         self.session = TensorSession(
             model, table, tag, pacer=self.service.pacer, ops_per_pass=ops_per_pass(model.args)

@@ -1,13 +1,20 @@
-"""The per-op baseline's executor: one session's activations and KV cache, and its operations.
+"""The per-op baseline's executor: one session's activations and cache, and its operations.
 
-Each operation calls the very module or kernel mlx-lm's llama model uses at
-that step (the same ``Linear``/``QuantizedLinear``, ``RMSNorm``, ``RoPE``,
-``KVCache.update_and_fetch`` and scaled-dot-product attention), so a forward
-pass walked op by op computes the same numbers as the model run whole. Every
-operation is checked before it runs: its code, the number of inputs,
-outputs and args, and every handle (activations must carry this session's
-tag; modules must be of the right kind). A bad operation raises
-``InvalidArgumentError`` and leaves the worker's other sessions untouched.
+Each operation calls the very module or kernel mlx-lm's model uses at that
+step (the same ``Linear``/``QuantizedLinear``, ``RMSNorm``, ``RoPE``, KV
+cache, attention and, for Qwen3.5's Gated DeltaNet layers, the same
+convolution and delta rule: ``worker.tensor_attention``,
+``worker.tensor_gated``), so a forward pass walked op by op computes the
+same numbers as the model run whole. Every operation is checked before it
+runs: its code, the number of inputs, outputs and args, and every handle
+(activations must carry this session's tag; modules must be of the right
+kind). A bad operation raises ``InvalidArgumentError`` and leaves the
+worker's other sessions untouched.
+
+A hybrid model's recurrent layers cannot be trimmed: the session keeps
+their state at the end of each forward pass (references, as
+``specwire.rollback`` does for a local drafter), the last ``MAX_KEPT`` of
+them, and KV_TRIM rolls back to one of those.
 
 All methods run where the worker computes (its event loop or its compute thread).
 """
@@ -17,57 +24,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx_lm.models.base import scaled_dot_product_attention
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.pace import ROUND_POSITIONS, Pacer
+from specwire.rollback import Checkpoints
 from specwire.v1 import draft_pb2 as pb
+from worker import tensor_attention, tensor_gated
+from worker.tensor_modules import ModuleTable
 
 TAG_SHIFT = 32
 MAX_SLOTS = 256
+MAX_KEPT = 2 * ROUND_POSITIONS  # recurrent states kept: enough to roll back any draft round
 _LINEAR = (nn.Linear, nn.QuantizedLinear)
 _EMBEDDING = (nn.Embedding, nn.QuantizedEmbedding)
-
-
-@dataclass
-class ModuleTable:
-    """Fixed handles for the modules of a llama model, shared by all sessions."""
-
-    modules: dict[int, nn.Module]
-    names: dict[str, int]
-    layer_of: dict[int, int]
-
-    @classmethod
-    def of(cls, model: nn.Module) -> ModuleTable:
-        """Number the modules a llama forward pass uses, in a stable order."""
-        named: list[tuple[str, nn.Module, int | None]] = [
-            ("model.embed_tokens", model.model.embed_tokens, None)
-        ]
-        for i, layer in enumerate(model.model.layers):
-            prefix = f"model.layers.{i}"
-            named.append((f"{prefix}.input_layernorm", layer.input_layernorm, i))
-            named.append((f"{prefix}.self_attn", layer.self_attn, i))
-            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                named.append((f"{prefix}.self_attn.{proj}", getattr(layer.self_attn, proj), i))
-            named.append((f"{prefix}.post_attention_layernorm", layer.post_attention_layernorm, i))
-            for proj in ("gate_proj", "up_proj", "down_proj"):
-                named.append((f"{prefix}.mlp.{proj}", getattr(layer.mlp, proj), i))
-        named.append(("model.norm", model.model.norm, None))
-        if "lm_head" in model:
-            named.append(("lm_head", model.lm_head, None))
-        table = cls({}, {}, {})
-        for handle, (name, module, layer) in enumerate(named, start=1):
-            table.modules[handle] = module
-            table.names[name] = handle
-            if layer is not None:
-                table.layer_of[handle] = layer
-        return table
 
 
 @dataclass
@@ -103,15 +79,14 @@ class TensorSession:
 
     def __post_init__(self) -> None:
         self.cache = make_prompt_cache(self.model.model)
+        self.checkpoints = Checkpoints(self.cache)
+        self.recurrent = {i: 0 for i, kind in enumerate(self.checkpoints.kinds) if kind == "arrays"}
         self._ops: dict[int, Callable[[pb.Op], list[bytes]]] = {
             pb.SET_TENSOR: self._set_tensor,
             pb.GET_TENSOR: self._get_tensor,
             pb.EMBED: self._embed,
             pb.RMS_NORM: self._rms_norm,
             pb.MATMUL: self._matmul,
-            pb.ROPE: self._rope,
-            pb.KV_WRITE: self._kv_write,
-            pb.ATTENTION: self._attention,
             pb.ADD: lambda op: self._binary(op, mx.add),
             pb.MUL: lambda op: self._binary(op, mx.multiply),
             pb.SILU: self._silu,
@@ -119,6 +94,8 @@ class TensorSession:
             pb.KV_TRIM: self._kv_trim,
             pb.ARGMAX: self._argmax,
         }
+        for module in (tensor_attention, tensor_gated):
+            self._ops.update({code: partial(run, self) for code, run in module.OPS.items()})
 
     def execute(self, ops: Sequence[pb.Op]) -> Executed:
         """Run ``ops`` in order, evaluate everything they wrote, return the requested tensors.
@@ -140,7 +117,7 @@ class TensorSession:
                 tensors.extend(run(op))
             except InvalidArgumentError as err:
                 raise InvalidArgumentError(f"op {index} ({pb.OpCode.Name(op.code)}): {err}") from err
-            except (ValueError, RuntimeError, IndexError) as err:  # shapes MLX rejects
+            except (ValueError, RuntimeError, IndexError, OverflowError) as err:  # shapes MLX rejects
                 raise InvalidArgumentError(f"op {index} ({pb.OpCode.Name(op.code)}) failed: {err}") from err
             written.update((h, self.store[h]) for h in op.outputs if h in self.store)
             self.ops += 1
@@ -195,155 +172,143 @@ class TensorSession:
             raise InvalidArgumentError(f"handle {handle:#x}: slot {slot} is outside 0..{MAX_SLOTS - 1}")
         return slot
 
-    def _get(self, handle: int) -> mx.array:
+    def get(self, handle: int) -> mx.array:
         self._slot(handle)
         if handle not in self.store:
             raise InvalidArgumentError(f"handle {handle:#x} holds no tensor in this session")
         return self.store[handle]
 
-    def _put(self, handle: int, value: mx.array) -> None:
+    def put(self, handle: int, value: mx.array) -> None:
         self._slot(handle)
         self.store[handle] = value
 
-    def _module(self, handle: int, kinds: tuple[type, ...], what: str) -> nn.Module:
+    def module(self, handle: int, kinds: tuple[type, ...], what: str) -> nn.Module:
         module = self.table.modules.get(handle)
         if module is None or not isinstance(module, kinds):
             raise InvalidArgumentError(f"handle {handle:#x} is not a {what} of this model")
         return module
 
-    def _layer(self, handle: int) -> int:
+    def layer(self, handle: int) -> int:
+        """The layer a module belongs to."""
+        if handle not in self.table.layer_of:
+            raise InvalidArgumentError(f"handle {handle:#x} is not a module of one layer")
         return self.table.layer_of[handle]
 
     @staticmethod
-    def _shape(op: pb.Op, outputs: int, inputs: int, args: int) -> None:
+    def shape(op: pb.Op, outputs: int, inputs: int, args: int) -> None:
+        """Check the operation's numbers of outputs, inputs and args."""
         if (len(op.outputs), len(op.inputs), len(op.args)) != (outputs, inputs, args):
             raise InvalidArgumentError(
                 f"takes {outputs} outputs, {inputs} inputs and {args} args; "
                 f"got {len(op.outputs)}, {len(op.inputs)} and {len(op.args)}"
             )
 
-    def _offset(self, layer: int, offset: int) -> None:
-        if offset != self.cache[layer].offset:
+    def check_offset(self, layer: int, offset: int) -> None:
+        """Check that an attention layer's KV cache holds exactly ``offset`` positions."""
+        held = getattr(self.cache[layer], "offset", None)
+        if offset != held:
+            raise InvalidArgumentError(f"position {offset} does not match layer {layer}'s cache ({held})")
+
+    def check_recurrent_offset(self, layer: int, offset: int) -> None:
+        """Check that a recurrent layer's state is past exactly ``offset`` positions."""
+        if offset != self.recurrent.get(layer):
             raise InvalidArgumentError(
-                f"position {offset} does not match layer {layer}'s cache ({self.cache[layer].offset})"
+                f"position {offset} does not match layer {layer}'s state ({self.recurrent.get(layer)})"
             )
+
+    def advance_recurrent(self, layer: int, n: int) -> None:
+        """A recurrent layer's state moved on by ``n`` positions."""
+        self.recurrent[layer] += n
+
+    def fed(self) -> int | None:
+        """The positions every layer has been fed, or None in the middle of a pass."""
+        held = {self.recurrent.get(i) for i in self.recurrent}  # recurrent layers have no offset
+        held |= {c.offset for i, c in enumerate(self.cache) if i not in self.recurrent}
+        return held.pop() if len(held) == 1 else None
 
     # Operations: each returns the tensors it was asked to send back.
 
     def _set_tensor(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 1, 0, 1)
+        self.shape(op, 1, 0, 1)
         if len(op.data) != 4 * op.args[0] or op.args[0] < 1:
             raise InvalidArgumentError(f"expects {op.args[0]} int32 token ids, got {len(op.data)} bytes")
         ids = np.frombuffer(op.data, dtype="<i4")
         if ids.min() < 0 or ids.max() >= self.model.vocab_size:
             raise InvalidArgumentError(f"token ids must lie in 0..{self.model.vocab_size - 1}")
-        self._put(op.outputs[0], mx.array(ids.astype(np.int32))[None])
+        self.put(op.outputs[0], mx.array(ids.astype(np.int32))[None])
         return []
 
     def _get_tensor(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 0, 1, 0)
-        x = self._get(op.inputs[0])
+        self.shape(op, 0, 1, 0)
+        x = self.get(op.inputs[0])
         if x.ndim != 3:
             raise InvalidArgumentError(f"expects a [batch, positions, features] tensor, got shape {x.shape}")
         return [np.array(x[0, -1].astype(mx.float32)).tobytes()]
 
     def _embed(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 1, 2, 0)
-        embed = self._module(op.inputs[1], _EMBEDDING, "token embedding")
-        self._put(op.outputs[0], embed(self._get(op.inputs[0])))
+        self.shape(op, 1, 2, 0)
+        embed = self.module(op.inputs[1], _EMBEDDING, "token embedding")
+        self.put(op.outputs[0], embed(self.get(op.inputs[0])))
         return []
 
     def _rms_norm(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 1, 2, 0)
-        norm = self._module(op.inputs[1], (nn.RMSNorm,), "RMSNorm")
-        self._put(op.outputs[0], norm(self._get(op.inputs[0])))
+        self.shape(op, 1, 2, 0)
+        norm = self.module(op.inputs[1], (nn.RMSNorm,), "RMSNorm")
+        self.put(op.outputs[0], norm(self.get(op.inputs[0])))
         return []
 
     def _matmul(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 1, 2, 0)
-        linear = self._module(op.inputs[1], _LINEAR, "linear layer")
-        self._put(op.outputs[0], linear(self._get(op.inputs[0])))
-        return []
-
-    def _attention_module(self, handle: int) -> nn.Module:
-        module = self.table.modules.get(handle)
-        if module is None or not hasattr(module, "rope"):
-            raise InvalidArgumentError(f"handle {handle:#x} is not an attention module of this model")
-        return module
-
-    def _rope(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 1, 2, 2)
-        attn = self._attention_module(op.inputs[1])
-        heads, offset = op.args
-        self._offset(self._layer(op.inputs[1]), offset)
-        x = self._get(op.inputs[0])
-        b, length, _ = x.shape
-        heads_first = x.reshape(b, length, heads, -1).transpose(0, 2, 1, 3)
-        self._put(op.outputs[0], attn.rope(heads_first, offset=offset))
-        return []
-
-    def _kv_write(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 2, 2, 3)
-        layer, kv_heads, offset = op.args
-        if not 0 <= layer < len(self.cache):
-            raise InvalidArgumentError(f"layer {layer} is outside 0..{len(self.cache) - 1}")
-        self._offset(layer, offset)
-        keys, values = self._get(op.inputs[0]), self._get(op.inputs[1])
-        b, length, _ = values.shape
-        values = values.reshape(b, length, kv_heads, -1).transpose(0, 2, 1, 3)
-        all_keys, all_values = self.cache[layer].update_and_fetch(keys, values)
-        self._put(op.outputs[0], all_keys)
-        self._put(op.outputs[1], all_values)
-        return []
-
-    def _attention(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 1, 4, 0)
-        attn = self._attention_module(op.inputs[3])
-        layer = self._layer(op.inputs[3])
-        queries = self._get(op.inputs[0])
-        b, _, length, _ = queries.shape
-        mask = self.cache[layer].make_mask(length, return_array=False, window_size=None)
-        out = scaled_dot_product_attention(
-            queries,
-            self._get(op.inputs[1]),
-            self._get(op.inputs[2]),
-            cache=self.cache[layer],
-            scale=attn.scale,
-            mask=mask,
-        )
-        self._put(op.outputs[0], out.transpose(0, 2, 1, 3).reshape(b, length, -1))
+        self.shape(op, 1, 2, 0)
+        linear = self.module(op.inputs[1], _LINEAR, "linear layer")
+        self.put(op.outputs[0], linear(self.get(op.inputs[0])))
         return []
 
     def _binary(self, op: pb.Op, fn: Callable[[mx.array, mx.array], mx.array]) -> list[bytes]:
-        self._shape(op, 1, 2, 0)
-        self._put(op.outputs[0], fn(self._get(op.inputs[0]), self._get(op.inputs[1])))
+        self.shape(op, 1, 2, 0)
+        self.put(op.outputs[0], fn(self.get(op.inputs[0]), self.get(op.inputs[1])))
         return []
 
     def _silu(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 1, 1, 0)
-        self._put(op.outputs[0], nn.silu(self._get(op.inputs[0])))
+        self.shape(op, 1, 1, 0)
+        self.put(op.outputs[0], nn.silu(self.get(op.inputs[0])))
         return []
 
     def _lm_head(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 1, 2, 0)
-        head = self._module(op.inputs[1], (*_EMBEDDING, *_LINEAR), "LM head")
-        x = self._get(op.inputs[0])
+        self.shape(op, 1, 2, 0)
+        head = self.module(op.inputs[1], (*_EMBEDDING, *_LINEAR), "LM head")
+        x = self.get(op.inputs[0])
         if x.ndim == 3 and x.shape[1] > ROUND_POSITIONS:
             x = x[:, -1:]  # a prefill: GET_TENSOR returns the last position's row, so only it is computed
-        self._put(op.outputs[0], head.as_linear(x) if isinstance(head, _EMBEDDING) else head(x))
+        self.put(op.outputs[0], head.as_linear(x) if isinstance(head, _EMBEDDING) else head(x))
         self.forward_passes += 1
+        fed = self.fed()
+        if fed is not None and not self.checkpoints.exact:  # a pass ended: keep its recurrent state
+            self.checkpoints.keep(fed)
+            if len(self.checkpoints.kept) > MAX_KEPT:
+                self.checkpoints.forget_before(sorted(self.checkpoints.kept)[-MAX_KEPT])
         return []
 
     def _kv_trim(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 0, 0, 1)
+        self.shape(op, 0, 0, 1)
         n = op.args[0]
-        if not 0 <= n <= self.cache[0].offset:
-            raise InvalidArgumentError(f"cannot trim {n} positions from a cache of {self.cache[0].offset}")
-        trim_prompt_cache(self.cache, n)
+        fed = self.fed()
+        if fed is None:
+            raise InvalidArgumentError("cannot roll back in the middle of a forward pass")
+        if not 0 <= n <= fed:
+            raise InvalidArgumentError(f"cannot trim {n} positions from a cache of {fed}")
+        to = fed - n
+        if not self.checkpoints.exact and to and to not in self.checkpoints.kept:
+            kept = sorted(self.checkpoints.kept)
+            raise InvalidArgumentError(
+                f"this model's recurrent layers roll back only to the end of one of its last {MAX_KEPT} "
+                f"forward passes; position {to} is not one (kept: {kept[0] if kept else '-'}..{fed})"
+            )
+        self.checkpoints.rewind(fed, to)
+        self.recurrent = dict.fromkeys(self.recurrent, to)
         return []
 
     def _argmax(self, op: pb.Op) -> list[bytes]:
-        self._shape(op, 1, 1, 0)
-        logits = self._get(op.inputs[0])
-        self._put(op.outputs[0], mx.argmax(logits[:, -1, :], axis=-1)[None])
+        self.shape(op, 1, 1, 0)
+        logits = self.get(op.inputs[0])
+        self.put(op.outputs[0], mx.argmax(logits[:, -1, :], axis=-1)[None])
         return []

@@ -31,12 +31,13 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coordinator.decoding.engine import SpeculativeDecoder
-from coordinator.drafting.ggml_rpc.graph import ForwardGraph, LlamaShape
+from coordinator.drafting.ggml_rpc.graph import ForwardGraph, ModelShape
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.prompts import BUILTIN_PROMPTS, encode_prompt
 from specwire.models import LoadedModel, load_model
 from specwire.sampling import SamplingParams
-from worker.tensor_session import ModuleTable, TensorSession
+from worker.tensor_modules import ModuleTable
+from worker.tensor_session import TensorSession
 
 K = 4
 MAX_TOKENS = int(sys.argv[1]) if len(sys.argv) > 1 else 64
@@ -85,7 +86,7 @@ def walked_pass(draft: LoadedModel, text: str) -> dict:
     tokens = draft.tokenizer.encode(text)
     table = ModuleTable.of(draft.model)
     session = TensorSession(draft, table, tag=1)
-    graph = ForwardGraph(LlamaShape.from_config(draft.args), table.names, 1)
+    graph = ForwardGraph(ModelShape.from_config(draft.args), table.names, 1)
     ops = [op for group in graph.forward(0, tokens) for op in group]
     walked = np.frombuffer(session.execute(ops).tensors[-1], dtype=np.float32)
     whole = np.array(draft.model(mx.array([tokens]))[0, -1].astype(mx.float32))

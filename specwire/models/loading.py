@@ -37,6 +37,7 @@ from specwire.models.gguf_header import is_gguf, read_metadata
 from specwire.models.gguf_tokenizer import build_tokenizer
 from specwire.models.tiny import TINY_DRAFT_MODEL, TINY_MODEL, build_tiny
 from specwire.models.tiny_hybrid import TINY_HYBRID_DRAFT_MODEL, TINY_HYBRID_MODEL, build_tiny_hybrid
+from specwire.op_counts import text_config
 from specwire.vocab import vocabulary_fingerprint
 
 DEFAULT_MODEL = "default"
@@ -96,8 +97,7 @@ class LoadedModel:
     @property
     def text_args(self) -> dict[str, Any]:
         """The language model's arguments (a multimodal config nests them in ``text_config``)."""
-        nested = self.args.get("text_config")
-        return {**self.args, **nested} if isinstance(nested, dict) else self.args
+        return text_config(self.args)
 
     @property
     def vocab_size(self) -> int:

@@ -31,6 +31,14 @@ class OpCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LM_HEAD: _ClassVar[OpCode]
     KV_TRIM: _ClassVar[OpCode]
     ARGMAX: _ClassVar[OpCode]
+    CONV_STATE: _ClassVar[OpCode]
+    QKV_SPLIT: _ClassVar[OpCode]
+    GATED_DELTA: _ClassVar[OpCode]
+    GATED_NORM: _ClassVar[OpCode]
+    HEAD_SPLIT: _ClassVar[OpCode]
+    HEAD_NORM: _ClassVar[OpCode]
+    ROPE_HEADS: _ClassVar[OpCode]
+    SIGMOID_GATE: _ClassVar[OpCode]
 SPECULATION_OFF: SpeculationOutcome
 SPECULATION_HIT: SpeculationOutcome
 SPECULATION_PARTIAL: SpeculationOutcome
@@ -50,6 +58,14 @@ SILU: OpCode
 LM_HEAD: OpCode
 KV_TRIM: OpCode
 ARGMAX: OpCode
+CONV_STATE: OpCode
+QKV_SPLIT: OpCode
+GATED_DELTA: OpCode
+GATED_NORM: OpCode
+HEAD_SPLIT: OpCode
+HEAD_NORM: OpCode
+ROPE_HEADS: OpCode
+SIGMOID_GATE: OpCode
 
 class EchoMessage(_message.Message):
     __slots__ = ("payload",)

@@ -12,9 +12,13 @@ the worker, grouped into calls by the granularity:
 * ``round``: one call per draft round (greedy only): the worker chains the k
   passes with ARGMAX, and the logits rows of all k come back together.
 
-The KV cache lives on the worker; ``RemoteKVCache`` is its local shadow.
+The cache lives on the worker; ``RemoteKVCache`` is its local shadow.
 Rolling it back queues a KV_TRIM, sent in its own call at ``op``
-granularity and at the head of the next call otherwise.
+granularity and at the head of the next call otherwise. A hybrid model's
+recurrent layers (Qwen3.5) roll back only to the end of a forward pass, where
+the worker keeps their state: its shadow, ``RemoteRecurrentCache``, rolls
+back as a cache that restores itself does (``specwire.rollback``), so the
+drafter asks only for positions the worker kept.
 """
 
 from __future__ import annotations
@@ -56,6 +60,18 @@ class RemoteKVCache:
         return []
 
 
+class RemoteRecurrentCache(RemoteKVCache):
+    """The shadow of a hybrid model's cache: rolled back to kept pass ends, never trimmed freely."""
+
+    def is_trimmable(self) -> bool:
+        """Recurrent layers cannot drop positions."""
+        return False
+
+    def restore(self, position: int) -> None:
+        """Roll back to a kept position (sent with the next call)."""
+        self.trim(self.offset - position)
+
+
 class RemoteDraftModel:
     """Walks the draft model's forward pass on a worker's tensor executor."""
 
@@ -66,7 +82,7 @@ class RemoteDraftModel:
         self.client = client
         self.graph = graph
         self.granularity = granularity
-        self.cache = RemoteKVCache()
+        self.cache = RemoteRecurrentCache() if graph.shape.recurrent else RemoteKVCache()
         # The drafter hands whole greedy rounds to models that can run them in one call.
         self.greedy_chain: Callable[[list[int], int, Any], list[int]] | None = (
             self._greedy_chain if granularity == "round" else None

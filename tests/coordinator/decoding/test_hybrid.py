@@ -18,6 +18,7 @@ from mlx_lm.models.cache import ArraysCache, make_prompt_cache
 
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
+from specwire.drafter import Drafter
 from specwire.models import LoadedModel, load_model
 from specwire.models.tiny_hybrid import build_tiny_hybrid
 from specwire.rollback import Checkpoints
@@ -81,6 +82,20 @@ def test_a_rolled_back_state_is_the_plain_pass_over_the_prefix(models: dict[str,
                 np.testing.assert_allclose(np.array(x), np.array(y), rtol=1e-5, atol=1e-6)
         else:
             assert a.offset == b.offset == 7
+
+
+def test_a_fully_accepted_round_goes_on_without_feeding_again(models: dict[str, LoadedModel]) -> None:
+    # The drafter keeps the state after every pass of a round, the last included: when the target
+    # accepts every draft, the next round starts from there and feeds only the last draft (never fed
+    # while drafting) and the target's token.
+    drafter = Drafter(models["hybrid"].model, SamplingParams())
+    drafter.start(models["hybrid"].tokenizer.encode(PROMPTS[0]))
+    block = drafter.draft(4)
+    drafter.apply(4, 11)
+    held = len(drafter.cached)
+    assert held in drafter.checkpoints.kept
+    assert drafter._reuse(drafter.context) == held == len(drafter.context) - 2
+    assert block.forward_passes == 4
 
 
 @pytest.fixture(scope="module")
