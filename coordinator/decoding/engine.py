@@ -7,8 +7,10 @@ Each round:
    batched forward pass;
 3. accept a prefix of the drafts and take the target's correction, or its
    bonus token when all k were accepted (``coordinator.decoding.acceptance``);
-4. trim the k - n rejected positions from the target's KV cache with mlx-lm's
-   ``trim_prompt_cache``; the draft source trims its own on the next round.
+4. roll the rejected positions back out of the target's cache: trimmed from
+   KV caches, restored or replayed for recurrent layers
+   (``coordinator.decoding.rollback``); the draft source rolls back its own
+   on the next round.
 
 k = 0, or no draft source, is plain autoregressive decoding through the same
 code. Generation stops at an EOS token (not emitted), at ``max_tokens``, or
@@ -69,6 +71,7 @@ class SpeculativeDecoder:
         source: DraftSource | None = None,
         fallback: FallbackSettings | None = None,
         adaptive_k: bool = False,
+        rollback: str = "auto",
     ) -> None:
         if fallback is not None and adaptive_k:
             raise InvalidArgumentError("graded fallback and adaptive k both choose k: use one")
@@ -76,6 +79,7 @@ class SpeculativeDecoder:
         self.source = source
         self.fallback = fallback
         self.adaptive_k = adaptive_k
+        self.rollback = rollback
         self._single_pass_s: float | None = None
         self._verify_prior: dict[int, tuple[float, float]] = {}
 
@@ -133,11 +137,12 @@ class SpeculativeDecoder:
         model = self.target.model
         cache = make_prompt_cache(model)
         try:
-            rollback = Rollback(model, cache, len(prompt) - 1)
+            rollback = Rollback(model, cache, len(prompt) - 1, self.rollback)
         except UnsupportedModelError as err:
             raise UnsupportedModelError(f"{self.target.spec}: {err}") from err
         prefill(model, cache, list(prompt[:-1]))
         result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
+        result.rollback = rollback.stats
         rng = np.random.default_rng([params.seed, VERIFY_STREAM])
         pending, outcome = int(prompt[-1]), None
         while len(result.tokens) < max_tokens:
@@ -149,7 +154,7 @@ class SpeculativeDecoder:
             # The last round (one token left) drafts nothing: the source is not asked.
             block = source.propose(k_round, outcome) if source and k_round else DraftBlock([], None, 0, 0)
             t1 = time.perf_counter_ns()
-            accepted, token = self._verify(cache, rollback, pending, block, params, rng)
+            accepted, token, rollback_ns = self._verify(rollback, pending, block, params, rng)
             t2 = time.perf_counter_ns()
             emitted = [*block.tokens[:accepted], token]
             stop = next((i for i, t in enumerate(emitted) if t in self.target.eos_token_ids), None)
@@ -158,7 +163,7 @@ class SpeculativeDecoder:
                 result.finish_reason = "eos"
             result.tokens.extend(emitted)
             result.token_ns.extend([t2] * len(emitted))
-            record = RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block)
+            record = RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block, rollback_ns)
             result.rounds.append(record)
             if policy is not None:
                 policy.record(record)
@@ -210,21 +215,18 @@ class SpeculativeDecoder:
 
     def _verify(
         self,
-        cache: list,
         rollback: Rollback,
         pending: int,
         block: DraftBlock,
         params: SamplingParams,
         rng: np.random.Generator,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, int]:
+        """Accepted drafts, the target's token, and the ns rolling back the rejected ones took."""
         drafts = block.tokens
-        fed = [pending, *drafts]
-        rollback.before(fed)
-        logits = self.target.model(mx.array([fed]), cache=cache)[0]
+        logits = rollback.verify([pending, *drafts])[0]
         if params.greedy:
             accepted, token = accept_greedy(np.array(mx.argmax(logits, axis=-1)).tolist(), drafts)
         else:
             rows = np.array(logits.astype(mx.float32))
             accepted, token = accept_sampled(rows, drafts, block.dists or [], params, rng)
-        rollback.keep_first(accepted + 1)
-        return accepted, token
+        return accepted, token, rollback.keep_first(accepted + 1)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from coordinator.decoding.rollback import RollbackStats
 from specwire.drafter import DraftBlock
 
 
@@ -25,6 +26,7 @@ class RoundRecord:
     verify_ns: int
     end_ns: int
     draft: DraftBlock
+    rollback_ns: int = 0  # rolling the target's cache back after rejected drafts (in verify_ns)
 
     @property
     def drafted(self) -> int:
@@ -45,6 +47,7 @@ class GenerationResult:
     token_ns: list[int] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
     transitions: list[Any] = field(default_factory=list)  # coordinator.decoding.fallback.Transition
+    rollback: RollbackStats | None = None
 
     @property
     def ttft_s(self) -> float:

@@ -2,55 +2,117 @@
 
 Verification feeds [pending, d_1 .. d_k] in one pass; when only the first
 a + 1 of those positions are accepted, the cache must hold exactly the
-prompt and the accepted tokens again. KV layers are trimmed. A model with
-recurrent layers (Gated DeltaNet, Mamba: ``specwire.rollback``) has its
-state kept before the pass (references, no copy); after a rejection it is
-put back and the accepted positions are fed again in a pass of their own
-(``replay``), so the state is exactly what a plain pass over the accepted
-prefix gives. ``replayed`` and ``replay_ns`` count what that cost.
+prompt and the accepted tokens again. Three ways, by the model's layers:
+
+* ``trim``: every layer is a KV cache; the rejected positions are trimmed.
+* ``states`` (dense Qwen3.5): the verification pass keeps each Gated
+  DeltaNet layer's state after every position
+  (``coordinator.decoding.recurrent_pass``); after a rejection the state
+  after the last accepted position is put back and the attention layers are
+  trimmed. It costs memory for the states of the rejected positions, held
+  until the verdict, and no extra pass.
+* ``replay`` (any other recurrent model: Mamba, LFM2, ...): the recurrent
+  state is kept before the pass (references, no copy, ``specwire.rollback``);
+  after a rejection it is put back and the accepted positions are fed again
+  in a pass of their own. It costs a target pass over a + 1 positions.
+
+Either way the state is exactly what a plain pass over the accepted prefix
+gives. ``RollbackStats`` counts what rolling back cost.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 
+from coordinator.decoding.recurrent_pass import LayerStates, forward_keeping_states, keeps_states
+from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.rollback import Checkpoints
+
+STRATEGIES = ("auto", "states", "replay")
+
+
+@dataclass
+class RollbackStats:
+    """What rolling the target's cache back cost over one generation."""
+
+    strategy: str
+    rounds: int = 0  # rounds that rolled back (some drafts rejected)
+    replayed: int = 0  # positions fed again (replay)
+    rollback_ns: int = 0  # restoring states, trimming and replaying
+    state_bytes: int = 0  # most bytes of per-position states held at once (states)
 
 
 class Rollback:
-    """Rolls the target's cache back after each verification (module docstring)."""
+    """Runs the target's verification pass and rolls its cache back after it (module docstring)."""
 
-    def __init__(self, model: Any, cache: list, position: int) -> None:
+    def __init__(self, model: Any, cache: list, position: int, strategy: str = "auto") -> None:
+        if strategy not in STRATEGIES:
+            raise InvalidArgumentError(f"rollback {strategy!r}: expected one of {', '.join(STRATEGIES)}")
         self.model = model
         self.cache = cache
         self.checkpoints = Checkpoints(cache)
+        if self.checkpoints.exact:
+            strategy = "trim"  # nothing to choose: every layer trims
+        elif strategy == "auto":
+            strategy = "states" if keeps_states(model, cache) else "replay"
+        elif strategy == "states" and not keeps_states(model, cache):
+            raise UnsupportedModelError(
+                "rollback 'states' keeps per-position states of dense Qwen3.5 models only; use 'replay'"
+            )
+        self.stats = RollbackStats(strategy)
         self.position = position  # tokens the cache holds once the prompt is prefilled
         self.fed: list[int] = []
-        self.replays = 0
-        self.replayed = 0
-        self.replay_ns = 0
+        self.states: dict[int, LayerStates] = {}
 
-    def before(self, fed: Sequence[int]) -> None:
-        """A verification pass over ``fed`` is about to run."""
+    @property
+    def strategy(self) -> str:
+        """``trim``, ``states`` or ``replay``."""
+        return self.stats.strategy
+
+    def verify(self, fed: Sequence[int]) -> mx.array:
+        """The target's logits over ``fed`` (one pass, [1, positions, vocab]); the cache holds them all."""
         self.fed = list(fed)
-        self.checkpoints.forget_before(self.position)
-        self.checkpoints.keep(self.position)
+        inputs = mx.array([self.fed])
+        if self.strategy == "states" and len(self.fed) > 1:
+            logits, self.states = forward_keeping_states(self.model, inputs, self.cache)
+            earlier = [pair for layer in self.states.values() for pair in layer[:-1]]  # the last is the cache
+            held = sum(conv.nbytes + state.nbytes for conv, state in earlier)
+            self.stats.state_bytes = max(self.stats.state_bytes, held)
+            return logits
+        if self.strategy == "replay":
+            self.checkpoints.forget_before(self.position)
+            self.checkpoints.keep(self.position)
+        return self.model(inputs, cache=self.cache)
 
-    def keep_first(self, count: int) -> None:
-        """Keep the first ``count`` positions of the last pass; drop the rest."""
-        after = self.position + len(self.fed)
-        if count < len(self.fed) and self.checkpoints.exact:
-            self.checkpoints.rewind(after, self.position + count)  # KV layers only: trim the rest
-        elif count < len(self.fed):  # recurrent state: back to before the pass, then the accepted again
-            started = time.perf_counter_ns()
-            self.checkpoints.rewind(after, self.position)
-            self.model(mx.array([self.fed[:count]]), cache=self.cache)
-            mx.eval([c.state for c in self.cache])
-            self.replays += 1
-            self.replayed += count
-            self.replay_ns += time.perf_counter_ns() - started
+    def keep_first(self, count: int) -> int:
+        """Keep the first ``count`` positions of the last pass; drop the rest. Returns the ns it took."""
+        drop = len(self.fed) - count
+        started = time.perf_counter_ns()
+        if drop > 0:
+            self.stats.rounds += 1
+            if self.strategy == "trim":
+                self.checkpoints.rewind(self.position + len(self.fed), self.position + count)
+            elif self.strategy == "states":
+                self._restore(count, drop)
+            else:  # back to before the pass, then the accepted positions again
+                self.checkpoints.rewind(self.position + len(self.fed), self.position)
+                self.model(mx.array([self.fed[:count]]), cache=self.cache)
+                mx.eval([c.state for c in self.cache])
+                self.stats.replayed += count
+        self.states = {}
         self.position += count
+        spent = time.perf_counter_ns() - started if drop > 0 else 0
+        self.stats.rollback_ns += spent
+        return spent
+
+    def _restore(self, count: int, drop: int) -> None:
+        for i, layer in enumerate(self.cache):
+            if i in self.states:
+                layer[0], layer[1] = self.states[i][count - 1]
+            else:
+                layer.trim(drop)

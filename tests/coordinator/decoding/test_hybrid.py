@@ -17,6 +17,8 @@ import pytest
 from mlx_lm.models.cache import ArraysCache, make_prompt_cache
 
 from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.decoding.recurrent_pass import forward_keeping_states
+from coordinator.decoding.results import GenerationResult
 from coordinator.drafting.local import LocalDraftSource
 from specwire.drafter import Drafter
 from specwire.models import LoadedModel, load_model
@@ -53,14 +55,55 @@ def test_sd_with_hybrid_models_equals_the_target_alone(
     models: dict[str, LoadedModel], target: str, draft: str, accepted: str, k: int
 ) -> None:
     decoder = SpeculativeDecoder(models[target], LocalDraftSource(models[draft]))
+    result = _equals_the_target_alone(decoder, models[target], accepted, k)
+    assert result.rollback is not None
+    assert result.rollback.strategy == ("states" if target == "hybrid" else "trim")
+    assert result.rollback.replayed == 0
+
+
+@pytest.mark.parametrize("draft", ["hybrid-draft", "llama"])
+def test_replaying_the_accepted_positions_is_lossless_too(models: dict[str, LoadedModel], draft: str) -> None:
+    decoder = SpeculativeDecoder(models["hybrid"], LocalDraftSource(models[draft]), rollback="replay")
+    result = _equals_the_target_alone(
+        decoder, models["hybrid"], "some" if draft == "hybrid-draft" else "none", 4
+    )
+    assert result.rollback is not None and result.rollback.strategy == "replay"
+    assert result.rollback.replayed == sum(r.accepted + 1 for r in result.rounds if r.accepted < r.drafted)
+
+
+def test_the_verification_pass_keeping_states_is_the_models_own(models: dict[str, LoadedModel]) -> None:
+    # Logits and final states as the model's own pass; the state kept after each position as a plain
+    # pass over the prefix up to it. Bit for bit on the CPU (the same sequential rule, the same kernels).
+    model = models["hybrid"].model
+    tokens = models["hybrid"].tokenizer.encode(PROMPTS[2])[:10]
+    own, kept = make_prompt_cache(model), make_prompt_cache(model)
+    for cache in (own, kept):
+        model(mx.array([tokens[:4]]), cache=cache)
+    logits, states = forward_keeping_states(model, mx.array([tokens[4:]]), kept)
+    tolerance = {"rtol": 0, "atol": 0} if mx.default_device() == mx.cpu else {"rtol": 1e-4, "atol": 1e-4}
+    np.testing.assert_allclose(
+        np.array(logits), np.array(model(mx.array([tokens[4:]]), cache=own)), **tolerance
+    )
+    for position in (0, 3, 5):
+        prefix = make_prompt_cache(model)
+        model(mx.array([tokens[: 5 + position]]), cache=prefix)
+        for i, layer_states in states.items():
+            for ours, plain in zip(layer_states[position], prefix[i].cache, strict=True):
+                np.testing.assert_allclose(np.array(ours), np.array(plain), **tolerance)
+
+
+def _equals_the_target_alone(
+    decoder: SpeculativeDecoder, target: LoadedModel, accepted: str, k: int
+) -> GenerationResult:
     counts: set[int] = set()
     for text in PROMPTS[:3]:
-        prompt = models[target].tokenizer.encode(text)
+        prompt = target.tokenizer.encode(text)
         result = decoder.generate(prompt, max_tokens=TOKENS, k=k, params=SamplingParams())
-        assert result.tokens == ar_tokens(models[target], prompt, TOKENS)
+        assert result.tokens == ar_tokens(target, prompt, TOKENS)
         counts |= {r.accepted for r in result.rounds if r.drafted == k}
     expected = {"all": {k}, "none": {0}}.get(accepted)
     assert counts == expected if expected else (len(counts) > 1), counts
+    return result
 
 
 def test_a_rolled_back_state_is_the_plain_pass_over_the_prefix(models: dict[str, LoadedModel]) -> None:
