@@ -72,7 +72,9 @@ def run_record(run: Run) -> dict[str, Any]:
             "verify_ns": [r.verify_ns for r in result.rounds],
             "speculation": [r.draft.speculation for r in result.rounds],
             "saved_ns": [r.draft.saved_ns for r in result.rounds],
+            "rollback_ns": [r.rollback_ns for r in result.rounds],
         },
+        "rollback": asdict(result.rollback) if result.rollback is not None else None,
         "calls": _calls([c for r in result.rounds for c in r.draft.calls]),
         "counters": run.counters,
         "verified": run.verified,
@@ -107,6 +109,7 @@ def row_record(s: RowSummary) -> dict[str, Any]:
         "k_transitions": s.k_transitions,
         "drafting": asdict(s.drafting) if s.drafting is not None else None,
         "pace": None if s.pace is None else {**asdict(s.pace), "held": s.pace.held},
+        "rollback": asdict(s.rollback) if s.rollback is not None else None,
     }
 
 

@@ -220,6 +220,7 @@ def report_sections(
             critical_path_table(rows),
         ),
         *fallback_section(rows),
+        *rollback_section(rows),
     ]
 
 
@@ -272,6 +273,22 @@ def fallback_section(rows: Sequence[RowSummary]) -> list[tuple[str, Table | list
     return (
         [("Graded fallback (each change, with its time and reason, is in the JSON)", lines)] if lines else []
     )
+
+
+def rollback_section(rows: Sequence[RowSummary]) -> list[tuple[str, Table | list[str]]]:
+    """What rolling back a target with recurrent layers cost, when it has them."""
+    lines = []
+    for s in rows:
+        r = s.rollback
+        if r is None:
+            continue
+        cost = f"{r.ms:.2f} ms each"
+        cost += f", {r.replayed:.1f} positions replayed" if r.strategy == "replay" else ""
+        if r.strategy == "states":
+            cost += f", at most {r.state_mib:.2f} MiB of per-position states held"
+        lines.append(f"{s.spec.label}: {r.strategy}; {r.rounds} rounds rolled back ({r.share:.0%}), {cost}")
+    title = "The target's recurrent state rolled back after rejected drafts (per round; in the verify time)"
+    return [(title, lines)] if lines else []
 
 
 def render(sections: list[tuple[str, Table | list[str]]], markdown: bool) -> str:

@@ -57,6 +57,7 @@ class Settings:
     params: SamplingParams
     fallback: FallbackSettings | None = None
     adaptive_k: bool = False
+    rollback: str = "auto"
 
 
 def verify(
@@ -181,7 +182,9 @@ async def run_bench(
                 for r, row in enumerate(rows):
                     progress.step(f"{row.label} · {prompt.category} #{p + 1} · repeat {repeat + 1}")
                     source = await sources.open(drafts[r])
-                    decoder = SpeculativeDecoder(target, source, settings.fallback, settings.adaptive_k)
+                    decoder = SpeculativeDecoder(
+                        target, source, settings.fallback, settings.adaptive_k, settings.rollback
+                    )
                     k = settings.k if source is not None else 0
                     before = pace.snapshot() if pace is not None else {}
                     result = await runtime.compute.run(

@@ -50,6 +50,7 @@ class RowSummary:
     k_transitions: int = 0
     drafting: DraftingFigures | None = None
     pace: PaceFigures | None = None
+    rollback: RollbackFigures | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,41 @@ def drafting_figures(runs: list[Run]) -> DraftingFigures | None:
         hit_rate=outcomes.count("hit") / len(outcomes),
         partial_rate=outcomes.count("partial") / len(outcomes),
         saved_ms=float(np.mean([r.draft.saved_ns for r in speculated])) / 1e6,
+    )
+
+
+@dataclass(frozen=True)
+class RollbackFigures:
+    """What rolling the target's cache back after rejected drafts cost a row.
+
+    ``share`` is the drafting rounds that rejected some drafts; ``ms`` the
+    mean time one of those spent restoring, trimming or replaying;
+    ``replayed`` the mean positions fed again per such round (replay only);
+    ``state_mib`` the most per-position state held at once (states only).
+    """
+
+    strategy: str
+    rounds: int
+    share: float
+    ms: float
+    replayed: float
+    state_mib: float
+
+
+def rollback_figures(runs: list[Run]) -> RollbackFigures | None:
+    """The row's rollback figures (None for a target whose layers all trim, or without drafting)."""
+    stats = [run.result.rollback for run in runs if run.result.rollback is not None]
+    drafting = [r for run in runs for r in run.result.rounds if r.drafted]
+    if not stats or stats[0].strategy == "trim" or not drafting:
+        return None
+    rolled = sum(s.rounds for s in stats)
+    return RollbackFigures(
+        strategy=stats[0].strategy,
+        rounds=rolled,
+        share=rolled / len(drafting),
+        ms=sum(s.rollback_ns for s in stats) / rolled / 1e6 if rolled else 0.0,
+        replayed=sum(s.replayed for s in stats) / rolled if rolled else 0.0,
+        state_mib=max(s.state_bytes for s in stats) / 2**20,
     )
 
 
@@ -188,6 +224,7 @@ def summarize_row(
         worker_losses=sum(len(run.worker_losses) for run in runs),
         k_transitions=sum(len(run.result.transitions) for run in runs),
         drafting=drafting_figures(runs),
+        rollback=rollback_figures(runs),
     )
     counters = _sum_counters(runs)
     summary.pace = pace_figures(runs, counters, spec.worker, bool(spec.multi))

@@ -38,6 +38,7 @@ from coordinator.commands.options import (
     add_interface_argument,
     add_pace_argument,
     add_prespec_arguments,
+    add_rollback_argument,
     add_worker_loss_arguments,
     fallback_settings,
     pace_of,
@@ -109,6 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_credential_arguments(p)
     add_fallback_arguments(p)
     add_adaptive_k_argument(p)
+    add_rollback_argument(p)
     add_prespec_arguments(p)
     add_pace_argument(p)
     p.add_argument(
@@ -214,7 +216,9 @@ async def measure(
                 prompts = [(p, encode_prompt(target, p.text, chat)) for p in load_prompts(args.prompts)]
             by_name = {w.name: w for w in workers}
             drafts = [row_draft(row, by_name, remote, local) for row in rows]
-            run_settings = Settings(args.k, args.max_tokens, params, fallback_settings(args), args.adaptive_k)
+            run_settings = Settings(
+                args.k, args.max_tokens, params, fallback_settings(args), args.adaptive_k, args.rollback
+            )
             local_drafts = [await sources.local_model(local)] if local else []
             warmup_s = await runtime.compute.run(
                 SpeculativeDecoder(target).warm_up, args.k, params, local_drafts
@@ -247,6 +251,7 @@ def _settings(
         "seed": args.seed,
         "repeats": args.repeats,
         "adaptive_k": args.adaptive_k,
+        "rollback": args.rollback,
         "backends": backends,
         "granularities": granularities,
         "chat_template": not args.no_chat,

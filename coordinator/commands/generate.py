@@ -15,6 +15,7 @@ from coordinator.commands.options import (
     add_adaptive_k_argument,
     add_fallback_arguments,
     add_pace_argument,
+    add_rollback_argument,
     add_worker_arguments,
     draft_spec,
     fallback_settings,
@@ -72,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_worker_arguments(p)
     add_fallback_arguments(p)
     add_adaptive_k_argument(p)
+    add_rollback_argument(p)
     add_pace_argument(p)
 
 
@@ -114,6 +116,8 @@ def stats_of(result: GenerationResult, k: int) -> dict[str, Any]:
         "finish_reason": result.finish_reason,
     }
     stats.update(call_stats(result))
+    if result.rollback is not None and result.rollback.strategy != "trim":
+        stats["rollback"] = asdict(result.rollback)
     return stats
 
 
@@ -126,10 +130,15 @@ def stats_line(stats: dict[str, Any]) -> str:
     if pace:
         overruns = sum(c["overruns"] for c in pace["roles"].values())
         paced = f", PACED as {pace['machine']} ({overruns} overruns)"
+    rollback = stats.get("rollback")
+    rolled = ""
+    if rollback and rollback["rounds"]:
+        spent = rollback["rollback_ns"] / 1e6
+        rolled = f", {rollback['rounds']} rollbacks ({rollback['strategy']}, {spent:.1f} ms)"
     return (
         f"[specwire] {stats['tokens']} tokens, {stats['decode_tok_s']:.2f} tok/s, "
         f"acceptance {acc_text} (k={stats['k']}), TTFT {stats['ttft_s']:.3f} s, "
-        f"finish={stats['finish_reason']}{paced}"
+        f"finish={stats['finish_reason']}{paced}{rolled}"
     )
 
 
@@ -183,7 +192,7 @@ async def _generate_with(
         sys.stdout.write("".join(text_out.add(t) for t in tokens))
         sys.stdout.flush()
 
-    decoder = SpeculativeDecoder(target, source, fallback_settings(args), args.adaptive_k)
+    decoder = SpeculativeDecoder(target, source, fallback_settings(args), args.adaptive_k, args.rollback)
     local = [source.draft] if isinstance(source, LocalDraftSource) else []
     warmup_s = await runtime.compute.run(decoder.warm_up, k, params, local)
     if not args.json:

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from coordinator.decoding.fallback import FallbackSettings
+from coordinator.decoding.rollback import STRATEGIES
 from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, DraftSpec, WorkerAccess
 from coordinator.drafting.failover import POLICIES
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
@@ -159,6 +160,18 @@ def add_adaptive_k_argument(p: argparse.ArgumentParser) -> None:
         "--adaptive-k",
         action="store_true",
         help="choose k each round from measured acceptance and timings (--k is then the maximum)",
+    )
+
+
+def add_rollback_argument(p: argparse.ArgumentParser) -> None:
+    """The --rollback choice (how a target with recurrent layers drops rejected drafts)."""
+    p.add_argument(
+        "--rollback",
+        choices=STRATEGIES,
+        default="auto",
+        help="for targets with recurrent layers (Qwen3.5): 'states' keeps each position's state in the "
+        "verification pass (dense Qwen3.5), 'replay' feeds the accepted positions again; "
+        "auto: states where it can (KV-only targets just trim)",
     )
 
 
