@@ -50,7 +50,7 @@ from worker.auth import AuthInterceptor
 from worker.echo import EchoServer
 from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
 from worker.stream_service import DraftService
-from worker.tensor_service import TensorService, supports
+from worker.tensor_service import TensorService, walkable
 
 NAME = "serve"
 HELP = "Serve a draft model over gRPC and announce it over Bonjour."
@@ -262,8 +262,9 @@ async def _serve(
 ) -> None:
     compute: Compute = LoopCompute() if args.compute == "loop" else compute_thread()
     raw = await compute.run(load_model, args.model)
-    if BACKEND_PER_OP in backends and not supports(raw):
-        log.warning("model %s is not walked by the %s backend: it is off", raw.spec, BACKEND_PER_OP)
+    refusal = walkable(raw)[1]
+    if BACKEND_PER_OP in backends and refusal:
+        log.warning("model %s: the %s backend is off (%s)", raw.spec, BACKEND_PER_OP, refusal)
         backends = tuple(b for b in backends if b != BACKEND_PER_OP)
     warmup_s = await compute.run(warm_drafter, raw.model, True)
     pacer = Pacer(pace.draft_curve(), pace.label) if pace is not None else None

@@ -43,11 +43,6 @@ def walkable(model: LoadedModel) -> tuple[ModuleTable | None, str]:
         return None, str(err)
 
 
-def supports(model: LoadedModel) -> bool:
-    """True when the per-op executor knows this model's structure."""
-    return walkable(model)[0] is not None
-
-
 class TensorService:
     """Serves the tensor executor for one model to many concurrent sessions."""
 

@@ -24,9 +24,15 @@ from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
 from specwire.bonjour import WorkerAdvert
-from specwire.errors import BackendUnavailableError, NoWorkerError, ProtocolVersionError
+from specwire.errors import (
+    BackendUnavailableError,
+    NoWorkerError,
+    ProtocolVersionError,
+    UnsupportedModelError,
+)
 from specwire.models import LoadedModel
-from specwire.protocol import BACKEND_STREAM, PROTOCOL_VERSION
+from specwire.op_counts import block_kinds
+from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM, PROTOCOL_VERSION
 from specwire.vocab import ensure_same_vocabulary
 
 SETTLE_S = 0.5
@@ -42,9 +48,15 @@ def check_worker(connection: WorkerConnection, target: LoadedModel, backend: str
             f"this coordinator speaks {PROTOCOL_VERSION}"
         )
     if backend not in hello.backends:
+        why = ""
+        if backend == BACKEND_PER_OP:
+            try:
+                block_kinds(connection.model_config())
+            except (UnsupportedModelError, KeyError, ValueError, TypeError) as err:
+                why = f": {err}"
         raise BackendUnavailableError(
             f"worker {connection.name} does not offer the {backend} backend "
-            f"(it offers {', '.join(hello.backends) or 'none'})"
+            f"(it offers {', '.join(hello.backends) or 'none'}){why}"
         )
     ensure_same_vocabulary(
         target.fingerprint,

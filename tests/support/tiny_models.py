@@ -1,4 +1,4 @@
-"""Tiny random-weight llama models, for fast unit and statistical tests only."""
+"""Tiny random-weight models (llama, and hybrids in Qwen3.5's layout), for fast unit and statistical tests."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import mlx.nn as nn
 from mlx_lm.models import llama
 
 from specwire.models import LoadedModel
+from specwire.models.tiny_hybrid import build_tiny_hybrid
 
 TINY_ARGS = {
     "model_type": "llama",
@@ -56,3 +57,10 @@ def disagreeing_pair() -> tuple[LoadedModel, LoadedModel]:
     target, args = tiny_llama(0)
     draft, _ = tiny_llama(3)
     return as_loaded(target, args, "tiny-target"), as_loaded(draft, args, "tiny-draft")
+
+
+def hybrid_pair() -> tuple[LoadedModel, LoadedModel]:
+    """``tiny-hybrid`` and its perturbed draft over a vocabulary of 8 (Gated DeltaNet layers: no trim)."""
+    target, args = build_tiny_hybrid(8)
+    draft, _ = build_tiny_hybrid(8, draft=True)
+    return as_loaded(target, args, "hybrid-target"), as_loaded(draft, args, "hybrid-draft")

@@ -30,7 +30,7 @@ from tests.support.messages import open_request, round_request
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.remote import generate_remote
 from tests.support.session_source import SessionSource
-from tests.support.tiny_models import disagreeing_pair
+from tests.support.tiny_models import disagreeing_pair, hybrid_pair
 from tests.support.workers import WorkerProcess
 from worker.hosting import WorkerCounters
 from worker.session import DraftSession
@@ -48,6 +48,12 @@ def pair() -> tuple[LoadedModel, LoadedModel]:
     return disagreeing_pair()
 
 
+@pytest.fixture(scope="module")
+def hybrids() -> tuple[LoadedModel, LoadedModel]:
+    """A hybrid pair (Gated DeltaNet layers): branches roll the drafter's recurrent state back."""
+    return hybrid_pair()
+
+
 def _session(model: LoadedModel, params: SamplingParams, k: int, prespec: pb.PreSpeculation) -> DraftSession:
     msg = pb.Open(
         protocol_version=PROTOCOL_VERSION,
@@ -62,11 +68,12 @@ def _session(model: LoadedModel, params: SamplingParams, k: int, prespec: pb.Pre
     return session
 
 
+@pytest.mark.parametrize("models", ["pair", "hybrids"])
 @pytest.mark.parametrize("sampling", [{}, {**SAMPLED, "seed": 5}])
 def test_every_branch_equals_drafting_on_demand(
-    pair: tuple[LoadedModel, LoadedModel], sampling: dict
+    request: pytest.FixtureRequest, models: str, sampling: dict
 ) -> None:
-    draft = pair[1]
+    draft = request.getfixturevalue(models)[1]
     params = SamplingParams(**sampling)
     session = _session(draft, params, 3, pb.PreSpeculation(enabled=True, budget=40, fanout=3))
     sent = session.first_drafts().block.tokens

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import grpc
+import mlx.core as mx
 import pytest
+from mlx_lm.models import qwen3
+from mlx_lm.utils import save_config, save_model
 
 from specwire.models import LoadedModel
 from specwire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION
@@ -129,3 +135,32 @@ def test_backend_can_be_switched_off() -> None:
         )
         assert out.returncode == 1
         assert "does not offer the ggml-rpc backend" in one_error_line(out.stderr)
+
+
+def test_an_architecture_the_walker_does_not_know_is_served_by_the_stream_backend_only(
+    tmp_path: Path, default_q4: LoadedModel
+) -> None:
+    # A qwen3 model (per-head q/k norms, no gate: not a layout the walker knows), saved as mlx-lm saves.
+    args = {
+        "model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "rms_norm_eps": 1e-6,
+        "vocab_size": default_q4.vocab_size, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+    }  # fmt: skip
+    model = qwen3.Model(qwen3.ModelArgs.from_dict(args))
+    mx.eval(model.parameters())
+    save_model(tmp_path, model)
+    save_config(args, config_path=tmp_path / "config.json")
+    default_q4.tokenizer.save_pretrained(str(tmp_path))
+    with running_worker("--model", str(tmp_path), "--name", unique_name("qwen3")) as w:
+        assert w.ready["backends"] == ["stream"]
+        common = ["--prompt", "hi", "--target", "tiny", "--draft", "remote", "--worker", w.address]
+        refused = run_cli("coordinator", "generate", *common, "--backend", "ggml-rpc")
+        assert refused.returncode == 1
+        assert "walks llama, qwen3_5 models; this model is 'qwen3'" in one_error_line(refused.stderr)
+        streamed = run_cli("coordinator", "generate", *common, "--max-tokens", "8", "--json")
+        assert streamed.returncode == 0, streamed.stderr
+        alone = run_cli(
+            "coordinator", "generate", "--prompt", "hi", "--target", "tiny", "--max-tokens", "8", "--json"
+        )
+        assert json.loads(streamed.stdout)["token_ids"] == json.loads(alone.stdout)["token_ids"]

@@ -22,12 +22,11 @@ from coordinator.decoding.results import GenerationResult
 from coordinator.drafting.local import LocalDraftSource
 from specwire.drafter import Drafter
 from specwire.models import LoadedModel, load_model
-from specwire.models.tiny_hybrid import build_tiny_hybrid
 from specwire.rollback import Checkpoints
 from specwire.sampling import SamplingParams
 from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p, exact_joint
 from tests.support.prompts import PROMPTS, ar_tokens
-from tests.support.tiny_models import as_loaded
+from tests.support.tiny_models import hybrid_pair
 
 TOKENS = 24
 
@@ -144,9 +143,7 @@ def test_a_fully_accepted_round_goes_on_without_feeding_again(models: dict[str, 
 @pytest.fixture(scope="module")
 def small_pair() -> tuple[LoadedModel, LoadedModel]:
     """A hybrid pair over a vocabulary of 8, whose joint output distribution can be enumerated."""
-    target, args = build_tiny_hybrid(8)
-    draft, _ = build_tiny_hybrid(8, draft=True)
-    return as_loaded(target, args, "hybrid-target"), as_loaded(draft, args, "hybrid-draft")
+    return hybrid_pair()
 
 
 def test_sd_with_a_hybrid_pair_is_distributed_as_the_target(

@@ -7,10 +7,16 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import save_config, save_model
 
+from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.drafting.local import LocalDraftSource
 from specwire.errors import ModelNotFoundError
 from specwire.models import LoadedModel, load_model
+from specwire.models.tiny_hybrid import build_tiny_hybrid
+from specwire.sampling import SamplingParams
+from tests.support.prompts import ar_tokens
 from tests.support.rounding import rounding_gap
 from tests.support.tiny_models import tiny_llama
 
@@ -57,6 +63,25 @@ def test_quantized_directory_can_be_dequantized(tmp_path: Path, default_q4: Load
     x = mx.array([[5, 6, 7]])
     tolerance = max(1e-3, 4 * rounding_gap(dense, [5, 6, 7], positions=2))
     assert mx.abs(dense.model(x) - quantized.model(x)).max().item() < tolerance
+
+
+def test_a_hybrid_directory_loads_and_runs_as_saved(tmp_path: Path, default_q4: LoadedModel) -> None:
+    # A Qwen3.5-layout model (Gated DeltaNet layers, full attention every fourth) saved as mlx-lm
+    # saves one, then loaded through mlx_lm.load by its directory, as a real checkpoint would be.
+    original, args = build_tiny_hybrid(default_q4.vocab_size)
+    save_model(tmp_path, original)
+    save_config(dict(args), config_path=tmp_path / "config.json")
+    default_q4.tokenizer.save_pretrained(str(tmp_path))
+    loaded = load_model(str(tmp_path))
+    assert loaded.args["model_type"] == "qwen3_5" and loaded.fingerprint == default_q4.fingerprint
+    caches = [type(c).__name__ for c in make_prompt_cache(loaded.model)]
+    assert caches == ["ArraysCache"] * 3 + ["KVCache"]
+    x = mx.array([[1, 2, 3, 4]])
+    assert mx.array_equal(loaded.model(x), original(x)).item()
+    prompt = loaded.tokenizer.encode("The lighthouse keeper")
+    decoder = SpeculativeDecoder(loaded, LocalDraftSource(load_model("tiny-hybrid-draft")))
+    result = decoder.generate(prompt, max_tokens=12, k=3, params=SamplingParams())
+    assert result.tokens == ar_tokens(loaded, prompt, 12)
 
 
 def test_directory_without_config_is_refused(tmp_path: Path) -> None:
