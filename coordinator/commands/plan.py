@@ -146,6 +146,7 @@ def project_profile(profile: Profile, hit_rate: float | None) -> dict[str, Any]:
             {"figure": c.label, "paper": c.paper, "predicted": c.predicted, "error": c.error, "note": c.note}
             for c in paper.table11()
         ]
+        out["per_op_walk"] = paper.walked_ops()
     return out
 
 
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check_bench is not None and not args.profile:
         raise InvalidArgumentError("--check-bench checks a profile: give --profile too")
     if args.check_bench is not None:
-        out = {"rows": profile_rows(load_profile(args.profile), read_bench(args.check_bench))}
+        out: dict[str, Any] = {"rows": profile_rows(load_profile(args.profile), read_bench(args.check_bench))}
     elif args.profile:
         profile = load_profile(args.profile)
         out = project_profile(profile, args.hit_rate)
@@ -188,6 +189,14 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"  {c['figure']:<20} paper {c['paper']:>5.1f}  model {c['predicted']:>6.2f}  "
                 f"{c['error']:>+5.0%}  ({c['note']})"
+            )
+        if "per_op_walk" in out:
+            w = out["per_op_walk"]
+            blocks = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in w["blocks"].items())
+            print(
+                f"\nCalls per draft pass, per op, for the paper's draft (Qwen3.5-0.8B: {blocks}): "
+                f"llama.cpp's graph {w['ggml_nodes_per_pass']:,} nodes (used above); "
+                f"specwire's walker {w['walked_ops_per_pass']} operations"
             )
     elif args.from_bench is None:
         out = plan_here(args)

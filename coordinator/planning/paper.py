@@ -10,10 +10,12 @@ token the paper's measured overhead implies instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.planning import profile as planned
 from coordinator.planning.model import Transport, predict
 from specwire import paper
+from specwire.op_counts import block_kinds, ops_per_pass
 from specwire.profile import PER_CALL_S, Profile
 
 K = paper.K
@@ -59,6 +61,16 @@ def table11() -> list[Check]:
             )
         )
     return checks
+
+
+def walked_ops() -> dict[str, Any]:
+    """The paper's draft as specwire's walker would run it per op, beside llama.cpp's graph nodes."""
+    kinds = block_kinds(paper.DRAFT_BLOCKS)
+    return {
+        "ggml_nodes_per_pass": paper.OPS_PER_PASS,
+        "walked_ops_per_pass": ops_per_pass(paper.DRAFT_BLOCKS),
+        "blocks": {kind: kinds.count(kind) for kind in sorted(set(kinds))},
+    }
 
 
 def overhead_per_draft_token_s(machine: str) -> float:

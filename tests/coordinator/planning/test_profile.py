@@ -43,6 +43,13 @@ def test_the_paper_profile_reproduces_table_7s_local_sd(tmp_path: Path) -> None:
     local = next(c for c in out["table11"] if c["figure"] == "local SD")
     assert local["predicted"] == pytest.approx(local["paper"], rel=0.15)
     assert {r["machine"] for r in out["rows"]} == {"target machine", "M1 Max", "M2 Pro"}
+    # The paper's draft walked per op by specwire, beside llama.cpp's graph nodes for it.
+    walk = out["per_op_walk"]
+    assert walk == {
+        "ggml_nodes_per_pass": 1737,
+        "walked_ops_per_pass": 18 * 18 + 6 * 21 + 5,
+        "blocks": {"gated_attention": 6, "gated_delta": 18},
+    }
 
 
 def test_a_bad_profile_file_is_one_line_naming_the_field(tmp_path: Path) -> None:
