@@ -123,6 +123,24 @@ async def test_per_op_with_a_hybrid_draft_is_lossless(
     assert [r.draft.tokens for r in run.result.rounds] == [r.draft.tokens for r in stream.result.rounds]
 
 
+async def test_a_hybrid_drafting_for_itself_has_every_draft_accepted_on_both_backends(
+    hybrid_worker: WorkerProcess, hybrid_draft: LoadedModel
+) -> None:
+    # The worker's model as the target: every round accepts all k drafts and the bonus token, so
+    # neither side rolls back, and the caches move on by whole rounds.
+    prompt = hybrid_draft.tokenizer.encode(PROMPTS[1])
+    (per_op,) = await generate_per_op(
+        hybrid_worker.address, hybrid_draft, [prompt], 4, TOKENS, SamplingParams(), "token"
+    )
+    (stream,) = await generate_remote(
+        hybrid_worker.address, hybrid_draft, [prompt], 4, TOKENS, SamplingParams()
+    )
+    for run in (per_op, stream):
+        assert run.result.tokens == ar_tokens(hybrid_draft, prompt, TOKENS)
+        assert all(r.accepted == r.drafted for r in run.result.rounds)
+        assert run.result.rollback is not None and run.result.rollback.rounds == 0
+
+
 async def test_sampled_hybrid_drafts_match_the_stream_backend(
     hybrid_worker: WorkerProcess, hybrid: LoadedModel
 ) -> None:
