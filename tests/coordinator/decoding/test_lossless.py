@@ -25,8 +25,6 @@ random models that disagree often, where a run costs milliseconds.
 
 from __future__ import annotations
 
-import warnings
-
 import mlx.core as mx
 import pytest
 
@@ -35,41 +33,10 @@ from coordinator.drafting.local import LocalDraftSource
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
-from tests.support.rounding import rounding_gap
+from tests.support.rounding import assert_lossless, rounding_gap
 from tests.support.tiny_models import disagreeing_pair
 
 PAIRS = {"f32-target/q4-draft": ("default_f32", "default_q4")}
-
-
-def top2_gap(target: LoadedModel, context: list[int]) -> float:
-    """Distance between the target's two largest logits after ``context``."""
-    logits = target.model(mx.array([context]))[0, -1].astype(mx.float32)
-    top = mx.sort(logits)[-2:].tolist()
-    return float(top[1] - top[0])
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """Index of the first differing token, or of the end of the shorter list; None if equal."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def assert_lossless(target: LoadedModel, prompt: list[int], ar: list[int], sd: list[int]) -> None:
-    """SD equals AR, or differs first at a tie of the target's logits within this backend's rounding."""
-    at = first_divergence(ar, sd)
-    if at is None:
-        return
-    context = prompt + ar[: at + 1]
-    gap, rounding = top2_gap(target, prompt + ar[:at]), rounding_gap(target, context, min(5, len(context)))
-    assert gap <= 2 * rounding, (
-        f"SD diverged from AR at token {at}, where the target's top-2 gap is {gap:.3g} and batched and "
-        f"single passes round apart by {rounding:.3g}"
-    )
-    warnings.warn(
-        f"excused divergence at token {at}: top-2 gap {gap:.2e}, rounding {rounding:.2e}", stacklevel=2
-    )
 
 
 def test_batched_and_single_position_passes_round_alike_on_the_cpu(default_f32: LoadedModel) -> None:
