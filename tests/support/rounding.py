@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from coordinator.decoding.results import GenerationResult
 from specwire.models import LoadedModel
 
 
@@ -63,3 +64,19 @@ def assert_lossless(target: LoadedModel, prompt: list[int], ar: list[int], sd: l
     warnings.warn(
         f"excused divergence at token {at}: top-2 gap {gap:.2e}, rounding {rounding:.2e}", stacklevel=2
     )
+
+
+def assert_rejections_are_ties(target: LoadedModel, prompt: list[int], result: GenerationResult) -> None:
+    """A model drafting for itself: every draft is accepted, but where its two best logits tie within
+    this backend's rounding (none on the CPU, whose batched and single passes agree bit for bit)."""
+    emitted = 0
+    for r in result.rounds:
+        if r.accepted < r.drafted:
+            context = prompt + result.tokens[: emitted + r.accepted]
+            gap = top2_gap(target, context)
+            rounding = rounding_gap(target, [*context, r.draft.tokens[r.accepted]], min(5, len(context) + 1))
+            assert gap <= 2 * rounding, (
+                f"a draft of the target itself was rejected after {emitted + r.accepted} tokens, where its "
+                f"top-2 gap is {gap:.3g} and batched and single passes round apart by {rounding:.3g}"
+            )
+        emitted += len(r.tokens)

@@ -21,7 +21,7 @@ from specwire.op_counts import block_kinds, ops_per_pass
 from specwire.sampling import SamplingParams
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import generate_per_op, generate_remote
-from tests.support.rounding import assert_lossless
+from tests.support.rounding import assert_lossless, assert_rejections_are_ties
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 from worker.tensor_modules import ModuleTable
 from worker.tensor_session import MAX_KEPT, TensorSession
@@ -127,8 +127,8 @@ async def test_per_op_with_a_hybrid_draft_is_lossless(
 async def test_a_hybrid_drafting_for_itself_has_every_draft_accepted_on_both_backends(
     hybrid_worker: WorkerProcess, hybrid_draft: LoadedModel
 ) -> None:
-    # The worker's model as the target: every round accepts all k drafts and the bonus token, so
-    # neither side rolls back, and the caches move on by whole rounds.
+    # The worker's model as the target: every round accepts all k drafts and the bonus token (but at a
+    # tie within a GPU's rounding), so neither side rolls back, and the caches move on by whole rounds.
     prompt = hybrid_draft.tokenizer.encode(PROMPTS[1])
     (per_op,) = await generate_per_op(
         hybrid_worker.address, hybrid_draft, [prompt], 4, TOKENS, SamplingParams(), "token"
@@ -138,8 +138,9 @@ async def test_a_hybrid_drafting_for_itself_has_every_draft_accepted_on_both_bac
     )
     for run in (per_op, stream):
         assert_lossless(hybrid_draft, prompt, ar_tokens(hybrid_draft, prompt, TOKENS), run.result.tokens)
-        assert all(r.accepted == r.drafted for r in run.result.rounds)
-        assert run.result.rollback is not None and run.result.rollback.rounds == 0
+        assert_rejections_are_ties(hybrid_draft, prompt, run.result)
+        rejected = sum(r.accepted < r.drafted for r in run.result.rounds)
+        assert run.result.rollback is not None and run.result.rollback.rounds == rejected
 
 
 async def test_sampled_hybrid_drafts_match_the_stream_backend(
