@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mlx.core as mx
 import numpy as np
@@ -38,6 +38,9 @@ from specwire.errors import InvalidArgumentError
 from specwire.rollback import Checkpoints
 from specwire.sampling import SamplingParams, SparseDistribution, choose_draft_token, draft_distribution
 from specwire.timing import CallRecord
+
+if TYPE_CHECKING:
+    from specwire.branch_batch import BranchBatch
 
 PREFILL_STEP = 512
 # Seeds are (seed, stream, ...): the verifier draws from stream 1, draft blocks from stream 2,
@@ -124,6 +127,7 @@ class Drafting:
         self.candidates: list[SparseDistribution] = []
         self.forward_passes = 0
         self.compute_ns = 0
+        self.batch: BranchBatch | None = None  # set when drafted as a row of a batch
 
     @property
     def done(self) -> bool:
@@ -135,6 +139,7 @@ class Drafting:
         n = self.k - len(self.tokens) if passes is None else min(passes, self.k - len(self.tokens))
         if n <= 0:
             return
+        self.batch = None  # drafted on from the drafter's own cache from here
         t0 = time.perf_counter_ns()
         if self.drafter.params.greedy:
             self.drafter.greedy_passes(self, n)
@@ -163,6 +168,7 @@ class Drafter:
         self.last_drafts: list[int] = []
         self.blocks = 0
         self.forward_passes = 0
+        self._adopted: Drafting | None = None  # a branch drafted in a batch, its cache not yet taken
 
     def block_rng(self, index: int) -> np.random.Generator:
         """The generator of block ``index``: fresh, and the same wherever that block is drafted."""
@@ -220,6 +226,7 @@ class Drafter:
         out = block.block(k)
         self.last_drafts = out.tokens
         self.blocks += 1
+        self._adopted = block if block.batch is not None else None
         return out
 
     def draft(self, k: int, alternatives: int = 0) -> DraftBlock:
@@ -253,6 +260,7 @@ class Drafter:
         With recurrent layers, back to the furthest kept state within that prefix
         (the state after a pass); the tokens after it are fed again.
         """
+        self._install_adopted()
         keep = self.checkpoints.nearest(min(shared_prefix(self.cached, sequence), len(sequence) - 1))
         if keep < len(self.cached):
             self.checkpoints.rewind(len(self.cached), keep)
@@ -269,10 +277,45 @@ class Drafter:
 
     def _pass(self, inputs: mx.array) -> mx.array:
         """One forward pass (lazy); a paced model holds it only once ``_settle`` computed its results."""
+        return self.batch_pass(inputs, self.cache)
+
+    def hold(self, sequence: list[int]) -> list:
+        """The cache, made to hold ``sequence`` (feeding what it lacks in one pass); compute thread."""
+        keep = self._reuse([*sequence, 0])
+        if keep < len(sequence):
+            self._pass(mx.array([sequence[keep:]]))
+            self._settle(*[layer.state[0] for layer in self.cache])
+            self.forward_passes += 1
+            self.cached.extend(sequence[keep:])
+            self.checkpoints.keep(len(self.cached))
+        return self.cache
+
+    def batch_pass(self, inputs: mx.array, cache: list) -> mx.array:
+        """One forward pass over ``inputs`` into ``cache`` (lazy; then ``settle`` what it gives)."""
         if self._paced:
             paced: Any = self.model  # specwire.pace.PacedModel
-            return paced(inputs, cache=self.cache, defer=True)
-        return self.model(inputs, cache=self.cache)
+            return paced(inputs, cache=cache, defer=True)
+        return self.model(inputs, cache=cache)
+
+    def settle(self, *arrays: mx.array) -> None:
+        """Compute a pass's results (``batch_pass``): inside its paced time for a paced model."""
+        self._settle(*arrays)
+
+    def _install_adopted(self) -> None:
+        """Take the cache of an adopted branch drafted in a batch as this drafter's own (compute thread).
+
+        Its row holds the branch's prefix and drafts but the last, as this
+        cache would after drafting the branch itself; no token is fed again.
+        """
+        block, self._adopted = self._adopted, None
+        if block is None or block.batch is None:
+            return
+        layers = block.batch.cache_of(block)
+        if layers is None:
+            return
+        for i, layer in enumerate(layers):
+            self.cache[i] = layer
+        self.cached = (block.prefix + block.tokens)[: layers[0].offset]
 
     def _settle(self, *arrays: mx.array) -> None:
         """Compute a pass's results: inside its paced time for a paced model, otherwise queued."""

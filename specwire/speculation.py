@@ -30,6 +30,7 @@ import heapq
 import itertools
 from dataclasses import dataclass
 
+from specwire.branch_batch import BranchBatch, batchable
 from specwire.drafter import Drafter, Drafting
 from specwire.errors import InvalidArgumentError
 
@@ -39,6 +40,7 @@ PRIOR_ACCEPTED = 4.0  # the acceptance estimate starts at 4 / (4 + 1) = 0.8
 PRIOR_REJECTIONS = 1.0
 MAX_FANOUT = 32
 MAX_BUDGET = 256  # forward passes per round: a session cannot keep the worker busy for long
+MAX_BATCH = 64  # branches in one pass
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class PrespecConfig:
     shard: int = 0  # with several workers: draft only branches of rank shard mod shards
     shards: int = 1
     min_drafts: int = 0  # serve a branch with this many drafts ready at once (0: only a whole one)
+    batch: int = 1  # branches drafted side by side in one forward pass (specwire.branch_batch)
 
     def __post_init__(self) -> None:
         if not 0 <= self.budget <= MAX_BUDGET:
@@ -63,6 +66,8 @@ class PrespecConfig:
             raise InvalidArgumentError(f"pre-speculation min drafts must be within 0..{MAX_FANOUT}")
         if not 0 <= self.shard < max(1, self.shards):
             raise InvalidArgumentError(f"pre-speculation shard {self.shard} is outside 0..{self.shards - 1}")
+        if not 1 <= self.batch <= MAX_BATCH:
+            raise InvalidArgumentError(f"pre-speculation batch must be within 1..{MAX_BATCH} branches")
         if self.allocation not in ALLOCATIONS:
             raise InvalidArgumentError(
                 f"pre-speculation allocation {self.allocation!r} is not one of {', '.join(ALLOCATIONS)}"
@@ -101,6 +106,9 @@ class Speculator:
         self._budget = 0
         self._k = 0
         self._ranked = 0
+        self._batch: BranchBatch | None = None
+        self._probe: Drafting | None = None
+        self._skipped: set[int] = set()
 
     @property
     def acceptance(self) -> float:
@@ -118,6 +126,9 @@ class Speculator:
         self._queue = []
         self.passes = 0
         self._ranked = 0
+        self._batch = None
+        self._probe = None
+        self._skipped = set()
         self._base = list(sent.prefix)
         self._k = len(self.drafter.last_drafts)
         self._drafts = list(self.drafter.last_drafts)
@@ -147,6 +158,8 @@ class Speculator:
 
     def step(self) -> bool:
         """Run one speculative forward pass; False when the budget or the plan is spent."""
+        if self.config.batch > 1 and batchable(self.drafter.cache):
+            return self._batched_step()
         self._skip_other_shards()
         if self.passes >= self._budget or not self._queue:
             return False
@@ -165,6 +178,65 @@ class Speculator:
                 heapq.heappop(self._queue)
         self.passes += 1
         return True
+
+    def _batched_step(self) -> bool:
+        """One pass over the most likely branches side by side (``specwire.branch_batch``)."""
+        if self.passes >= self._budget or not self._queue:
+            return False
+        if self._batch is None:
+            self._batch = BranchBatch(self.drafter)
+        batch = self._batch
+        room = self.config.batch - len(batch.rows)
+        trunk: list[Drafting] = []
+        bonus: list[Drafting] = []
+        for _, _, branch in sorted(self._queue):
+            if room <= 0:
+                break
+            if branch is None:
+                if self._probe is None:
+                    self._probe = Drafting(
+                        self.drafter, self._base + self._drafts, 1, self._index, self._fanout(self._k)
+                    )
+                    trunk.append(self._probe)
+                    room -= 1
+            elif branch.block is None and id(branch) not in self._skipped:
+                if not self._mine():
+                    self._skipped.add(id(branch))
+                    continue
+                branch.block = self._start(branch)
+                (bonus if branch.accepted == self._k else trunk).append(branch.block)
+                room -= 1
+        if trunk:
+            held = self._base + self._drafts[:-1]
+            batch.add(trunk, self.drafter.hold(held), held)
+        if bonus:
+            assert self._probe is not None
+            probed = batch.finished[id(self._probe)]
+            batch.add(bonus, probed, self._base + self._drafts)
+        for block in trunk + bonus:
+            block.batch = batch
+        finished = {id(block) for block in batch.step()}
+        self.passes += 1
+        if self._probe is not None and id(self._probe) in finished:
+            probability = next(-p for p, _, b in self._queue if b is None)
+            cand, size = self._probe.candidates[0], self._fanout(self._k)
+            for t, q in zip(cand.ids[:size], cand.probs[:size], strict=True):
+                self._push(probability * float(q), Branch(self._k, int(t), probability * float(q)))
+        self._queue = [
+            (p, o, b)
+            for p, o, b in self._queue
+            if not (b is None and self._probe is not None and self._probe.done)
+            and not (b is not None and b.block is not None and id(b.block) in finished)
+            and id(b) not in self._skipped
+        ]
+        heapq.heapify(self._queue)
+        return True
+
+    def _mine(self) -> bool:
+        """Whether the next branch to start, by rank, is this worker's (``shard`` of ``shards``)."""
+        rank = self._ranked
+        self._ranked += 1
+        return rank % max(1, self.config.shards) == self.config.shard
 
     def _skip_other_shards(self) -> None:
         """Drop queued branches another worker drafts (rank mod shards != shard)."""

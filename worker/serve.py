@@ -155,6 +155,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "even if fewer than k (0 = only a whole branch)",
     )
     p.add_argument(
+        "--prespec-batch",
+        type=int,
+        default=1,
+        help="pre-speculation: branches drafted side by side in one forward pass (a batch of sequences; "
+        "on a GPU about the cost of one); 1 = one branch a pass",
+    )
+    p.add_argument(
         "--prespec-allocation",
         default="probability",
         choices=ALLOCATIONS,
@@ -165,7 +172,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def prespec_defaults(args: argparse.Namespace) -> PrespecConfig:
     """The worker's pre-speculation defaults from its flags."""
     return PrespecConfig(
-        args.prespec_budget, args.prespec_fanout, args.prespec_allocation, min_drafts=args.prespec_min_drafts
+        args.prespec_budget,
+        args.prespec_fanout,
+        args.prespec_allocation,
+        min_drafts=args.prespec_min_drafts,
+        batch=args.prespec_batch,
     )
 
 

@@ -254,6 +254,7 @@ def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecCo
         shard=msg.shard,
         shards=max(1, msg.shards),
         min_drafts=msg.min_drafts or defaults.min_drafts,
+        batch=msg.batch or defaults.batch,
     )
 
 

@@ -105,6 +105,12 @@ def add_prespec_arguments(p: argparse.ArgumentParser) -> None:
         help="take a branch's drafts at once when this many are ready, even if fewer than k",
     )
     p.add_argument(
+        "--prespec-batch",
+        type=int,
+        default=0,
+        help="branches drafted side by side in one forward pass (1: one a pass)",
+    )
+    p.add_argument(
         "--prespec-allocation",
         default="",
         choices=["", *ALLOCATIONS],
@@ -183,6 +189,7 @@ def prespec_request(args: argparse.Namespace, min_drafts: int = 0) -> pb.PreSpec
         fanout=args.prespec_fanout,
         allocation=args.prespec_allocation,
         min_drafts=min_drafts or args.prespec_min_drafts,
+        batch=args.prespec_batch,
     )
 
 

@@ -212,7 +212,7 @@ class Open(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ...) -> None: ...
 
 class PreSpeculation(_message.Message):
-    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards", "min_drafts")
+    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards", "min_drafts", "batch")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +220,7 @@ class PreSpeculation(_message.Message):
     SHARD_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     MIN_DRAFTS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     budget: int
     fanout: int
@@ -227,7 +228,8 @@ class PreSpeculation(_message.Message):
     shard: int
     shards: int
     min_drafts: int
-    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ..., min_drafts: _Optional[int] = ...) -> None: ...
+    batch: int
+    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ..., min_drafts: _Optional[int] = ..., batch: _Optional[int] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("seq", "accepted", "token", "k", "appended")

@@ -70,18 +70,25 @@ def _session(model: LoadedModel, params: SamplingParams, k: int, prespec: pb.Pre
 
 @pytest.mark.parametrize("models", ["pair", "hybrids"])
 @pytest.mark.parametrize("sampling", [{}, {**SAMPLED, "seed": 5}])
+@pytest.mark.parametrize("batch", [1, 6])
 def test_every_branch_equals_drafting_on_demand(
-    request: pytest.FixtureRequest, models: str, sampling: dict
+    request: pytest.FixtureRequest, models: str, sampling: dict, batch: int
 ) -> None:
+    # batch 6: the pair's branches are drafted six to a pass; the hybrid drafter cannot batch its
+    # recurrent state and drafts them one at a time.
     draft = request.getfixturevalue(models)[1]
     params = SamplingParams(**sampling)
-    session = _session(draft, params, 3, pb.PreSpeculation(enabled=True, budget=40, fanout=3))
+    prespec = pb.PreSpeculation(enabled=True, budget=40, fanout=3, batch=batch)
+    session = _session(draft, params, 3, prespec)
     sent = session.first_drafts().block.tokens
     session.plan_speculation()
+    passes = 0
     while session.speculate():
-        pass
+        passes += 1
     assert session.speculator is not None
     branches = session.speculator.branches
+    batched = batch > 1 and models == "pair"
+    assert (passes < len(branches)) == batched, f"{passes} passes for {len(branches)} branches"
     assert any(a == 3 for a, _ in branches), "the bonus outcome is speculated"
     assert any(a < 3 for a, _ in branches), "rejection outcomes are speculated"
     for (accepted, token), branch in branches.items():
@@ -124,8 +131,9 @@ def _prespec_joint_counts(
     pair: tuple[LoadedModel, LoadedModel], runs: int, **sampling: float
 ) -> tuple[np.ndarray, list[int]]:
     target, draft = pair
-    # Fan-out over the whole (tiny) vocabulary: every rejection round is then served by a hit.
-    source = SessionSource(draft, pb.PreSpeculation(enabled=True, budget=16, fanout=7))
+    # Fan-out over the whole (tiny) vocabulary: every rejection round is then served by a hit,
+    # from branches drafted side by side in batched passes.
+    source = SessionSource(draft, pb.PreSpeculation(enabled=True, budget=16, fanout=7, batch=8))
     decoder = SpeculativeDecoder(target, source)
     vocab = target.vocab_size
     counts = np.zeros((vocab, vocab, vocab))
@@ -227,8 +235,9 @@ async def test_forced_hit_is_served_from_the_cache_and_forced_miss_is_drafted(
 @pytest.mark.anyio
 async def test_prespec_is_lossless_at_t0(worker: WorkerProcess, default_f32: LoadedModel) -> None:
     prompts = [default_f32.tokenizer.encode(p) for p in PROMPTS[1:4:2]]  # code, math
+    batched = pb.PreSpeculation(enabled=True, batch=4)  # the default model's branches, four a pass
     runs = await generate_remote(
-        worker.address, default_f32, prompts, 4, MAX_TOKENS, SamplingParams(), PRESPEC
+        worker.address, default_f32, prompts, 4, MAX_TOKENS, SamplingParams(), batched
     )
     hits = 0
     for prompt, run in zip(prompts, runs, strict=True):
@@ -248,13 +257,14 @@ async def test_prespec_gives_the_same_sampled_tokens_as_drafting_on_demand(
     # A hit serves the very drafts (and randomness) that drafting on demand would give.
     params = SamplingParams(temperature=0.6, top_p=0.95, seed=7)
     prompt = tiny.tokenizer.encode(PROMPTS[4])
-    wide = pb.PreSpeculation(enabled=True, budget=40, fanout=8)
     (plain,) = await generate_remote(tiny_worker.address, tiny, [prompt], 2, 32, params)
-    (ahead,) = await generate_remote(tiny_worker.address, tiny, [prompt], 2, 32, params, wide)
-    assert ahead.result.tokens == plain.result.tokens
-    assert [r.draft.tokens for r in ahead.result.rounds] == [r.draft.tokens for r in plain.result.rounds]
-    used = ahead.worker_counters.prespec_hits + ahead.worker_counters.prespec_partial
-    assert used > 0, ahead.worker_counters
+    for batch in (1, 8):  # one branch a pass, and eight side by side (a hit takes its row's cache)
+        wide = pb.PreSpeculation(enabled=True, budget=40, fanout=8, batch=batch)
+        (ahead,) = await generate_remote(tiny_worker.address, tiny, [prompt], 2, 32, params, wide)
+        assert ahead.result.tokens == plain.result.tokens
+        assert [r.draft.tokens for r in ahead.result.rounds] == [r.draft.tokens for r in plain.result.rounds]
+        used = ahead.worker_counters.prespec_hits + ahead.worker_counters.prespec_partial
+        assert used > 0, ahead.worker_counters
 
 
 @pytest.mark.parametrize(
