@@ -252,6 +252,12 @@ def _settings(
         "repeats": args.repeats,
         "adaptive_k": args.adaptive_k,
         "rollback": args.rollback,
+        "prespec": {
+            "budget": args.prespec_budget,
+            "fanout": args.prespec_fanout,
+            "min_drafts": args.prespec_min_drafts,
+            "batch": args.prespec_batch,
+        },
         "backends": backends,
         "granularities": granularities,
         "chat_template": not args.no_chat,

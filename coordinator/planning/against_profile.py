@@ -55,9 +55,10 @@ def check_rows(profile: Profile, bench: dict[str, Any]) -> list[ProfileCheck]:
     acceptance = planned.acceptance(profile) if k == profile.k else _acceptance_at(profile, k)
     link = planned.link(profile)
     workers = {w["name"]: w for w in bench["workers"]}
+    prespec = bench["settings"].get("prespec", {})
     checks = []
     for row in bench["rows"]:
-        predicted = _row(profile, row, workers, target, acceptance, link, k)
+        predicted = _row(profile, row, workers, target, acceptance, link, k, prespec)
         if predicted is None:
             continue
         tok_s, parts = predicted
@@ -80,6 +81,7 @@ def _row(
     acceptance: Acceptance,
     link: Link,
     k: int,
+    prespec: dict[str, Any],
 ) -> tuple[float, dict[str, float]] | None:
     if row["kind"] == "ar":
         return ar_tok_s(target), {"verify": target.verify_s(1) * 1e3}
@@ -93,7 +95,9 @@ def _row(
     options = []
     for name in names:
         option = (
-            _remote(profile, row, workers[name], target, acceptance, link, k) if name in workers else None
+            _remote(profile, row, workers[name], target, acceptance, link, k, prespec)
+            if name in workers
+            else None
         )
         if option is not None:
             options.append(option)
@@ -108,6 +112,7 @@ def _remote(
     acceptance: Acceptance,
     link: Link,
     k: int,
+    prespec: dict[str, Any],
 ) -> tuple[float, dict[str, float]] | None:
     pace = worker.get("pace")
     if not pace or pace["profile"] != profile.name:
@@ -129,7 +134,16 @@ def _remote(
         return _predicted(target, draft_s, acceptance, k, link, transport)
     if row["prespec"]:
         thread = worker.get("compute", "thread") == "thread"
-        transport = planned.prespec(profile, draft_s, k, answers_during_pass=thread)
+        batch = max(1, int(prespec.get("batch") or 1))
+        transport = planned.prespec(
+            profile,
+            draft_s,
+            k,
+            thread,
+            batch,
+            machine.draft.pass_s(1, batch),
+            int(prespec.get("fanout") or 0),
+        )
     else:
         transport = planned.stream(profile)
     return _predicted(target, draft_s, acceptance, k, link, transport)

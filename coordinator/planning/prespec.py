@@ -74,6 +74,7 @@ def schedule(
     budget: int = 0,
     fanout: int = 2,
     answers_during_pass: bool = True,
+    batch: int = 1,
 ) -> Schedule:
     """The worker's passes by ``window_s``, and the expected round that follows (module docstring).
 
@@ -85,8 +86,8 @@ def schedule(
     done = math.floor(window_s / draft_s + 1e-9)
     spent = min(done, budget)
     in_flight = (done + 1) * draft_s - window_s if done < budget else 0.0
-    progress = _branch_passes(outcomes, k, fanout, min(done + 1, budget))  # passes per branch, in order
-    at_window = _branch_passes(outcomes, k, fanout, spent)
+    progress = _branch_passes(outcomes, k, fanout, min(done + 1, budget), batch)  # passes per branch
+    at_window = _branch_passes(outcomes, k, fanout, spent, batch)
     hit = partial = demand = wait = 0.0
     covered = 0.0
     for branch, p in _branches(outcomes, k, fanout):
@@ -118,8 +119,12 @@ def _branches(outcomes: Outcomes, k: int, fanout: int) -> list[tuple[tuple[int, 
     return out
 
 
-def _branch_passes(outcomes: Outcomes, k: int, fanout: int, passes: int) -> dict[tuple[int, int], int]:
+def _branch_passes(
+    outcomes: Outcomes, k: int, fanout: int, passes: int, batch: int = 1
+) -> dict[tuple[int, int], int]:
     """Forward passes spent on each branch after ``passes`` speculative passes, in the worker's order."""
+    if batch > 1:
+        return _batched_passes(outcomes, k, fanout, passes, batch)
     order = itertools.count()
     queue: list[tuple[float, int, tuple[int, int] | None]] = [(-outcomes.accepted(k, k), next(order), None)]
     for a in range(k):
@@ -139,4 +144,36 @@ def _branch_passes(outcomes: Outcomes, k: int, fanout: int, passes: int) -> dict
         spent[branch] = spent.get(branch, 0) + 1
         if spent[branch] >= k:
             heapq.heappop(queue)
+    return spent
+
+
+def _batched_passes(
+    outcomes: Outcomes, k: int, fanout: int, passes: int, batch: int
+) -> dict[tuple[int, int], int]:
+    """As ``_branch_passes`` for branches drafted ``batch`` to a pass (``specwire.branch_batch``).
+
+    Each pass runs every row in the batch; free rows go to the most likely
+    branches not yet begun. The probe takes a row of the first pass, and the
+    bonus branches can begin from the pass after it.
+    """
+    waiting = [
+        (outcomes.accepted(a, k) * outcomes.correction(j), (a, j))
+        for a in range(k)
+        for j in range(2, fanout + 2)
+    ]
+    rows: list[tuple[int, int] | None] = [None]  # None: the probe
+    spent: dict[tuple[int, int], int] = {}
+    for _ in range(passes):
+        waiting.sort(key=lambda item: -item[0])
+        while len(rows) < batch and waiting:
+            rows.append(waiting.pop(0)[1])
+        if not rows:
+            break
+        for branch in rows:
+            if branch is None:
+                bonus = outcomes.accepted(k, k)
+                waiting += [(bonus * outcomes.choice(j), (k, j)) for j in range(1, fanout + 1)]
+            else:
+                spent[branch] = spent.get(branch, 0) + 1
+        rows = [b for b in rows if b is not None and spent[b] < k]
     return spent

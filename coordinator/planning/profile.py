@@ -12,6 +12,7 @@ from dataclasses import replace
 from coordinator.planning.model import Acceptance, Link, Target, Transport
 from coordinator.planning.prespec import Outcomes, schedule
 from specwire.profile import Profile
+from specwire.speculation import DEFAULT_FANOUT
 
 
 def target(profile: Profile) -> Target:
@@ -55,15 +56,28 @@ def prespec(
     draft_s: float,
     k: int | None = None,
     answers_during_pass: bool = True,
+    batch: int = 1,
+    batch_draft_s: float | None = None,
+    fanout: int = 0,
 ) -> Transport:
     """The stream protocol with pre-speculation: what a worker drafting a pass in ``draft_s`` gets
     done before each verdict comes back (``planning.prespec``), from the profile's acceptance and
-    agreement. ``answers_during_pass``: the worker computes on a thread of its own."""
+    agreement. ``answers_during_pass``: the worker computes on a thread of its own. ``batch``:
+    branches drafted side by side, a pass of them taking ``batch_draft_s``."""
     k = profile.k if k is None else k
     t, link_ = target(profile), link(profile)
     window = t.verify_s(k + 1) + t.engine_s + link_.rtt_s + profile.stream_per_round_s
     outcomes = Outcomes(acceptance(profile).profile[0], profile.agreement)
-    s = schedule(outcomes, k, draft_s, window, answers_during_pass=answers_during_pass)
+    ahead_s = draft_s if batch_draft_s is None else batch_draft_s
+    s = schedule(
+        outcomes,
+        k,
+        ahead_s,
+        window,
+        fanout=fanout or DEFAULT_FANOUT,
+        answers_during_pass=answers_during_pass,
+        batch=batch,
+    )
     return replace(
         stream(profile),
         backend="stream+prespec",

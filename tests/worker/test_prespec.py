@@ -29,6 +29,7 @@ from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.remote import generate_remote
+from tests.support.rounding import first_divergence, rounding_gap, top2_gap
 from tests.support.session_source import SessionSource
 from tests.support.tiny_models import disagreeing_pair, hybrid_pair
 from tests.support.workers import WorkerProcess
@@ -99,17 +100,34 @@ def test_every_branch_equals_drafting_on_demand(
         reference.apply(accepted, token)
         expected = reference.draft(3)
         got = branch.block.block()
-        assert got.tokens == expected.tokens
-        if expected.dists is not None:
-            assert got.dists is not None
-            for a, b in zip(got.dists, expected.dists, strict=True):
-                # A branch reaches its prefix through other batched passes than drafting on demand
-                # does: the same q bit for bit on the CPU, the same up to rounding on a GPU (an H100
-                # measured 8e-4 relative). Exactness does not rest on it: each draft travels with the
-                # q it was drawn from, and the verifier's rejection step uses that q.
-                assert a.ids.tolist() == b.ids.tolist()
-                rtol = 0.0 if mx.default_device() == mx.cpu else GPU_RTOL
-                np.testing.assert_allclose(a.probs, b.probs, rtol=rtol)
+        # A branch reaches its prefix through other passes than drafting on demand does (batched,
+        # or grouped otherwise): the same drafts and q bit for bit on the CPU. On a GPU the passes
+        # round apart (an H100: 8e-4 relative in q for the llama pair, 1.4% for the hybrid), so
+        # drafts may part only where the draft's two best logits tie within that rounding, and q
+        # agrees within it. Exactness does not rest on it: each draft travels with the q it was
+        # drawn from, and the verifier's rejection step uses that q.
+        if mx.default_device() == mx.cpu:
+            assert got.tokens == expected.tokens
+            _assert_same_q(got.dists, expected.dists, 0.0)
+            continue
+        delta = rounding_gap(draft, branch.block.prefix + got.tokens[:-1], min(3, len(got.tokens)))
+        at = first_divergence(got.tokens, expected.tokens)
+        if at is not None:
+            assert top2_gap(draft, branch.block.prefix + got.tokens[:at]) <= 2 * delta, (at, delta)
+        upto = len(got.tokens) if at is None else at
+        temperature = params.temperature or 1.0
+        rtol = max(GPU_RTOL, float(np.exp(4 * delta / temperature) - 1))
+        _assert_same_q(got.dists and got.dists[:upto], expected.dists and expected.dists[:upto], rtol)
+
+
+def _assert_same_q(got: list | None, expected: list | None, rtol: float) -> None:
+    if expected is None:
+        return
+    assert got is not None
+    for a, b in zip(got, expected, strict=True):
+        assert a.ids.tolist() == b.ids.tolist() or rtol > 0
+        if a.ids.tolist() == b.ids.tolist():
+            np.testing.assert_allclose(a.probs, b.probs, rtol=rtol)
 
 
 def test_a_branch_is_served_only_for_its_own_verdict(pair: tuple[LoadedModel, LoadedModel]) -> None:
