@@ -58,6 +58,11 @@ class Settings:
     fallback: FallbackSettings | None = None
     adaptive_k: bool = False
     rollback: str = "auto"
+    prespec_k: int = 0  # k of the pre-speculation rows (0: k)
+
+    def row_k(self, prespec: bool) -> int:
+        """The k a row drafts with."""
+        return self.prespec_k if prespec and self.prespec_k else self.k
 
 
 def verify(
@@ -185,7 +190,7 @@ async def run_bench(
                     decoder = SpeculativeDecoder(
                         target, source, settings.fallback, settings.adaptive_k, settings.rollback
                     )
-                    k = settings.k if source is not None else 0
+                    k = settings.row_k(row.prespec) if source is not None else 0
                     before = pace.snapshot() if pace is not None else {}
                     result = await runtime.compute.run(
                         decoder.generate, ids, max_tokens=settings.max_tokens, k=k, params=settings.params

@@ -112,6 +112,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_adaptive_k_argument(p)
     add_rollback_argument(p)
     add_prespec_arguments(p)
+    p.add_argument(
+        "--prespec-k",
+        type=int,
+        default=0,
+        help="k of the pre-speculation rows (default --k): drafts a worker can have ready within one "
+        "verification",
+    )
     add_pace_argument(p)
     p.add_argument(
         "--allow-overruns",
@@ -145,8 +152,10 @@ def checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         raise InvalidArgumentError(f"--multi-worker {args.multi_worker!r}: use split, race, or split,race")
     fallback_settings(args)  # refuses --fallback with --adaptive-k
     pace_of(args)  # a bad --pace is refused before any model loads
-    if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32:
-        raise InvalidArgumentError("--repeats and --max-tokens must be >= 1, and --k within 1..32")
+    if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32 or not 0 <= args.prespec_k <= 32:
+        raise InvalidArgumentError(
+            "--repeats and --max-tokens must be >= 1, --k within 1..32, --prespec-k within 0..32"
+        )
     return backends, granularities
 
 
@@ -217,7 +226,13 @@ async def measure(
             by_name = {w.name: w for w in workers}
             drafts = [row_draft(row, by_name, remote, local) for row in rows]
             run_settings = Settings(
-                args.k, args.max_tokens, params, fallback_settings(args), args.adaptive_k, args.rollback
+                args.k,
+                args.max_tokens,
+                params,
+                fallback_settings(args),
+                args.adaptive_k,
+                args.rollback,
+                args.prespec_k,
             )
             local_drafts = [await sources.local_model(local)] if local else []
             warmup_s = await runtime.compute.run(
@@ -257,6 +272,7 @@ def _settings(
             "fanout": args.prespec_fanout,
             "min_drafts": args.prespec_min_drafts,
             "batch": args.prespec_batch,
+            "k": args.prespec_k or args.k,
         },
         "backends": backends,
         "granularities": granularities,

@@ -133,6 +133,8 @@ def _remote(
             return None
         return _predicted(target, draft_s, acceptance, k, link, transport)
     if row["prespec"]:
+        k = int(prespec.get("k") or k)
+        acceptance = planned.acceptance(profile) if k == profile.k else _acceptance_at(profile, k)
         thread = worker.get("compute", "thread") == "thread"
         batch = max(1, int(prespec.get("batch") or 1))
         transport = planned.prespec(
