@@ -292,6 +292,7 @@ async def test_prespec_gives_the_same_sampled_tokens_as_drafting_on_demand(
         (pb.PreSpeculation(enabled=True, fanout=99), "fan-out must be within"),
         (pb.PreSpeculation(enabled=True, allocation="greedy"), "is not one of"),
         (pb.PreSpeculation(enabled=True, shard=2, shards=2), "shard 2 is outside"),
+        (pb.PreSpeculation(enabled=True, batch=65), "batch must be within"),
     ],
 )
 def test_bad_prespec_options_are_refused_with_a_clear_message(

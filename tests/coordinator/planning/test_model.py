@@ -7,6 +7,7 @@ import pytest
 from coordinator.planning import paper
 from coordinator.planning import profile as planned
 from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, best_k, predict
+from coordinator.planning.prespec import Outcomes, schedule
 
 TARGET = Target(verify_1_s=0.020, per_position_s=0.001)
 LINK = Link(rtt_s=0.001, bandwidth_Bps=1e6)
@@ -86,3 +87,20 @@ def test_per_op_counts_from_the_architecture_miss_by_the_number_of_round_trips()
     assert checks["ggml-rpc → M1 Max"].predicted < 0.1 * checks["ggml-rpc → M1 Max"].paper
     assert 50 < paper.implied_calls_per_pass("M1 Max") < 70
     assert 50 < paper.implied_calls_per_pass("M2 Pro") < 70
+
+
+def test_batched_branches_cover_more_verdicts_in_the_same_window() -> None:
+    outcomes = Outcomes(0.6, {"top1": 0.66, "top2": 0.77, "top4": 0.84})
+    draft_s, window_s = 1 / 86.6, 0.026  # the M1 Max drafting; one M2 Ultra verification and a round trip
+    one = schedule(outcomes, 2, draft_s, window_s, fanout=3)
+    batched = schedule(outcomes, 2, draft_s, window_s, fanout=3, batch=8)
+    assert batched.hit > one.hit + 0.2
+    assert batched.on_demand_passes < one.on_demand_passes
+    # With every branch in one batch, the hits are the verdicts the fan-out covers, up to what the
+    # window allows: the bonus branches begin a pass later (after the probe).
+    wide = schedule(outcomes, 2, draft_s, 1.0, fanout=3, batch=64)
+    covered = sum(
+        outcomes.accepted(a, 2) * sum(outcomes.correction(j) for j in range(2, 5)) for a in range(2)
+    )
+    covered += outcomes.accepted(2, 2) * sum(outcomes.choice(j) for j in range(1, 4))
+    assert wide.hit == pytest.approx(covered)
