@@ -103,7 +103,8 @@ class BranchBatch:
             self.finished[id(self.rows[i])] = [layer.extract(i) for layer in self.cache]
         left = [self.rows[i] for i in done]
         if done:
-            keep = [i for i in range(len(self.rows)) if i not in set(done)]
+            finished = set(done)
+            keep = [i for i in range(len(self.rows)) if i not in finished]
             self.rows = [self.rows[i] for i in keep]
             if keep:
                 for layer in self.cache:

@@ -374,18 +374,7 @@ def paced_preset(profile: str, topo: Topology) -> Preset:
         ],
         json=json_path,
         plot=f"testbed-{Path(profile).stem}-bench.png",
-        after=[
-            [
-                sys.executable,
-                "-m",
-                "coordinator.cli",
-                "plan",
-                "--profile",
-                profile,
-                "--check-bench",
-                json_path,
-            ]
-        ],
+        after=[plan_check(profile, json_path)],
     )
 
 

@@ -84,12 +84,23 @@ def build_tiny(vocab_size: int, draft: bool = False) -> tuple[nn.Module, dict[st
         else:
             array = rng.standard_normal(shape, np.float32) / np.float32(np.sqrt(shape[-1]))
         weights.append((name, array))
-    if draft:
-        noise = np.random.default_rng(DRAFT_SEED)
+    load_weights(model, weights, DRAFT_SEED if draft else None)
+    return model, args
+
+
+def load_weights(
+    model: nn.Module,
+    weights: list[tuple[str, np.ndarray]],
+    draft_seed: int | None,
+    noise: float = DRAFT_NOISE,
+) -> None:
+    """Put ``weights`` in ``model``; with ``draft_seed``, each tensor first perturbed by Gaussian noise
+    of ``noise`` times its own spread (a draft model of its own, drawn from that seed)."""
+    if draft_seed is not None:
+        rng = np.random.default_rng(draft_seed)
         weights = [
-            (name, a + DRAFT_NOISE * a.std() * noise.standard_normal(a.shape).astype(np.float32))
+            (name, a + noise * a.std() * rng.standard_normal(a.shape).astype(np.float32))
             for name, a in weights
         ]
     model.update(tree_unflatten([(name, mx.array(a)) for name, a in weights]))
     mx.eval(model.parameters())
-    return model, args

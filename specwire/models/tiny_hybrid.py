@@ -20,8 +20,10 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3_5
+
+from specwire.models.tiny import load_weights
 
 TINY_HYBRID_MODEL = "tiny-hybrid"
 TINY_HYBRID_DRAFT_MODEL = "tiny-hybrid-draft"
@@ -73,12 +75,5 @@ def build_tiny_hybrid(vocab_size: int, draft: bool = False) -> tuple[nn.Module, 
         else:
             array = (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
         weights.append((name, array))
-    if draft:
-        noise = np.random.default_rng(DRAFT_SEED)
-        weights = [
-            (name, a + DRAFT_NOISE * a.std() * noise.standard_normal(a.shape).astype(np.float32))
-            for name, a in weights
-        ]
-    model.update(tree_unflatten([(name, mx.array(a)) for name, a in weights]))
-    mx.eval(model.parameters())
+    load_weights(model, weights, DRAFT_SEED if draft else None, DRAFT_NOISE)
     return model, args
