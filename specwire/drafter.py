@@ -36,7 +36,13 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.errors import InvalidArgumentError
 from specwire.rollback import Checkpoints
-from specwire.sampling import SamplingParams, SparseDistribution, choose_draft_token, draft_distribution
+from specwire.sampling import (
+    SamplingParams,
+    SparseDistribution,
+    choose_draft_token,
+    draft_distribution,
+    skip_draws,
+)
 from specwire.timing import CallRecord
 
 if TYPE_CHECKING:
@@ -71,6 +77,7 @@ class DraftBlock:
     calls: list[CallRecord] = field(default_factory=list)
     speculation: str = ""
     saved_ns: int = 0
+    filled: int = 0  # the last drafts, made on this machine after a worker answered with fewer
 
 
 def prefill(
@@ -134,6 +141,20 @@ class Drafting:
         """True once all k drafts are in hand."""
         return len(self.tokens) >= self.k
 
+    def resume(self, tokens: Sequence[int], dists: Sequence[SparseDistribution] | None) -> None:
+        """Take ``tokens`` (and their q when sampling) as this block's first drafts, drafted elsewhere.
+
+        They must come from the same block (prefix and index) drafted by the
+        same model: the generator skips their draws, so the drafts that
+        follow are those the other drafter would make next.
+        """
+        if self.tokens:
+            raise InvalidArgumentError("a block resumes from drafts made elsewhere only before drafting")
+        self.tokens = list(tokens)
+        if not self.drafter.params.greedy:
+            self.dists = list(dists or [])
+            skip_draws(self.rng, len(self.tokens))
+
     def advance(self, passes: int | None = None) -> None:
         """Run up to ``passes`` more forward passes (all that remain when None)."""
         n = self.k - len(self.tokens) if passes is None else min(passes, self.k - len(self.tokens))
@@ -192,9 +213,10 @@ class Drafter:
 
         ``appended`` (the accepted tokens and ``token``) is given when the
         verified drafts may have come from another drafter; the context then
-        takes exactly those tokens.
+        takes exactly those tokens, and ``accepted`` may exceed this
+        drafter's own drafts (the rest were drafted elsewhere).
         """
-        if not 0 <= accepted <= len(self.last_drafts):
+        if accepted < 0 or (not appended and accepted > len(self.last_drafts)):
             raise InvalidArgumentError(
                 f"accepted count {accepted} is outside 0..{len(self.last_drafts)} "
                 "(the drafts of the last round)"

@@ -125,6 +125,11 @@ def sample_dense(probs: np.ndarray, rng: np.random.Generator) -> int:
     return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), probs.size - 1))
 
 
+def skip_draws(rng: np.random.Generator, drafts: int) -> None:
+    """Advance a block's generator past ``drafts`` sampled drafts (``sample_dense`` takes one draw each)."""
+    rng.random(drafts)
+
+
 def choose_draft_token(
     logits: np.ndarray, params: SamplingParams, rng: np.random.Generator
 ) -> tuple[int, SparseDistribution | None]:

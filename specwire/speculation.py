@@ -54,6 +54,7 @@ class PrespecConfig:
     shards: int = 1
     min_drafts: int = 0  # serve a branch with this many drafts ready at once (0: only a whole one)
     batch: int = 1  # branches drafted side by side in one forward pass (specwire.branch_batch)
+    fill: bool = False  # answer with the drafts ready at once; the coordinator drafts the rest itself
 
     def __post_init__(self) -> None:
         if not 0 <= self.budget <= MAX_BUDGET:

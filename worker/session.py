@@ -11,6 +11,14 @@ With pre-speculation on, the session also owns a ``Speculator``: after each
 reply the stream service runs its passes one at a time, and the next Round is
 served from a finished branch (``serve_hit``, no compute), finishes a branch
 under way, or is drafted on demand (``round``).
+
+In fill mode (``PreSpeculation.fill``) the coordinator drafts on its own
+draft model whatever the worker has not drafted ahead: each Round is answered
+at once with the drafts ready for its verdict (``answer_ready``, possibly
+none), the verdict is applied once the pass in flight has ended
+(``settle_ready``), and the rest of the block is drafted afterwards, the
+first of the background passes, because the next round's branches are
+planned from it.
 """
 
 from __future__ import annotations
@@ -70,6 +78,16 @@ class Computed:
     saved_ns: int = 0
 
 
+@dataclass(frozen=True)
+class Ready:
+    """A fill-mode answer: the reply, and the block (a branch, or a fresh one on a miss) it starts."""
+
+    msg: pb.Round
+    computed: Computed
+    block: Drafting | None
+    ready: int
+
+
 class DraftSession:
     """A draft model's state for one coordinator's generation."""
 
@@ -101,6 +119,10 @@ class DraftSession:
         self.speculative_passes = 0
         self._sent: Drafting | None = None
         self._passes_counted = 0
+        self.fill = self.speculator is not None and self.speculator.config.fill
+        self._sent_k = self.k  # drafts the coordinator verified last round (fill: some its own)
+        self._pending: Drafting | None = None  # fill: the block being finished in the background
+        self._pending_k = 0
 
     @property
     def forward_passes(self) -> int:
@@ -125,10 +147,12 @@ class DraftSession:
         """Raise ``InvalidArgumentError`` unless ``msg`` is the next valid round."""
         if msg.seq != self.next_seq:
             raise InvalidArgumentError(f"round seq {msg.seq} out of order; expected {self.next_seq}")
-        if msg.accepted > len(self.drafter.last_drafts):
+        if self.fill and not msg.appended:
+            raise InvalidArgumentError(f"round {msg.seq}: a fill session's rounds must carry appended")
+        if msg.accepted > self._drafted:
             raise InvalidArgumentError(
-                f"round {msg.seq}: accepted {msg.accepted} exceeds the "
-                f"{len(self.drafter.last_drafts)} drafts sent"
+                f"round {msg.seq}: accepted {msg.accepted} exceeds the {self._drafted} drafts "
+                "of the last round"
             )
         check_token(self.model, msg.token, f"round {msg.seq} token")
         if msg.appended:
@@ -168,6 +192,52 @@ class DraftSession:
         self._sent = branch
         return Computed(self._count(block), now, now, pb.SPECULATION_HIT, block.compute_ns)
 
+    def answer_ready(self, msg: pb.Round) -> Ready:
+        """Fill mode: the drafts ready for ``msg``'s verdict, at once and without compute (maybe none).
+
+        Runs on the event loop, possibly while a speculative pass is in
+        flight: it only reads (the branch's tokens so far are final) and
+        counts; ``settle_ready`` applies the verdict once that pass has ended.
+        """
+        self.check_round(msg)
+        assert self.speculator is not None
+        branch = self.speculator.find(msg.accepted, msg.token, list(msg.appended))
+        ready = min(msg.k, len(branch.tokens)) if branch is not None else 0
+        block = branch.block(ready) if branch is not None else DraftBlock([], None, 0, 0)
+        outcome = self._tally(ready, msg.k)
+        now = time.perf_counter_ns()
+        computed = Computed(self._count(block), now, now, outcome, block.compute_ns)
+        return Ready(msg, computed, branch, ready)
+
+    def _tally(self, ready: int, k: int) -> int:
+        """Count a fill-mode answer as a hit (all k ready), partial (some) or miss (none)."""
+        t = self.totals
+        if ready >= k:
+            self.hits, t.prespec_hits = self.hits + 1, t.prespec_hits + 1
+            return pb.SPECULATION_HIT
+        if ready:
+            self.partial, t.prespec_partial = self.partial + 1, t.prespec_partial + 1
+            return pb.SPECULATION_PARTIAL
+        self.misses, t.prespec_misses = self.misses + 1, t.prespec_misses + 1
+        return pb.SPECULATION_MISS
+
+    @_tallied
+    def settle_ready(self, answer: Ready) -> None:
+        """Fill mode: apply the verdict answered by ``answer_ready``; the block's rest is drafted next.
+
+        Compute thread only, with no speculative pass in flight.
+        """
+        msg = answer.msg
+        self._verdict(msg)
+        block = answer.block
+        if block is None:
+            assert self.speculator is not None
+            block = self.drafter.drafting(msg.k, self.speculator.drafter_alternatives)
+        block.k = max(block.k, msg.k)
+        self.drafter.adopt(block, answer.ready)
+        self._sent, self._sent_k = block, msg.k
+        self._pending, self._pending_k = (block, msg.k) if answer.ready < msg.k else (None, 0)
+
     @_tallied
     def round(self, msg: pb.Round) -> Computed:
         """Apply the target's verdict, then draft the next k tokens. Compute thread only.
@@ -204,7 +274,9 @@ class DraftSession:
         """
         if self.speculator is None:
             return False
-        if not self.speculator.step():
+        if self._pending is not None:
+            self._finish_pending()
+        elif not self.speculator.step():
             return False
         self.speculative_passes += 1
         self.totals.speculative_passes += 1
@@ -212,13 +284,31 @@ class DraftSession:
         return True
 
     def plan_speculation(self) -> None:
-        """Rank the outcomes of the drafts just sent; call after each reply, before ``speculate``."""
-        if self.speculator is not None and self._sent is not None:
+        """Rank the outcomes of the drafts just sent; call after each reply, before ``speculate``.
+
+        In fill mode a block still being finished is planned from once it is done.
+        """
+        if self.speculator is not None and self._sent is not None and self._pending is None:
             self.speculator.plan(self._sent)
+
+    def _finish_pending(self) -> None:
+        """Fill mode: one more pass of the block the coordinator finished itself; plan once it is done."""
+        block = self._pending
+        assert block is not None and self.speculator is not None
+        block.advance(1)
+        if len(block.tokens) >= self._pending_k:
+            self.drafter.last_drafts = block.tokens[: self._pending_k]
+            self._pending = None
+            self.speculator.plan(block)
+
+    @property
+    def _drafted(self) -> int:
+        """Drafts verified in the last round: the worker's own, or in fill mode the round's k."""
+        return self._sent_k if self.fill else len(self.drafter.last_drafts)
 
     def _verdict(self, msg: pb.Round) -> None:
         if self.speculator is not None:
-            self.speculator.observe(msg.accepted, len(self.drafter.last_drafts))
+            self.speculator.observe(msg.accepted, self._drafted)
         self.drafter.apply(msg.accepted, msg.token, list(msg.appended))
 
     def _draft_on_demand(self, k: int) -> DraftBlock:
@@ -255,6 +345,7 @@ def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecCo
         shards=max(1, msg.shards),
         min_drafts=msg.min_drafts or defaults.min_drafts,
         batch=msg.batch or defaults.batch,
+        fill=msg.fill,
     )
 
 

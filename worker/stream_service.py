@@ -11,7 +11,9 @@ two. When the next Round arrives, a finished branch is answered at once
 (with a compute thread, even while a pass is still in flight; computing on
 the event loop, the Round is read between passes); otherwise speculation
 stops, the in-flight pass ends, and the round is drafted (finishing a
-branch under way when there is one).
+branch under way when there is one). In fill mode every Round is answered
+at once with what is ready, and the rest of the block is drafted after the
+reply, as the first background passes (``worker.session``).
 """
 
 from __future__ import annotations
@@ -149,12 +151,18 @@ class _DraftLoop(StreamLoop):
             if kind != "round":
                 raise InvalidArgumentError("after Open, every message of a session must be a Round")
             msg = request.round
-            computed = self.session.serve_hit(msg)
-            if computed is None:
+            if self.session.fill:
+                answer = self.session.answer_ready(msg)
+                await self._reply(answer.computed, msg.seq, arrived_ns, deserialize_ns)
                 await self._stop()
-                computed = await self.service.compute.run(self.session.round, msg)
-            await self._reply(computed, msg.seq, arrived_ns, deserialize_ns)
-            await self._stop()
+                await self.service.compute.run(self.session.settle_ready, answer)
+            else:
+                computed = self.session.serve_hit(msg)
+                if computed is None:
+                    await self._stop()
+                    computed = await self.service.compute.run(self.session.round, msg)
+                await self._reply(computed, msg.seq, arrived_ns, deserialize_ns)
+                await self._stop()
         self._speculate()
 
     def _speculate(self) -> None:

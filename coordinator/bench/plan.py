@@ -16,13 +16,15 @@ from dataclasses import dataclass, field, replace
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
-from specwire.errors import BackendUnavailableError, NoWorkerError
+from specwire.errors import BackendUnavailableError, InvalidArgumentError, NoWorkerError
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 from specwire.v1 import draft_pb2 as pb
 
 PROBE_COUNT = 60
 BACKEND_PRESPEC = f"{BACKEND_STREAM}+prespec"  # bench row kinds, not backends a worker offers
 BACKEND_PRESPEC_READY = f"{BACKEND_PRESPEC}+ready"  # takes a branch's ready drafts at once (min_drafts 1)
+BACKEND_PRESPEC_FILL = f"{BACKEND_PRESPEC}+fill"  # the target's machine drafts what is not ready
+PRESPEC_BACKENDS = (BACKEND_PRESPEC, BACKEND_PRESPEC_READY, BACKEND_PRESPEC_FILL)
 PROBE_BUDGET_S = 1.0
 
 
@@ -38,6 +40,7 @@ class RowSpec:
     prespec: bool = False
     multi: str = ""  # "split" or "race": every bench worker at once (coordinator.drafting.multi)
     min_drafts: int = 0  # pre-speculation: take a branch's ready drafts at once from this many
+    fill: bool = False  # the local draft model drafts what the workers have not (coordinator.drafting.fill)
 
 
 @dataclass
@@ -60,7 +63,7 @@ class RemoteWorker:
 
 def wire_backend(backend: str) -> str:
     """The worker backend a bench backend runs on."""
-    return BACKEND_STREAM if backend in (BACKEND_PRESPEC, BACKEND_PRESPEC_READY) else backend
+    return BACKEND_STREAM if backend in PRESPEC_BACKENDS else backend
 
 
 def worker_label(worker: RemoteWorker) -> str:
@@ -91,24 +94,27 @@ def plan_rows(
                     RowSpec(f"{backend}/{g} → {label}", "remote", backend, g, worker.name)
                     for g in granularities
                 ]
-            elif backend in (BACKEND_PRESPEC, BACKEND_PRESPEC_READY):
+            elif backend in PRESPEC_BACKENDS:
                 ready = int(backend == BACKEND_PRESPEC_READY)
                 row = RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, True)
-                rows.append(replace(row, min_drafts=ready))
+                rows.append(replace(row, min_drafts=ready, fill=backend == BACKEND_PRESPEC_FILL))
             else:
                 rows.append(RowSpec(f"{backend} → {label}", "remote", backend, "", worker.name))
     if len(workers) >= 2:
         paced = " [paced]" if any(w.connection.hello.HasField("pace") for w in workers) else ""
+        kinds = [b for b in (BACKEND_PRESPEC, BACKEND_PRESPEC_FILL) if b in backends] or [BACKEND_PRESPEC]
         rows += [
             RowSpec(
-                f"{BACKEND_PRESPEC} ×{len(workers)} ({mode}){paced}",
+                f"{kind} ×{len(workers)} ({mode}){paced}",
                 "remote",
                 BACKEND_STREAM,
                 "",
                 workers[0].name,
                 True,
                 mode,
+                fill=kind == BACKEND_PRESPEC_FILL,
             )
+            for kind in kinds
             for mode in multi_modes
         ]
     return rows
@@ -153,6 +159,10 @@ def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec,
         if row.multi
         else [workers[row.worker].connection.address]
     )
+    if row.fill and not local:
+        raise InvalidArgumentError(
+            f"{BACKEND_PRESPEC_FILL} drafts on the local draft model: --draft none leaves none"
+        )
     return replace(
         remote,
         workers=tuple(chosen),
@@ -160,4 +170,5 @@ def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec,
         granularity=row.granularity or "op",
         prespec=prespec,
         multi=row.multi,
+        fill=local if row.fill else "",
     )

@@ -22,6 +22,7 @@ from coordinator.decoding.fallback import FallbackSettings
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.failover import FailoverDraftSource
+from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.multi import MultiWorkerDraftSource
 from coordinator.drafting.stream import StreamDraftSource
@@ -77,6 +78,9 @@ def verify(
     a worker that lost a round may have drafted a different number of
     tokens for it, and which worker hit is not the engine's business.
     """
+    if isinstance(source, FilledDraftSource):
+        ok, counters, identity = verify(source.remote, result, own_tallies)
+        return ok, {**counters, "coordinator_filled": source.filled}, identity
     if isinstance(source, FailoverDraftSource):
         if source.losses:
             inner = source.current
@@ -100,7 +104,7 @@ def verify(
         return ok, counters, checks[0][2] if checks else {}
     if isinstance(source, StreamDraftSource):
         w = source.worker_counters
-        drafted = sum(r.drafted for r in result.rounds)
+        drafted = sum(r.drafted - r.draft.filled for r in result.rounds)  # filled: drafted here
         asked = sum(1 for r in result.rounds if r.draft.calls)  # the last round may not ask the worker
         if own_tallies:
             drafted, asked = source.drafts_received, source.rounds_received

@@ -19,8 +19,7 @@ from typing import Any
 import anyio
 
 from coordinator.bench.plan import (
-    BACKEND_PRESPEC,
-    BACKEND_PRESPEC_READY,
+    PRESPEC_BACKENDS,
     RemoteWorker,
     connect_workers,
     plan_rows,
@@ -69,7 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--backend",
         default=f"{BACKEND_STREAM},{BACKEND_PER_OP}",
         help="remote backends, comma-separated: stream, stream+prespec (with pre-speculation), "
-        "stream+prespec+ready (taking a branch's ready drafts at once), ggml-rpc",
+        "stream+prespec+ready (taking a branch's ready drafts at once), stream+prespec+fill (the worker "
+        "answers at once with the drafts it has ready; the local draft model drafts the rest), ggml-rpc",
     )
     p.add_argument(
         "--granularity",
@@ -140,7 +140,7 @@ def checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The backends and granularities the flags name, once every flag is checked."""
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     granularities = [g.strip() for g in args.granularity.split(",") if g.strip()]
-    known = (BACKEND_STREAM, BACKEND_PRESPEC, BACKEND_PRESPEC_READY, BACKEND_PER_OP)
+    known = (BACKEND_STREAM, *PRESPEC_BACKENDS, BACKEND_PER_OP)
     if not backends or set(backends) - set(known):
         raise InvalidArgumentError(f"--backend {args.backend!r}: use any of {', '.join(known)}")
     if set(granularities) - set(GRANULARITIES) or not granularities:

@@ -26,6 +26,7 @@ from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.detokenizer import TextDecoder
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
+from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.provenance import drafted_by
 from coordinator.pacing import CoordinatorPace
@@ -193,7 +194,7 @@ async def _generate_with(
         sys.stdout.flush()
 
     decoder = SpeculativeDecoder(target, source, fallback_settings(args), args.adaptive_k, args.rollback)
-    local = [source.draft] if isinstance(source, LocalDraftSource) else []
+    local = [source.draft] if isinstance(source, (LocalDraftSource, FilledDraftSource)) else []
     warmup_s = await runtime.compute.run(decoder.warm_up, k, params, local)
     if not args.json:
         print(f"[specwire] warm-up: {warmup_s:.2f} s (kernels of every pass a round uses)", file=sys.stderr)

@@ -76,13 +76,22 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds to wait for workers to answer on Bonjour",
     )
     add_worker_loss_arguments(p)
-    p.add_argument("--local-draft", default=FALLBACK_DRAFT, help="draft model for --on-worker-loss local")
+    p.add_argument(
+        "--local-draft", default=FALLBACK_DRAFT, help="draft model for --on-worker-loss local and --fill"
+    )
     p.add_argument(
         "--prespec",
         action="store_true",
         help="stream backend: the worker drafts the next round ahead while the target verifies",
     )
     add_prespec_arguments(p)
+    p.add_argument(
+        "--fill",
+        action="store_true",
+        help="with --prespec: the worker answers at once with the drafts it has ready for the verdict, and "
+        "the --local-draft model drafts the rest here (drafting off the critical path when the worker is "
+        "slower than this machine)",
+    )
     p.add_argument(
         "--multi-worker",
         nargs="?",
@@ -214,6 +223,7 @@ def draft_spec(args: argparse.Namespace) -> DraftSpec:
         multi=args.multi_worker or "",
         on_loss=args.on_worker_loss,
         fallback_draft=args.local_draft,
+        fill=args.local_draft if getattr(args, "fill", False) else "",
     )
 
 

@@ -124,7 +124,9 @@ async def _serve(
             target = pace.target_model(target)
         access = dataclasses.replace(access, live=live)
         async with DraftSources(runtime, target, access, pace) as sources:
-            local = [await sources.local_model(drafting.spec.local)] if drafting.spec.kind == "local" else []
+            spec = drafting.spec
+            local_spec = spec.local if spec.kind == "local" else spec.fill
+            local = [await sources.local_model(local_spec)] if local_spec else []
             # Requests may be greedy or sampled: warm both paths before the first one is timed.
             warmup_s = await runtime.compute.run(
                 SpeculativeDecoder(target).warm_up, args.k, SamplingParams(temperature=1.0), local

@@ -12,10 +12,19 @@ from specwire.sampling import SamplingParams
 
 @dataclass(frozen=True)
 class Outcome:
-    """The target's verdict on the previous proposal: drafts accepted, then its own token."""
+    """The target's verdict on the previous proposal: drafts accepted, then its own token.
+
+    ``appended`` spells out the tokens the verdict adds (the accepted drafts,
+    then the token) when the drafts verified were not all the source's own.
+    """
 
     accepted: int
     token: int
+    appended: tuple[int, ...] = ()
+
+    def tokens(self, last: Sequence[int]) -> list[int]:
+        """The tokens the verdict appends, given the source's own last drafts ``last``."""
+        return list(self.appended) if self.appended else [*last[: self.accepted], self.token]
 
 
 class DraftSource(Protocol):

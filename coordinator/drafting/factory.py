@@ -17,10 +17,11 @@ nowhere else.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.failover import POLICIES, FailoverDraftSource
+from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
@@ -51,7 +52,9 @@ class DraftSpec:
     one). ``prespec`` (stream backend only) is the PreSpeculation message to
     open sessions with; ``multi`` ("race" or "split") drafts on all chosen
     workers at once. ``fallback_draft`` is the local model used when a
-    worker is lost under the ``local`` policy.
+    worker is lost under the ``local`` policy. ``fill`` (with ``prespec``)
+    names a local draft model that drafts whatever the workers have not
+    drafted ahead (``coordinator.drafting.fill``).
     """
 
     kind: str = "none"
@@ -63,6 +66,7 @@ class DraftSpec:
     multi: str = ""
     on_loss: str = "failover"
     fallback_draft: str = ""
+    fill: str = ""
 
     @classmethod
     def parse(cls, text: str, **remote: object) -> DraftSpec:
@@ -90,6 +94,8 @@ class DraftSpec:
             )
         if (self.prespec is not None or self.multi) and self.backend != BACKEND_STREAM:
             raise InvalidArgumentError("--prespec and --multi-worker need the stream backend")
+        if self.fill and self.prespec is None:
+            raise InvalidArgumentError("--fill drafts what pre-speculation has not: it needs --prespec")
         if self.multi and self.multi not in MODES:
             raise InvalidArgumentError(
                 f"multi-worker mode {self.multi!r}: expected one of {', '.join(MODES)}"
@@ -157,6 +163,14 @@ class DraftSources:
             return None
         if spec.kind == "local":
             return LocalDraftSource(await self.local_model(spec.local))
+        if spec.fill:
+            filler = await self.local_model(spec.fill)
+            prespec = pb.PreSpeculation()
+            prespec.CopyFrom(spec.prespec)
+            prespec.fill = True
+            remote = await self.open(replace(spec, prespec=prespec, fill=""))
+            assert remote is not None
+            return FilledDraftSource(remote, filler)
         first: DraftSource
         if spec.multi:
             addresses = await find_addresses(

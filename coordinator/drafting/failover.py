@@ -78,7 +78,7 @@ class FailoverDraftSource:
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Draft on the current source; on a loss, recover and draft from the accepted context."""
         if outcome is not None:
-            self._context += [*self._last[: outcome.accepted], outcome.token]
+            self._context += outcome.tokens(self._last)
         while self.current is not None:
             try:
                 block = self.current.propose(k, outcome)

@@ -29,7 +29,7 @@ class LocalDraftSource:
         if self._drafter is None:
             raise InvalidArgumentError("propose() before start()")
         if outcome is not None:
-            self._drafter.apply(outcome.accepted, outcome.token)
+            self._drafter.apply(outcome.accepted, outcome.token, outcome.appended)
         return self._drafter.draft(k)
 
     def close(self) -> None:

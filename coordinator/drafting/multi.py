@@ -90,7 +90,7 @@ class MultiWorkerDraftSource:
             raise errors[0]
 
     async def _propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
-        appended = None if outcome is None else [*self._last[: outcome.accepted], outcome.token]
+        appended = None if outcome is None else outcome.tokens(self._last)
         racing: dict[asyncio.Task[DraftBlock], StreamDraftSource] = {}
         for source in list(self.live):
             tasks = self._pending[id(source)]

@@ -12,11 +12,14 @@ from dataclasses import asdict
 from typing import Any
 
 from coordinator.drafting.failover import FailoverDraftSource
+from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.multi import MultiWorkerDraftSource
 
 
 def drafted_by(source: object) -> dict[str, Any]:
     """The worker(s) that finished the generation, and every worker lost on the way ({} if local)."""
+    if isinstance(source, FilledDraftSource):
+        return {**drafted_by(source.remote), "filled_here": source.filled}
     if not isinstance(source, FailoverDraftSource):
         return {}
     current = source.current

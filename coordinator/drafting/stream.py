@@ -91,7 +91,8 @@ class StreamDraftSource:
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Send the previous outcome and k, and return the worker's drafts."""
         requested = time.perf_counter_ns()
-        block = self.portal.call(self.exchange, k, outcome)
+        appended = list(outcome.appended) if outcome is not None and outcome.appended else None
+        block = self.portal.call(self.exchange, k, outcome, appended)
         record = block.calls[0]
         block.calls[0] = replace(record, requested_ns=requested, returned_ns=time.perf_counter_ns())
         return block

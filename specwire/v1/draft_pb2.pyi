@@ -212,7 +212,7 @@ class Open(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ...) -> None: ...
 
 class PreSpeculation(_message.Message):
-    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards", "min_drafts", "batch")
+    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards", "min_drafts", "batch", "fill")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,7 @@ class PreSpeculation(_message.Message):
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     MIN_DRAFTS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    FILL_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     budget: int
     fanout: int
@@ -229,7 +230,8 @@ class PreSpeculation(_message.Message):
     shards: int
     min_drafts: int
     batch: int
-    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ..., min_drafts: _Optional[int] = ..., batch: _Optional[int] = ...) -> None: ...
+    fill: bool
+    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ..., min_drafts: _Optional[int] = ..., batch: _Optional[int] = ..., fill: _Optional[bool] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("seq", "accepted", "token", "k", "appended")

@@ -5,7 +5,9 @@ can generate thousands of times on tiny models. Speculation is planned right
 after each round's drafts, as on a worker, and runs to its full budget when
 the next round is asked for (on a worker it runs while the target verifies;
 the branches are the same, since every block draws from its own random
-stream). After the last round of a generation it is never run.
+stream). After the last round of a generation it is never run. In fill mode
+(``PreSpeculation.fill``) each round is answered with what is ready, as a
+worker answers, and the rest of the block is drafted by the next speculation.
 """
 
 from __future__ import annotations
@@ -57,9 +59,15 @@ class SessionSource:
             block = self._first
             return DraftBlock(block.tokens[:k], block.dists[:k] if block.dists else None, 0, 0)
         self._seq += 1
-        msg = pb.Round(seq=self._seq, accepted=outcome.accepted, token=outcome.token, k=k)  # type: ignore[attr-defined]
+        appended = list(getattr(outcome, "appended", ()))
+        msg = pb.Round(seq=self._seq, accepted=outcome.accepted, token=outcome.token, k=k, appended=appended)  # type: ignore[attr-defined]
         self._speculate()
-        computed = self._session.serve_hit(msg) or self._session.round(msg)
+        if self._session.fill:  # answered with what is ready; the rest is drafted next, as on a worker
+            answer = self._session.answer_ready(msg)
+            self._session.settle_ready(answer)
+            computed = answer.computed
+        else:
+            computed = self._session.serve_hit(msg) or self._session.round(msg)
         self.outcomes.append(computed.outcome)
         self._plan()
         return computed.block
