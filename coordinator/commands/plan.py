@@ -34,7 +34,7 @@ from coordinator.planning import paper
 from coordinator.planning import profile as planned
 from coordinator.planning.against_profile import load_checked
 from coordinator.planning.from_bench import check_bench
-from coordinator.planning.model import Transport, ar_tok_s, predict
+from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
 from coordinator.planning.projection import project
 from specwire.errors import InvalidArgumentError
 from specwire.profile import Profile, load_profile
@@ -94,6 +94,13 @@ def _constant(transport: Transport) -> Callable[[int], Transport]:
     return lambda _k: transport
 
 
+FILL_BATCH, FILL_FANOUT = 8, 3  # the fill rows' branches: eight a pass, three candidates a position
+
+
+def _tok_s(prediction: Prediction) -> float:
+    return prediction.tok_s
+
+
 def project_profile(profile: Profile, hit_rate: float | None) -> dict[str, Any]:
     """Every backend on each of the profile's drafting machines (for the paper's, the Table 11 check)."""
     t, a, k, link = planned.target(profile), planned.acceptance(profile), profile.k, planned.link(profile)
@@ -103,7 +110,19 @@ def project_profile(profile: Profile, hit_rate: float | None) -> dict[str, Any]:
     if profile.local_draft is not None:
         local_s = 1 / profile.local_draft.decode_tok_s
         local = predict(t, local_s, a, k, link, Transport("local")).tok_s
-        rows.append({"machine": "target machine", "backend": "local SD", "k": k, "tok_s": local})
+        best_local = max(
+            (predict(t, local_s, a, kk, link, Transport("local")) for kk in range(1, 17)), key=_tok_s
+        )
+        rows.append(
+            {
+                "machine": "target machine",
+                "backend": "local SD",
+                "k": k,
+                "tok_s": local,
+                "best_k": best_local.k,
+            }
+            | {"best_tok_s": best_local.tok_s, "parts_ms": {}}
+        )
     # Each backend's transport at a given k (pre-speculation's depends on k: branches need k passes).
     fixed: dict[str, Transport] = {"stream": planned.stream(profile)}
     if hit_rate is not None:
@@ -120,11 +139,16 @@ def project_profile(profile: Profile, hit_rate: float | None) -> dict[str, Any]:
         backends: dict[str, Callable[[int], Transport]] = {n: _constant(tr) for n, tr in fixed.items()}
         if hit_rate is None:  # the worker's branches before each verdict, from acceptance and agreement
             backends["stream+prespec"] = functools.partial(planned.prespec, profile, draft_s)
+        if profile.local_draft is not None:  # answered with what is ready, the rest drafted here
+            batch_s = machine.draft.pass_s(1, FILL_BATCH)
+            backends["stream+prespec+fill"] = functools.partial(
+                planned.fill, profile, draft_s, batch=FILL_BATCH, batch_draft_s=batch_s, fanout=FILL_FANOUT
+            )
         for name, transport_at in backends.items():
             p = predict(t, draft_s, a, k, link, transport_at(k))
             best = max(
                 (predict(t, draft_s, a, kk, link, transport_at(kk)) for kk in range(1, 17)),
-                key=lambda q: q.tok_s,
+                key=_tok_s,
             )
             parts = {n: v * 1e3 for n, v in p.parts_s.items()}
             rows.append(
@@ -175,12 +199,12 @@ def run(args: argparse.Namespace) -> int:
             else "stream+prespec: the branches a worker drafts before each verdict (planning/prespec.py)"
         )
         print(f"Profile {profile.name}, k = {profile.k}, AR {out['ar_tok_s']:.1f} tok/s ({hits}):")
-        print(f"{'machine':<16}{'backend':<16}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}{'best k':>8}")
+        print(f"{'machine':<16}{'backend':<20}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}{'best k':>8}{'tok/s':>8}")
         for r in out["rows"]:
-            best = f"{r['best_k']:>8}" if "best_k" in r else f"{'':>8}"
+            best = f"{r['best_k']:>8}{r['best_tok_s']:>8.1f}" if "best_k" in r else ""
             delta_local = "" if r["delta_vs_local"] is None else f"{r['delta_vs_local']:+.0%}"
             print(
-                f"{r['machine']:<16}{r['backend']:<16}{r['tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}"
+                f"{r['machine']:<16}{r['backend']:<20}{r['tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}"
                 f"{delta_local:>9}{best}"
             )
         if out.get("table11"):

@@ -262,7 +262,8 @@ class DraftSources:
                 prespec.CopyFrom(spec.prespec)
                 prespec.shard, prespec.shards = i % shards, shards
             sources.append(self._stream(connection, prespec))
-        return MultiWorkerDraftSource(self.runtime.portal, sources, spec.multi)
+        fill = spec.prespec is not None and spec.prespec.fill
+        return MultiWorkerDraftSource(self.runtime.portal, sources, spec.multi, fill)
 
     # Recovery from worker loss; called from the compute thread.
 

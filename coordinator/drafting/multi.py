@@ -17,6 +17,11 @@ Two modes, for pre-speculating workers:
 
 A worker still busy with an earlier round gets the next one as soon as it
 is free; one that falls ``MAX_LAG`` rounds behind is dropped.
+
+In fill mode (``coordinator.drafting.fill``) every worker answers at once
+with what it has ready, so the first answer is not the best: every live
+worker's answer is awaited (each costs only its link) and the one with the
+most drafts ready is used.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ MAX_LAG = 2
 class MultiWorkerDraftSource:
     """A draft source racing several workers' stream sessions (see the module docstring)."""
 
-    def __init__(self, portal: LoopPortal, sources: Sequence[StreamDraftSource], mode: str) -> None:
+    def __init__(
+        self, portal: LoopPortal, sources: Sequence[StreamDraftSource], mode: str, fill: bool = False
+    ) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(f"multi-worker mode {mode!r} is not one of {', '.join(MODES)}")
         if len(sources) < 2:
@@ -47,6 +54,7 @@ class MultiWorkerDraftSource:
         self.portal = portal
         self.sources = list(sources)
         self.mode = mode
+        self.fill = fill
         self.name = f"multi-{mode}:" + "+".join(s.worker for s in sources)
         self.live: list[StreamDraftSource] = []
         self.winners: list[str] = []
@@ -110,6 +118,7 @@ class MultiWorkerDraftSource:
             self._pending[id(source)] = [*queue, task]
             racing[task] = source
         first_error: BaseException | None = None
+        best: tuple[DraftBlock, StreamDraftSource] | None = None
         while racing:
             done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -117,11 +126,16 @@ class MultiWorkerDraftSource:
                 error = task.exception()
                 if error is None:
                     block = task.result()
-                    self.winners.append(source.worker)
-                    self._last = block.tokens
-                    return block
+                    if best is None or len(block.tokens) > len(best[0].tokens):
+                        best = block, source
+                    continue
                 first_error = first_error or error
                 await self._drop(source, str(error))
+            if best is not None and (not self.fill or not racing or len(best[0].tokens) >= k):
+                block, source = best
+                self.winners.append(source.worker)
+                self._last = block.tokens
+                return block
         if isinstance(first_error, RemoteWorkerError):
             raise first_error
         raise RemoteWorkerError(f"every worker of {self.name} was lost: {first_error}", "UNAVAILABLE")

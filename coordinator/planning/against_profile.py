@@ -137,6 +137,10 @@ def _remote(
         acceptance = planned.acceptance(profile) if k == profile.k else _acceptance_at(profile, k)
         thread = worker.get("compute", "thread") == "thread"
         batch = max(1, int(prespec.get("batch") or 1))
+        if row.get("fill"):
+            fanout = int(prespec.get("fanout") or 0)
+            transport = planned.fill(profile, draft_s, k, batch, machine.draft.pass_s(1, batch), fanout)
+            return _predicted(target, draft_s, acceptance, k, link, transport)
         transport = planned.prespec(
             profile,
             draft_s,

@@ -13,6 +13,9 @@ path, by how the drafts are made:
                   on a partial hit, and on a miss they are made on demand after
                   the pass in flight ends: half a pass on a miss on average,
                   or the wait a bench measured (the worker's receive-to-start)
+    stream+prespec+fill  as stream, but the worker answers at once with the
+                  drafts it has ready and the target's machine drafts the rest
+                  (``fill_passes`` per round, at its own ``fill_draft_s``)
 
 where verify(n) = verify_1 + (n - 1) * verify_per_position and
 E[accepted | k] = sum over i = 1..k of prod over j <= i of alpha_j (a draft
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-BACKENDS = ("local", "stream", "stream+prespec", "ggml-rpc")
+BACKENDS = ("local", "stream", "stream+prespec", "stream+prespec+fill", "ggml-rpc")
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,8 @@ class Transport:
     partial: float = 0.0
     in_flight_s: float | None = None  # wait for a speculative pass in flight, per round
     on_demand_passes: float | None = None  # draft passes after the verdict, per round (planning.prespec)
+    fill_passes: float = 0.0  # stream+prespec+fill: drafts per round made on the target's machine
+    fill_draft_s: float = 0.0  # ... each taking this long there
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,12 @@ def round_parts(target: Target, draft_s: float, k: int, link: Link, transport: T
     b = transport.backend
     if b == "local":
         parts["draft"] = k * draft_s
+    elif b == "stream+prespec+fill":
+        parts["link"] = link.rtt_s + link.carry_s(transport.bytes_per_round)
+        parts["protocol"] = transport.per_round_s
+        parts["draft"] = transport.fill_passes * transport.fill_draft_s
+        if transport.in_flight_s:
+            parts["in flight"] = transport.in_flight_s
     elif b in ("stream", "stream+prespec"):
         parts["link"] = link.rtt_s + link.carry_s(transport.bytes_per_round)
         parts["protocol"] = transport.per_round_s

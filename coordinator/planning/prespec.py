@@ -177,3 +177,56 @@ def _batched_passes(
                 spent[branch] = spent.get(branch, 0) + 1
         rows = [b for b in rows if b is not None and spent[b] < k]
     return spent
+
+
+@dataclass(frozen=True)
+class FillSchedule:
+    """Fill mode, in the long run: the fractions of rounds served whole, in part and not at all, and the
+    drafts the target's machine makes per round (``coordinator.drafting.fill``)."""
+
+    hit: float
+    partial: float
+    miss: float
+    filled: float  # drafts per round made on the target's machine
+
+
+def fill_schedule(
+    outcomes: Outcomes,
+    k: int,
+    draft_s: float,
+    ahead_s: float,
+    local_s: float,
+    window_s: float,
+    budget: int = 0,
+    fanout: int = 2,
+    batch: int = 1,
+) -> FillSchedule:
+    """The rounds of a fill-mode worker, as a Markov chain over the drafts it served last round.
+
+    A round that served r of k drafts leaves the worker k - r passes (``draft_s``
+    each) to finish that block before it plans; meanwhile the target's machine
+    drafts the same k - r (``local_s`` each) before verifying, so the next
+    verdict reaches the worker ``window_s`` + (k - r) ``local_s`` after its
+    answer. What is left goes to branches (``ahead_s`` a pass, ``batch`` side
+    by side); the verdict then finds its branch with some drafts ready, or none.
+    """
+    budget = budget or 2 * k + 1
+    moves = []
+    for served in range(k + 1):
+        spare = window_s + (k - served) * (local_s - draft_s)
+        passes = min(budget, max(0, math.floor(spare / ahead_s + 1e-9)))
+        spent = _branch_passes(outcomes, k, fanout, passes, batch)
+        row = [0.0] * (k + 1)
+        for branch, p in _branches(outcomes, k, fanout):
+            row[min(k, spent.get(branch, 0))] += p
+        row[0] += max(0.0, 1.0 - sum(row))
+        moves.append(row)
+    share = [1.0 / (k + 1)] * (k + 1)
+    for _ in range(200):  # the chain's long-run shares (it mixes in a few steps)
+        share = [sum(share[i] * moves[i][j] for i in range(k + 1)) for j in range(k + 1)]
+    return FillSchedule(
+        hit=share[k],
+        partial=sum(share[1:k]),
+        miss=share[0],
+        filled=sum(share[r] * (k - r) for r in range(k + 1)),
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coordinator.planning.model import Acceptance, Link, Target, Transport
-from coordinator.planning.prespec import Outcomes, schedule
+from coordinator.planning.prespec import Outcomes, fill_schedule, schedule
 from specwire.profile import Profile
 from specwire.speculation import DEFAULT_FANOUT
 
@@ -85,4 +85,40 @@ def prespec(
         partial=s.partial,
         in_flight_s=s.in_flight_s,
         on_demand_passes=s.on_demand_passes,
+    )
+
+
+def fill(
+    profile: Profile,
+    draft_s: float,
+    k: int | None = None,
+    batch: int = 1,
+    batch_draft_s: float | None = None,
+    fanout: int = 0,
+) -> Transport:
+    """Fill mode: a worker drafting a pass in ``draft_s`` answers with what is ready, and the target
+    machine's own draft model drafts the rest (``planning.prespec.fill_schedule``)."""
+    k = profile.k if k is None else k
+    if profile.local_draft is None:
+        raise ValueError(f"profile {profile.name} gives the target machine no draft model to fill with")
+    t, link_ = target(profile), link(profile)
+    window = t.verify_s(k + 1) + t.engine_s + link_.rtt_s + profile.stream_per_round_s
+    local_s = 1 / profile.local_draft.decode_tok_s
+    s = fill_schedule(
+        Outcomes(acceptance(profile).profile[0], profile.agreement),
+        k,
+        draft_s,
+        draft_s if batch_draft_s is None else batch_draft_s,
+        local_s,
+        window,
+        fanout=fanout or DEFAULT_FANOUT,
+        batch=batch,
+    )
+    return replace(
+        stream(profile),
+        backend="stream+prespec+fill",
+        hit=s.hit,
+        partial=s.partial,
+        fill_passes=s.filled,
+        fill_draft_s=local_s,
     )
