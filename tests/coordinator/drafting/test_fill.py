@@ -81,7 +81,7 @@ def test_filled_drafts_are_the_ones_drafting_on_demand_gives(pair: tuple[LoadedM
 async def test_fill_through_a_worker_is_lossless_and_the_worker_counts_its_own_drafts(
     worker: WorkerProcess, default_f32: LoadedModel, default_q4: LoadedModel
 ) -> None:
-    prompts = [default_f32.tokenizer.encode(p) for p in PROMPTS[1:4:2]]  # code, math
+    prompts = [default_f32.tokenizer.encode(PROMPTS[1])]
     async with coordinator_runtime() as runtime:
         connection = await connect(worker.address, credentials())
         try:
