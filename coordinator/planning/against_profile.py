@@ -139,7 +139,8 @@ def _remote(
         batch = max(1, int(prespec.get("batch") or 1))
         if row.get("fill"):
             fanout = int(prespec.get("fanout") or 0)
-            transport = planned.fill(profile, draft_s, k, batch, machine.draft.pass_s(1, batch), fanout)
+            batch_s = machine.draft.pass_s(1, batch)
+            transport = planned.fill(profile, draft_s, k, batch, batch_s, fanout, answers_during_pass=thread)
             return _predicted(target, draft_s, acceptance, k, link, transport)
         transport = planned.prespec(
             profile,

@@ -95,9 +95,11 @@ def fill(
     batch: int = 1,
     batch_draft_s: float | None = None,
     fanout: int = 0,
+    answers_during_pass: bool = True,
 ) -> Transport:
     """Fill mode: a worker drafting a pass in ``draft_s`` answers with what is ready, and the target
-    machine's own draft model drafts the rest (``planning.prespec.fill_schedule``)."""
+    machine's own draft model drafts the rest (``planning.prespec.fill_schedule``). A worker computing
+    on its event loop reads the Round only once its pass in flight ends: half a pass on average."""
     k = profile.k if k is None else k
     if profile.local_draft is None:
         raise ValueError(f"profile {profile.name} gives the target machine no draft model to fill with")
@@ -121,4 +123,5 @@ def fill(
         partial=s.partial,
         fill_passes=s.filled,
         fill_draft_s=local_s,
+        in_flight_s=0.0 if answers_during_pass else (draft_s if batch_draft_s is None else batch_draft_s) / 2,
     )
