@@ -42,7 +42,7 @@ def check_message_counts(run) -> None:  # type: ignore[no-untyped-def]
 async def test_remote_drafting_is_lossless_and_matches_local(
     worker: WorkerProcess, default_f32: LoadedModel, default_q4: LoadedModel
 ) -> None:
-    prompts = [default_f32.tokenizer.encode(p) for p in PROMPTS[2::2]]  # math, prose
+    prompts = [default_f32.tokenizer.encode(PROMPTS[4])]  # prose (code and math go remote in other tests)
     runs = await generate_remote(worker.address, default_f32, prompts, 4, MAX_TOKENS, SamplingParams())
     local = SpeculativeDecoder(default_f32, LocalDraftSource(default_q4))
     for prompt, run in zip(prompts, runs, strict=True):
