@@ -104,7 +104,14 @@ def check(status: grpc.StatusCode, fuzzed: Fuzzed) -> None:
     assert fuzzed.worker.process.poll() is None, "the worker died"
 
 
-def open_message(draw_fp: str, prompt: list[int], sampling: dict[str, Any], k: int, version: int) -> bytes:
+def open_message(
+    draw_fp: str,
+    prompt: list[int],
+    sampling: dict[str, Any],
+    k: int,
+    version: int,
+    prespec: pb.PreSpeculation | None = None,
+) -> bytes:
     return pb.DraftRequest(
         open=pb.Open(
             protocol_version=version,
@@ -112,8 +119,20 @@ def open_message(draw_fp: str, prompt: list[int], sampling: dict[str, Any], k: i
             sampling=pb.SamplingParams(**sampling),
             k=k,
             vocab_fingerprint=draw_fp,
+            prespec=prespec,
         )
     ).SerializeToString()
+
+
+# Sessions with pre-speculation, fill mode (answers at once, appended required) and batched branches too.
+prespecs = st.sampled_from(
+    [
+        None,
+        pb.PreSpeculation(enabled=True),
+        pb.PreSpeculation(enabled=True, fill=True),
+        pb.PreSpeculation(enabled=True, fill=True, batch=4, min_drafts=1),
+    ]
+)
 
 
 sampling_fields = st.fixed_dictionaries(
@@ -135,13 +154,14 @@ valid_sampling = st.fixed_dictionaries(
     }
 )
 rounds = st.builds(
-    lambda seq, acc, tok, k: pb.DraftRequest(
-        round=pb.Round(seq=seq, accepted=acc, token=tok, k=k)
+    lambda seq, acc, tok, k, appended: pb.DraftRequest(
+        round=pb.Round(seq=seq, accepted=acc, token=tok, k=k, appended=appended)
     ).SerializeToString(),
     small,
     small,
     st.one_of(st.integers(0, 49151), u32),
     small,
+    st.lists(st.one_of(st.integers(0, 49151), u32), max_size=6),
 )
 
 
@@ -160,6 +180,7 @@ def test_draft_stream_random_bytes(fuzzed: Fuzzed, messages: list[bytes]) -> Non
     st.sampled_from([PROTOCOL_VERSION, 0, 2]),
     st.lists(rounds, max_size=3),
     st.booleans(),
+    prespecs,
 )
 def test_draft_stream_adversarial_fields(
     fuzzed: Fuzzed,
@@ -170,8 +191,9 @@ def test_draft_stream_adversarial_fields(
     version: int,
     then: list[bytes],
     cut: bool,
+    prespec: pb.PreSpeculation | None,
 ) -> None:
-    messages = [open_message(fp, prompt, sampling, k, version), *then]
+    messages = [open_message(fp, prompt, sampling, k, version, prespec), *then]
     check(fuzzed.call(DRAFT_METHOD, messages, cut=cut), fuzzed)
 
 
