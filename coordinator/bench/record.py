@@ -3,7 +3,8 @@
 Schema ``specwire.bench/1``: ``settings``, ``coordinator``, ``workers`` (with
 their probes), ``rows`` (summaries, attribution, counters, identities),
 ``runs`` (every generation's tokens and rounds, and every remote call's
-record in columns), and ``lossless`` (null at T > 0).
+record in columns), and ``lossless`` (null at T > 0; ``ties`` lists outputs that part from AR
+only at a tie of the target's logits within a GPU's rounding).
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def row_record(s: RowSummary) -> dict[str, Any]:
         "local_draft_tok_s": s.local_draft_tps,
         "lossless": s.lossless,
         "mismatches": s.mismatches,
+        "ties": s.ties,
         "verified": s.verified,
         "counters": s.counters,
         "identity": s.identity,

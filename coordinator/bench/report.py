@@ -29,6 +29,8 @@ def _num(value: float | None, fmt: str = ".2f") -> str:
 def _lossless(s: RowSummary) -> str:
     if s.spec.kind == "ar":
         return "reference"
+    if s.lossless and s.ties:
+        return f"yes ({len(s.ties)} tie{'s' if len(s.ties) > 1 else ''})"
     return {True: "yes", False: "NO", None: "n/a (T>0)"}[s.lossless]
 
 

@@ -19,6 +19,7 @@ from coordinator.bench.plan import RowSpec
 from coordinator.bench.progress import Progress
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.decoding.fallback import FallbackSettings
+from coordinator.decoding.ties import tie_at
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.failover import FailoverDraftSource
@@ -29,6 +30,7 @@ from coordinator.drafting.stream import StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.prompts import Prompt
 from coordinator.runtime import Runtime
+from specwire.models import LoadedModel
 from specwire.pace import PaceCounts
 from specwire.sampling import SamplingParams
 
@@ -47,6 +49,7 @@ class Run:
     identity: dict[str, Any] = field(default_factory=dict)
     worker_losses: list[dict[str, Any]] = field(default_factory=list)
     pace: dict[str, dict[str, float]] = field(default_factory=dict)  # the coordinator's pacers, by role
+    tie: str = ""  # T = 0, a GPU: where the output parts from AR at a tie within rounding (decoding.ties)
 
 
 @dataclass
@@ -167,6 +170,21 @@ def _paced(counters: Any) -> dict[str, int]:
     if not counters.paced_passes:
         return {}
     return {"worker_paced_passes": counters.paced_passes, "worker_pace_overruns": counters.pace_overruns}
+
+
+def excuse_ties(
+    target: LoadedModel, runs: list[Run], prompts: list[tuple[Prompt, list[int]]], ar_row: int
+) -> None:
+    """Mark every T = 0 run that parts from AR's output (row ``ar_row``) at a tie of the target's logits
+    within this backend's rounding (``coordinator.decoding.ties``: a GPU's batched and single passes
+    round apart; the CPU's do not, so nothing is excused there). Compute thread."""
+    ar = {(r.prompt, r.repeat): r.result.tokens for r in runs if r.row == ar_row}
+    for run in runs:
+        expected = ar.get((run.prompt, run.repeat))
+        if run.row == ar_row or expected is None or run.result.tokens == expected:
+            continue
+        tie = tie_at(target, prompts[run.prompt][1], expected, run.result.tokens)
+        run.tie = str(tie) if tie is not None else ""
 
 
 async def run_bench(

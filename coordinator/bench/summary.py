@@ -40,6 +40,7 @@ class RowSummary:
     local_draft_tps: float | None
     lossless: bool | None
     mismatches: list[str] = field(default_factory=list)
+    ties: list[str] = field(default_factory=list)  # outputs that part from AR only at a tie (a GPU)
     verified: bool | None = None
     counters: dict[str, Any] = field(default_factory=dict)
     identity: dict[str, Any] = field(default_factory=dict)
@@ -164,10 +165,11 @@ def _draft_figures(runs: list[Run]) -> tuple[float | None, float | None, float |
 
 
 def _lossless(runs: list[Run], ar: dict[tuple[int, int], list[int]]) -> tuple[bool, list[str]]:
+    """Whether every run equals AR's output (or parts from it only at a tie, ``Run.tie``), and where not."""
     mismatches = []
     for run in runs:
         expected = ar.get((run.prompt, run.repeat))
-        if expected is not None and run.result.tokens != expected:
+        if expected is not None and run.result.tokens != expected and not run.tie:
             at = next(
                 (i for i, (a, b) in enumerate(zip(expected, run.result.tokens, strict=False)) if a != b), None
             )
@@ -209,6 +211,7 @@ def summarize_row(
     gaps = np.concatenate([run.result.inter_token_s() for run in runs]) * 1e3
     itl = {f"p{q}": float(np.percentile(gaps, q)) for q in (50, 95, 99)} if gaps.size else {}
     lossless, mismatches = _lossless(runs, ar) if greedy and spec.kind != "ar" else (None, [])
+    ties = [f"prompt {run.prompt + 1} repeat {run.repeat + 1}: {run.tie}" for run in runs if run.tie]
     summary = RowSummary(
         spec=spec,
         decode_tps=tps,
@@ -221,6 +224,7 @@ def summarize_row(
         local_draft_tps=effective if spec.kind == "local" else None,
         lossless=lossless if spec.kind != "ar" else True if greedy else None,
         mismatches=mismatches,
+        ties=ties,
         worker_losses=sum(len(run.worker_losses) for run in runs),
         k_transitions=sum(len(run.result.transitions) for run in runs),
         drafting=drafting_figures(runs),

@@ -28,7 +28,7 @@ from coordinator.bench.plan import (
 from coordinator.bench.plot import write_plot
 from coordinator.bench.record import bench_record
 from coordinator.bench.report import render, report_sections
-from coordinator.bench.runner import Settings, run_bench
+from coordinator.bench.runner import Settings, excuse_ties, run_bench
 from coordinator.bench.summary import RowSummary, summarize
 from coordinator.commands.options import (
     add_adaptive_k_argument,
@@ -242,6 +242,9 @@ async def measure(
                 f"bench: warm-up {warmup_s:.2f} s (every pass a round uses, before any row)", file=sys.stderr
             )
             runs = await run_bench(runtime, rows, drafts, prompts, args.repeats, run_settings, sources, pace)
+            if params.greedy:
+                ar_row = next(i for i, r in enumerate(rows) if r.kind == "ar")
+                await runtime.compute.run(excuse_ties, target, runs, prompts, ar_row)
             worker_rss = {
                 w.name: (await refresh_hello(w.connection)).counters.peak_rss_bytes for w in workers
             }

@@ -88,5 +88,6 @@ class CompletionText:
                 generation_s=(result.end_ns - result.start_ns) / 1e9,
                 decode_tok_s=result.decode_tps,
                 tokens_generated=len(result.tokens),
+                token_ids=result.tokens[: self.completion_tokens],
             )
         return strict_json(stats)

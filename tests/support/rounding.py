@@ -11,53 +11,21 @@ from __future__ import annotations
 
 import warnings
 
-import mlx.core as mx
-import numpy as np
-from mlx_lm.models.cache import make_prompt_cache
-
 from coordinator.decoding.results import GenerationResult
+from coordinator.decoding.ties import TIE_FACTOR, first_divergence, measure_tie, rounding_gap, top2_gap
 from specwire.models import LoadedModel
 
-
-def rounding_gap(model: LoadedModel, tokens: list[int], positions: int = 5) -> float:
-    """The largest logit difference over the last ``positions`` tokens: one position per pass (as AR
-    computes them) against all of them in one pass after the same cache (as verification does).
-
-    Two caches, each built one position at a time, so any model works (recurrent layers included).
-    """
-    single, batched_cache = make_prompt_cache(model.model), make_prompt_cache(model.model)
-    rows = []
-    for i, t in enumerate(tokens):
-        rows.append(np.array(model.model(mx.array([[t]]), cache=single)[0, -1].astype(mx.float32)))
-        if i < len(tokens) - positions:
-            model.model(mx.array([[t]]), cache=batched_cache)
-    batched = model.model(mx.array([tokens[-positions:]]), cache=batched_cache)[0].astype(mx.float32)
-    return float(np.abs(np.stack(rows[-positions:]) - np.array(batched)).max())
-
-
-def top2_gap(target: LoadedModel, context: list[int]) -> float:
-    """Distance between the target's two largest logits after ``context``."""
-    logits = target.model(mx.array([context]))[0, -1].astype(mx.float32)
-    top = mx.sort(logits)[-2:].tolist()
-    return float(top[1] - top[0])
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """Index of the first differing token, or of the end of the shorter list; None if equal."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+__all__ = ["assert_lossless", "assert_rejections_are_ties", "first_divergence", "rounding_gap", "top2_gap"]
 
 
 def assert_lossless(target: LoadedModel, prompt: list[int], ar: list[int], sd: list[int]) -> None:
-    """SD equals AR, or differs first at a tie of the target's logits within this backend's rounding."""
+    """SD equals AR, or differs first where its token's logit is within this backend's rounding of AR's."""
     at = first_divergence(ar, sd)
     if at is None:
         return
-    context = prompt + ar[: at + 1]
-    gap, rounding = top2_gap(target, prompt + ar[:at]), rounding_gap(target, context, min(5, len(context)))
-    assert gap <= 2 * rounding, (
+    tie = measure_tie(target, prompt, ar, at, sd[at] if at < min(len(ar), len(sd)) else None)
+    gap, rounding = tie.gap, tie.rounding
+    assert gap <= TIE_FACTOR * rounding, (
         f"SD diverged from AR at token {at}, where the target's top-2 gap is {gap:.3g} and batched and "
         f"single passes round apart by {rounding:.3g}"
     )
@@ -75,7 +43,7 @@ def assert_rejections_are_ties(target: LoadedModel, prompt: list[int], result: G
             context = prompt + result.tokens[: emitted + r.accepted]
             gap = top2_gap(target, context)
             rounding = rounding_gap(target, [*context, r.draft.tokens[r.accepted]], min(5, len(context) + 1))
-            assert gap <= 2 * rounding, (
+            assert gap <= TIE_FACTOR * rounding, (
                 f"a draft of the target itself was rejected after {emitted + r.accepted} tokens, where its "
                 f"top-2 gap is {gap:.3g} and batched and single passes round apart by {rounding:.3g}"
             )
