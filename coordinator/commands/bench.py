@@ -77,7 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="ggml-rpc granularities to measure (comma-separated: op,layer,token,round)",
     )
     p.add_argument(
-        "--workers", default="all", help="worker names or HOST:PORT (comma-separated), or all discovered"
+        "--workers",
+        default="all",
+        help="worker names or HOST:PORT (comma-separated), all discovered, or none (AR and local SD only)",
     )
     add_interface_argument(p)
     p.add_argument(
@@ -208,12 +210,16 @@ async def measure(
             if local:
                 await sources.local_model(local)
             selectors = [s.strip() for s in args.workers.split(",") if s.strip()]
-            addresses = await find_addresses(
-                selectors,
-                target.fingerprint,
-                access.interfaces,  # type: ignore[arg-type]  # mdns_interfaces() output
-                access.discover_timeout,
-                access.credentials,
+            addresses = (
+                []
+                if selectors == ["none"]  # AR and local SD only
+                else await find_addresses(
+                    selectors,
+                    target.fingerprint,
+                    access.interfaces,  # type: ignore[arg-type]  # mdns_interfaces() output
+                    access.discover_timeout,
+                    access.credentials,
+                )
             )
             workers = await connect_workers(addresses, backends, sources)
             modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]

@@ -44,7 +44,7 @@ def test_default_model_models_english(default_q4: LoadedModel) -> None:
 def test_skipping_the_qk_unpermute_breaks_the_default_model(default_q4: LoadedModel) -> None:
     # Re-apply the converter's permutation on top of the loader's output: the
     # model must get much worse, so the bound above really tests the unpermute.
-    ids = default_q4.tokenizer.encode(PASSAGE)[:64]
+    ids = default_q4.tokenizer.encode(PASSAGE)[:24]  # about 7,600 then, against 21.8 unbroken at 128
     model = load_model("default").model
     heads = default_q4.args["num_attention_heads"]
     for layer in model.layers:
@@ -67,7 +67,7 @@ def test_default_model_stays_quantized(default_q4: LoadedModel) -> None:
 
 
 def test_dequantized_logits_agree_with_quantized(default_q4: LoadedModel, default_f32: LoadedModel) -> None:
-    ids = default_q4.tokenizer.encode(PASSAGE)[:48]
+    ids = default_q4.tokenizer.encode(PASSAGE)[:24]
     a = default_q4.model(mx.array([ids]))[0].astype(mx.float32)
     b = default_f32.model(mx.array([ids]))[0]
     assert b.dtype == mx.float32
