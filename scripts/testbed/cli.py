@@ -15,6 +15,7 @@ import sys
 
 from specwire.errors import SpecwireError
 from specwire.profile import load_profile
+from testbed import bench as presets
 from testbed import commands
 from testbed.system import TestbedError
 from testbed.topology import DEFAULT_COORDINATOR, DEFAULT_SUBNET, DEFAULT_WORKERS, SWITCH, Topology, cpu_sets
@@ -113,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             args.coordinator, args.workers = machines[0], ",".join(machines[1:])
         topo, note = _topology(args)
         if args.profile:
-            preset = commands.paced_preset(args.profile, topo)
+            preset = presets.paced_preset(args.profile, topo)
         else:
-            preset = commands.Preset(worker_model=args.worker_model)
-        return commands.bench_preset(topo, note, tail, preset)
+            preset = presets.Preset(worker_model=args.worker_model)
+        return presets.bench_preset(topo, note, tail, preset)
     except (TestbedError, SpecwireError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
