@@ -158,8 +158,10 @@ def project_profile(profile: Profile, hit_rate: float | None) -> dict[str, Any]:
     for row in rows:
         row["delta_vs_ar"] = row["tok_s"] / ar - 1
         row["delta_vs_local"] = None if local is None else row["tok_s"] / local - 1
+    best_row = max(rows, key=lambda r: r.get("best_tok_s", r["tok_s"]))
     out: dict[str, Any] = {
         "profile": profile.name,
+        "use": {k: best_row[k] for k in ("machine", "backend", "best_k", "best_tok_s") if k in best_row},
         "ar_tok_s": ar,
         "mean_accepted": a.expected_accepted(k),
         "hit_rate": hit_rate,
@@ -207,6 +209,11 @@ def run(args: argparse.Namespace) -> int:
                 f"{r['machine']:<16}{r['backend']:<20}{r['tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}"
                 f"{delta_local:>9}{best}"
             )
+        use = out["use"]
+        print(
+            f"Use: {use['backend']} on the {use['machine']} at k = {use['best_k']} "
+            f"({use['best_tok_s']:.1f} tok/s, {use['best_tok_s'] / out['ar_tok_s']:.2f}x AR)"
+        )
         if out.get("table11"):
             print("\nTable 11 against the model:")
         for c in out.get("table11", []):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import coordinator.planning.profile as planned
+from coordinator.commands.plan import project_profile
 from coordinator.planning.model import Transport, predict
 from coordinator.planning.prespec import Outcomes, _branches, fill_schedule
 from specwire.paper import profile
@@ -36,3 +37,13 @@ def test_on_the_papers_macs_fill_beats_plain_prespeculation_but_not_local_sd_at_
     plain = predict(t, draft_s, acceptance, p.k, link, planned.prespec(p, draft_s, p.k)).tok_s
     local = predict(t, local_s, acceptance, p.k, link, Transport("local")).tok_s
     assert plain < filled <= local  # drafting here is never worse than waiting for the worker
+
+
+def test_plan_names_the_set_up_to_use_on_the_papers_macs() -> None:
+    out = project_profile(profile(), None)
+    fill = [r for r in out["rows"] if r["backend"] == "stream+prespec+fill"]
+    assert {r["machine"] for r in fill} == {"M1 Max", "M2 Pro"}
+    # Drafting on the M2 Ultra itself at k = 2 beats every remote set-up these machines allow.
+    assert out["use"] == {"machine": "target machine", "backend": "local SD", "best_k": 2} | {
+        "best_tok_s": pytest.approx(57.92, abs=0.01)
+    }
