@@ -57,9 +57,8 @@ REAL_SAYS_CPU = (
     "protocol's cost is buried under compute while the per-op baseline's is not."
 )
 REAL_SAYS_GPU = (
-    "This machine's real model: SmolLM2-135M on MLX's GPU backend, unpaced, the workers sharing the GPU "
-    "with the coordinator. A 135M model's pass is mostly kernel launches here, so a pass over k + 1 "
-    "positions costs about one, and the per-op baseline pays a round trip for each of those launches."
+    "This machine's real model: SmolLM2-135M on MLX's GPU backend, unpaced, the two workers sharing the "
+    "GPU with the coordinator (so drafting on a worker competes with verifying, as it would not across Macs)."
 )
 
 
