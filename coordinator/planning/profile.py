@@ -65,15 +65,12 @@ def prespec(
     agreement. ``answers_during_pass``: the worker computes on a thread of its own. ``batch``:
     branches drafted side by side, a pass of them taking ``batch_draft_s``."""
     k = profile.k if k is None else k
-    t, link_ = target(profile), link(profile)
-    window = t.verify_s(k + 1) + t.engine_s + link_.rtt_s + profile.stream_per_round_s
-    outcomes = Outcomes(acceptance(profile).profile[0], profile.agreement)
     ahead_s = draft_s if batch_draft_s is None else batch_draft_s
     s = schedule(
-        outcomes,
+        _outcomes(profile),
         k,
         ahead_s,
-        window,
+        _window(profile, k),
         fanout=fanout or DEFAULT_FANOUT,
         answers_during_pass=answers_during_pass,
         batch=batch,
@@ -103,16 +100,15 @@ def fill(
     k = profile.k if k is None else k
     if profile.local_draft is None:
         raise ValueError(f"profile {profile.name} gives the target machine no draft model to fill with")
-    t, link_ = target(profile), link(profile)
-    window = t.verify_s(k + 1) + t.engine_s + link_.rtt_s + profile.stream_per_round_s
     local_s = 1 / profile.local_draft.decode_tok_s
+    ahead_s = draft_s if batch_draft_s is None else batch_draft_s
     s = fill_schedule(
-        Outcomes(acceptance(profile).profile[0], profile.agreement),
+        _outcomes(profile),
         k,
         draft_s,
-        draft_s if batch_draft_s is None else batch_draft_s,
+        ahead_s,
         local_s,
-        window,
+        _window(profile, k),
         fanout=fanout or DEFAULT_FANOUT,
         batch=batch,
     )
@@ -123,5 +119,17 @@ def fill(
         partial=s.partial,
         fill_passes=s.filled,
         fill_draft_s=local_s,
-        in_flight_s=0.0 if answers_during_pass else (draft_s if batch_draft_s is None else batch_draft_s) / 2,
+        in_flight_s=0.0 if answers_during_pass else ahead_s / 2,
     )
+
+
+def _window(profile: Profile, k: int) -> float:
+    """From a worker's answer to the next verdict reaching it, drafting aside: verification, the
+    engine, the link and the protocol."""
+    t = target(profile)
+    return t.verify_s(k + 1) + t.engine_s + link(profile).rtt_s + profile.stream_per_round_s
+
+
+def _outcomes(profile: Profile) -> Outcomes:
+    """The verdicts' probabilities: the profile's acceptance and the pair's agreement."""
+    return Outcomes(acceptance(profile).profile[0], profile.agreement)
