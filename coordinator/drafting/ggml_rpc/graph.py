@@ -139,13 +139,20 @@ class ForwardGraph:
         ]
         return [pre, *blocks, post]
 
-    def _attention(self, i: int, p: str, offset: int) -> list[pb.Op]:
-        attn, heads, kv_heads = f"{p}.self_attn", self.shape.heads, self.shape.kv_heads
+    def _qkv(self, p: str) -> list[pb.Op]:
+        """An attention block's first operations: its input norm and the Q, K and V projections."""
+        attn = f"{p}.self_attn"
         return [
             self._op(pb.RMS_NORM, [Slot.NORMED], [Slot.HIDDEN, f"{p}.input_layernorm"]),
             self._op(pb.MATMUL, [Slot.Q], [Slot.NORMED, f"{attn}.q_proj"]),
             self._op(pb.MATMUL, [Slot.K], [Slot.NORMED, f"{attn}.k_proj"]),
             self._op(pb.MATMUL, [Slot.V], [Slot.NORMED, f"{attn}.v_proj"]),
+        ]
+
+    def _attention(self, i: int, p: str, offset: int) -> list[pb.Op]:
+        attn, heads, kv_heads = f"{p}.self_attn", self.shape.heads, self.shape.kv_heads
+        return [
+            *self._qkv(p),
             self._op(pb.ROPE, [Slot.Q_ROPE], [Slot.Q, attn], [heads, offset]),
             self._op(pb.ROPE, [Slot.K_ROPE], [Slot.K, attn], [kv_heads, offset]),
             self._op(pb.KV_WRITE, [Slot.KEYS, Slot.VALUES], [Slot.K_ROPE, Slot.V], [i, kv_heads, offset]),
@@ -157,10 +164,7 @@ class ForwardGraph:
     def _gated_attention(self, i: int, p: str, offset: int) -> list[pb.Op]:
         attn, heads, kv_heads = f"{p}.self_attn", self.shape.heads, self.shape.kv_heads
         return [
-            self._op(pb.RMS_NORM, [Slot.NORMED], [Slot.HIDDEN, f"{p}.input_layernorm"]),
-            self._op(pb.MATMUL, [Slot.Q], [Slot.NORMED, f"{attn}.q_proj"]),
-            self._op(pb.MATMUL, [Slot.K], [Slot.NORMED, f"{attn}.k_proj"]),
-            self._op(pb.MATMUL, [Slot.V], [Slot.NORMED, f"{attn}.v_proj"]),
+            *self._qkv(p),
             self._op(pb.HEAD_SPLIT, [Slot.Q_HEADS, Slot.ATTN_GATE], [Slot.Q], [heads]),
             self._op(pb.HEAD_NORM, [Slot.Q_NORMED], [Slot.Q_HEADS, f"{attn}.q_norm"], [heads]),
             self._op(pb.HEAD_NORM, [Slot.K_NORMED], [Slot.K, f"{attn}.k_norm"], [kv_heads]),
