@@ -10,11 +10,13 @@ that took:
 * a target: one pass over each position count a round can verify, 1 (AR)
   to k + 1, after a short prefill (``target_sizes``);
 * a drafter: drafting with the sampling in use, and the two feeds a verdict
-  leads to (one token after a rejection, two after a bonus);
-* on a GPU both also prefill a prompt-sized context first (``WARM_PROMPT``
-  positions): a pass over many positions takes other kernels (a quantized
-  model's matrix-matrix rather than matrix-vector products), and an H100
-  spent 22 s compiling them inside a bench's first prefill without it.
+  leads to (one token after a rejection, two after a bonus).
+
+Not a prompt's prefill: on an H100 a quantized draft's first prefill of a
+new prompt length compiled for 23 s once (cached on disk afterwards), and
+warming a 32-position prefill took 57 s without covering a 46-position
+prompt, so prefill shapes are left to the prefill. It lands in TTFT, never
+in decode tok/s.
 
 Nothing here keeps state: the caches are dropped afterwards. All MLX work
 runs on the caller's thread (the process's compute thread).
@@ -31,15 +33,6 @@ from specwire.drafter import Drafter, LanguageModel, prefill
 from specwire.sampling import SamplingParams
 
 WARM_CONTEXT = (1,)  # a context before the passes: a prefill, and a cache to attend to
-WARM_PROMPT = 32  # positions of the prompt-sized prefill warmed on a GPU
-
-
-def warm_context() -> list[int]:
-    """The context the warm-up prefills: prompt-sized on a GPU, one token on the CPU (where MLX
-    compiles nothing by shape and a long pass would only cost time)."""
-    return [1] * WARM_PROMPT if mx.default_device() == mx.gpu else list(WARM_CONTEXT)
-
-
 SAMPLED = SamplingParams(temperature=1.0, seed=0)
 
 
@@ -60,7 +53,7 @@ def warm_target(model: LanguageModel, k: int) -> float:
     """Run the target once at each of ``target_sizes(k)``; returns the seconds it took."""
     started = time.perf_counter()
     cache = make_prompt_cache(model)  # type: ignore[arg-type]
-    prefill(model, cache, warm_context())
+    prefill(model, cache, WARM_CONTEXT)
     for positions in target_sizes(k):
         logits = model(mx.array([[0] * positions]), cache=cache)[0]
         mx.eval(mx.argmax(logits, axis=-1), logits.astype(mx.float32))  # greedy and sampled verdicts
@@ -78,7 +71,7 @@ def warm_drafter(model: LanguageModel, sampled: bool = False) -> float:
     """
     started = time.perf_counter()
     drafter = Drafter(model, SamplingParams())
-    drafter.start([*warm_context(), 3])
+    drafter.start([3])
     first = drafter.draft(2).tokens[0]
     drafter.apply(0, 1 if first != 1 else 2)  # a rejection: the next pass feeds one token
     drafter.draft(1)
