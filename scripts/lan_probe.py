@@ -24,7 +24,7 @@ import anyio
 from coordinator.commands.options import add_credential_arguments
 from coordinator.workers.connection import connect
 from coordinator.workers.credentials import Credentials
-from coordinator.workers.discovery import browse
+from coordinator.workers.discovery import WorkerDirectory, browse
 from coordinator.workers.netprobe import DEFAULT_SIZES, ProbeReport, probe_grpc, probe_tcp, probe_throughput
 from specwire.bonjour import mdns_interfaces
 from specwire.command_line import exit_process
@@ -60,7 +60,14 @@ async def targets(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(name, gRPC address) of each worker to probe."""
     if args.host:
         return [(h, h) for h in args.host]
-    found = await browse(mdns_interfaces(args.interface), args.discover_timeout)
+    if args.worker is None:
+        found = await browse(mdns_interfaces(args.interface), args.discover_timeout)
+    else:  # one named worker: done as soon as it answers
+        async with WorkerDirectory(mdns_interfaces(args.interface)) as directory:
+            await directory.wait_until(
+                lambda ws: any(w.name == args.worker for w in ws), args.discover_timeout
+            )
+            found = directory.workers()
     chosen = [(w.name, w.address) for w in found if args.worker in (None, w.name)]
     if not chosen:
         raise NoWorkerError(
