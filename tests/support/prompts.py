@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.prompts import encode_prompt
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 
@@ -31,3 +32,8 @@ def ar_tokens(target: LoadedModel, prompt: list[int], max_tokens: int = MAX_TOKE
         assert result.drafted == 0
         _AR[key] = result.tokens
     return _AR[key]
+
+
+def text_ar_tokens(target: LoadedModel, text: str, max_tokens: int) -> list[int]:
+    """What ``coordinator generate --draft none`` gives for ``text`` without ``--chat``, in this process."""
+    return ar_tokens(target, encode_prompt(target, text, chat=False), max_tokens)

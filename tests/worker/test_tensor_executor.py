@@ -16,6 +16,7 @@ from specwire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION
 from specwire.v1 import draft_pb2 as pb
 from tests.support.cli import one_error_line, run_cli
 from tests.support.credentials import channel as worker_channel
+from tests.support.prompts import text_ar_tokens
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
@@ -138,7 +139,7 @@ def test_backend_can_be_switched_off() -> None:
 
 
 def test_an_architecture_the_walker_does_not_know_is_served_by_the_stream_backend_only(
-    tmp_path: Path, default_q4: LoadedModel
+    tmp_path: Path, default_q4: LoadedModel, tiny: LoadedModel
 ) -> None:
     # A qwen3 model (per-head q/k norms, no gate: not a layout the walker knows), saved as mlx-lm saves.
     args = {
@@ -160,7 +161,4 @@ def test_an_architecture_the_walker_does_not_know_is_served_by_the_stream_backen
         assert "walks llama, qwen3_5 models; this model is 'qwen3'" in one_error_line(refused.stderr)
         streamed = run_cli("coordinator", "generate", *common, "--max-tokens", "8", "--json")
         assert streamed.returncode == 0, streamed.stderr
-        alone = run_cli(
-            "coordinator", "generate", "--prompt", "hi", "--target", "tiny", "--max-tokens", "8", "--json"
-        )
-        assert json.loads(streamed.stdout)["token_ids"] == json.loads(alone.stdout)["token_ids"]
+        assert json.loads(streamed.stdout)["token_ids"] == text_ar_tokens(tiny, "hi", 8)

@@ -11,19 +11,20 @@ import pytest
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from tests.support.cli import one_error_line, run_cli
-from tests.support.prompts import PROMPTS
+from tests.support.prompts import PROMPTS, text_ar_tokens
 from tests.support.remote import generate_remote
 from tests.support.workers import WorkerProcess
 
 MAX_TOKENS = 32
 
 
-def test_remote_picks_discovered_worker_and_is_lossless(tiny_worker: WorkerProcess) -> None:
+def test_remote_picks_discovered_worker_and_is_lossless(
+    tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
     args = ["--prompt", PROMPTS[5], "--target", "tiny", "--max-tokens", str(MAX_TOKENS), "--json"]
     remote = run_cli("coordinator", "generate", "--draft", "remote", "--interface", "127.0.0.1", *args)
     assert remote.returncode == 0, remote.stderr
-    ar = run_cli("coordinator", "generate", "--draft", "none", *args)
-    assert json.loads(remote.stdout)["token_ids"] == json.loads(ar.stdout)["token_ids"]
+    assert json.loads(remote.stdout)["token_ids"] == text_ar_tokens(tiny, PROMPTS[5], MAX_TOKENS)
     stats = json.loads(remote.stdout)["stats"]
     assert stats["acceptance_rate"] == 1.0 and stats["worker"]["pid"] == tiny_worker.pid
 
