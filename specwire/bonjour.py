@@ -17,9 +17,10 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from zeroconf import InterfaceChoice
+from zeroconf import InterfaceChoice, IPVersion
+from zeroconf.asyncio import AsyncZeroconf
 
-from specwire.errors import InvalidArgumentError
+from specwire.errors import BonjourUnavailableError, InvalidArgumentError
 
 SERVICE_TYPE = "_specwire._tcp.local."
 INTERFACES_ENV = "SPECWIRE_MDNS_INTERFACES"
@@ -120,3 +121,19 @@ def mdns_interfaces(arg: str | None) -> InterfaceChoice | list[str]:
         except OSError as err:
             raise InvalidArgumentError(f"mDNS interface {a!r} is not an IPv4 address (or 'all')") from err
     return addresses
+
+
+def open_zeroconf(interfaces: InterfaceChoice | list[str]) -> AsyncZeroconf:
+    """Zeroconf (IPv4) on ``interfaces``, or ``BonjourUnavailableError`` saying why it cannot be.
+
+    Joining the mDNS multicast group fails on a host whose interfaces are down
+    or refuse multicast; that is a set-up problem, reported in one line.
+    """
+    try:
+        return AsyncZeroconf(interfaces=interfaces, ip_version=IPVersion.V4Only)
+    except OSError as err:
+        where = "every interface" if interfaces == InterfaceChoice.All else ", ".join(interfaces)  # type: ignore[arg-type]
+        raise BonjourUnavailableError(
+            f"cannot use Bonjour (mDNS) on {where}: {err}; choose an interface that is up "
+            "(--interface ADDRESS), or give workers as HOST:PORT"
+        ) from err

@@ -61,6 +61,10 @@ class NoWorkerError(SpecwireError):
     """Discovery found no worker that can draft for this target."""
 
 
+class BonjourUnavailableError(SpecwireError):
+    """mDNS cannot be used on the interfaces asked for (none up, or multicast refused)."""
+
+
 class RemoteWorkerError(SpecwireError):
     """A worker refused a request, failed, or could not be reached.
 

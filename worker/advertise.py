@@ -15,10 +15,10 @@ import socket
 from types import TracebackType
 
 import ifaddr
-from zeroconf import InterfaceChoice, IPVersion
+from zeroconf import InterfaceChoice
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
-from specwire.bonjour import SERVICE_TYPE, WorkerAdvert
+from specwire.bonjour import SERVICE_TYPE, WorkerAdvert, open_zeroconf
 
 log = logging.getLogger(__name__)
 RECORD_TTL_S = 120
@@ -60,7 +60,7 @@ class Advertiser:
         return self._info.name[: -len(SERVICE_TYPE) - 1]
 
     async def __aenter__(self) -> Advertiser:
-        self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
+        self._zc = open_zeroconf(self.interfaces)
         # The SRV target names this worker, not just the machine: workers that share a
         # hostname (two on one Mac, or test-bed namespaces) must not share address records.
         machine = socket.gethostname().split(".")[0] or "specwire"

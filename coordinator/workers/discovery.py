@@ -26,7 +26,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from specwire.bonjour import SERVICE_TYPE, WorkerAdvert, instance_name
+from specwire.bonjour import SERVICE_TYPE, WorkerAdvert, instance_name, open_zeroconf
 
 log = logging.getLogger(__name__)
 RESOLVE_TIMEOUT_MS = 3000
@@ -106,7 +106,7 @@ class WorkerDirectory:
 
     async def __aenter__(self) -> WorkerDirectory:
         self.opened_at = time.monotonic()
-        self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
+        self._zc = open_zeroconf(self.interfaces)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._changes, changes = anyio.create_memory_object_stream[tuple[ServiceStateChange, str]](math.inf)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import subprocess
+import sys
 
 import grpc
 import pytest
@@ -18,7 +21,7 @@ from specwire.models import LoadedModel
 from specwire.protocol import DRAFT_METHOD
 from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
-from tests.support.cli import run_cli
+from tests.support.cli import one_error_line, run_cli
 from tests.support.credentials import channel as worker_channel
 from tests.support.credentials import credentials
 from tests.support.messages import open_request
@@ -97,3 +100,20 @@ async def test_unreachable_worker_is_a_clear_error() -> None:
         await connect("127.0.0.1:1", credentials(), timeout=3)
     assert err.value.code == grpc.StatusCode.UNAVAILABLE.name
     assert "unreachable" in str(err.value)
+
+
+def test_mdns_on_an_interface_that_is_down_is_one_clear_error() -> None:
+    # A fresh network namespace: its loopback is down, so joining the mDNS group fails.
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (Linux) to make a namespace whose interfaces are down")
+    for role, args in (
+        ("coordinator", ["discover", "--timeout", "1"]),
+        ("coordinator", ["generate", "--target", "tiny", "--draft", "remote", "--worker", "m1-max"]),
+    ):
+        command = ["unshare", "-n", sys.executable, "-m", f"{role}.cli", *args, "--interface", "127.0.0.1"]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if "unshare failed" in out.stderr or "Operation not permitted" in out.stderr:
+            pytest.skip("cannot create a network namespace here")
+        assert out.returncode == 1
+        line = one_error_line(out.stderr)
+        assert "cannot use Bonjour (mDNS) on 127.0.0.1" in line and "--interface" in line
