@@ -93,3 +93,13 @@ class PerOpRun:
     client_ops: int
     prefill_calls: int
     worker_counters: pb.TensorCounters
+
+
+async def assert_per_op_drafts_as_stream(
+    address: str, target: LoadedModel, prompt: list[int], k: int, max_tokens: int, params: SamplingParams
+) -> None:
+    """The per-op backend (token granularity) drafts, round for round, what the stream backend drafts."""
+    (per_op,) = await generate_per_op(address, target, [prompt], k, max_tokens, params, "token")
+    (stream,) = await generate_remote(address, target, [prompt], k, max_tokens, params)
+    assert per_op.result.tokens == stream.result.tokens
+    assert [r.draft.tokens for r in per_op.result.rounds] == [r.draft.tokens for r in stream.result.rounds]

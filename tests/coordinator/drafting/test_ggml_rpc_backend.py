@@ -19,7 +19,7 @@ from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
-from tests.support.remote import PerOpRun, generate_per_op, generate_remote
+from tests.support.remote import PerOpRun, assert_per_op_drafts_as_stream, generate_per_op, generate_remote
 from tests.support.workers import WorkerProcess
 
 pytestmark = pytest.mark.anyio
@@ -119,11 +119,7 @@ async def test_per_op_is_lossless_and_drafts_what_the_stream_backend_drafts(
 async def test_sampled_drafts_match_the_stream_backend(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
     params = SamplingParams(temperature=0.8, seed=5)
     prompt = tiny.tokenizer.encode(PROMPTS[4])
-    address, tokens = tiny_worker.address, 4 * MAX_TOKENS
-    (per_op,) = await generate_per_op(address, tiny, [prompt], 3, tokens, params, "token")
-    (stream,) = await generate_remote(address, tiny, [prompt], 3, tokens, params)
-    assert per_op.result.tokens == stream.result.tokens
-    assert [r.draft.tokens for r in per_op.result.rounds] == [r.draft.tokens for r in stream.result.rounds]
+    await assert_per_op_drafts_as_stream(tiny_worker.address, tiny, prompt, 3, 4 * MAX_TOKENS, params)
 
 
 async def test_walked_forward_pass_gives_the_models_own_logits(

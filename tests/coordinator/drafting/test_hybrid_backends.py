@@ -20,7 +20,7 @@ from specwire.models import LoadedModel, load_model
 from specwire.op_counts import block_kinds, ops_per_pass
 from specwire.sampling import SamplingParams
 from tests.support.prompts import PROMPTS, ar_tokens
-from tests.support.remote import generate_per_op, generate_remote
+from tests.support.remote import assert_per_op_drafts_as_stream, generate_per_op, generate_remote
 from tests.support.rounding import assert_lossless, assert_rejections_are_ties
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 from worker.tensor_modules import ModuleTable
@@ -148,10 +148,7 @@ async def test_sampled_hybrid_drafts_match_the_stream_backend(
 ) -> None:
     params = SamplingParams(temperature=0.8, seed=3)
     prompt = hybrid.tokenizer.encode(PROMPTS[4])
-    (per_op,) = await generate_per_op(hybrid_worker.address, hybrid, [prompt], 3, TOKENS, params, "token")
-    (stream,) = await generate_remote(hybrid_worker.address, hybrid, [prompt], 3, TOKENS, params)
-    assert per_op.result.tokens == stream.result.tokens
-    assert [r.draft.tokens for r in per_op.result.rounds] == [r.draft.tokens for r in stream.result.rounds]
+    await assert_per_op_drafts_as_stream(hybrid_worker.address, hybrid, prompt, 3, TOKENS, params)
 
 
 async def test_a_llama_worker_drafts_for_a_hybrid_target(
