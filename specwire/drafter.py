@@ -169,6 +169,32 @@ class Drafting:
         self.forward_passes += n
         self.compute_ns += time.perf_counter_ns() - t0
 
+    def finish_with(self, tokens: Sequence[int], probe_size: int) -> SparseDistribution:
+        """Make ``tokens``, this block's drafts as another drafter finished them, its own; returns the
+        bonus probe (the ``probe_size`` most probable tokens after them).
+
+        This block's drafts are kept as far as they agree; one pass over the
+        rest gives each its candidates (its q when sampling) and the probe.
+        No randomness is drawn.
+        """
+        keep = shared_prefix(self.tokens, tokens)
+        del self.tokens[keep:], self.candidates[keep:], self.dists[keep:]
+        rest = list(tokens[keep:])
+        self.k, self.batch = len(tokens), None
+        t0 = time.perf_counter_ns()
+        size = max(self.alternatives, probe_size)
+        dists = self.drafter.distributions_after(self.prefix + self.tokens + rest, len(rest) + 1, size)
+        self.forward_passes += 1
+        self.compute_ns += time.perf_counter_ns() - t0
+        greedy = self.drafter.params.greedy
+        for token, dist in zip(rest, dists, strict=False):
+            if self.alternatives:
+                self.candidates.append(_first(dist, self.alternatives) if greedy else dist)
+            if not greedy:
+                self.dists.append(dist)
+            self.tokens.append(token)
+        return _first(dists[-1], probe_size)
+
     def block(self, k: int | None = None) -> DraftBlock:
         """The first ``k`` drafts (all by default) as a block."""
         k = self.k if k is None else k
@@ -262,17 +288,29 @@ class Drafter:
 
     def distribution_after(self, sequence: Sequence[int], size: int) -> SparseDistribution:
         """The draft's ``size`` most probable next tokens after ``sequence`` (one pass, no sampling)."""
-        row = self._forward(list(sequence))
+        return _first(self.distributions_after(sequence, 1, size)[0], size)
+
+    def distributions_after(self, sequence: Sequence[int], count: int, size: int) -> list[SparseDistribution]:
+        """The draft's next-token distribution after each of the last ``count`` prefixes of ``sequence``.
+
+        One pass: prefix i < count - 1 is the one the (count - 1 - i)-th last token was drafted after,
+        the last is ``sequence`` whole. At T = 0 each is the ``size`` most probable tokens; when
+        sampling, the truncated q a draft is drawn from. The cache then holds ``sequence``.
+        """
+        sequence = list(sequence)
+        keep = self._reuse(sequence[: len(sequence) - count + 1])
+        rows = self._pass(mx.array([sequence[keep:]]))[0, -count:]
+        self.cached.extend(sequence[keep:])
+        self.checkpoints.keep(len(self.cached))
         self.forward_passes += 1
         if self.params.greedy:
-            top = _top_on_device(row, size)
-            self._settle(*top)
-            return _ranked(*top)
-        row = row.astype(mx.float32)
-        self._settle(row)
-        logits = np.array(row)
-        dist = draft_distribution(logits, self.params)
-        return SparseDistribution(dist.ids[:size], dist.probs[:size])
+            tops = [_top_on_device(rows[i], size) for i in range(count)]
+            self._settle(*[a for top in tops for a in top])
+            return [_ranked(*top) for top in tops]
+        rows = rows.astype(mx.float32)
+        self._settle(rows)
+        host = np.array(rows)
+        return [draft_distribution(host[i], self.params) for i in range(count)]
 
     # Forward passes; each trims the cache to what it shares with the sequence first.
 
@@ -411,6 +449,10 @@ def _top_on_device(row: mx.array, size: int) -> tuple[mx.array, mx.array]:
     row = row.astype(mx.float32)
     ids = mx.argpartition(-row, size - 1)[:size]
     return ids, mx.exp(row[ids] - mx.logsumexp(row))
+
+
+def _first(dist: SparseDistribution, size: int) -> SparseDistribution:
+    return SparseDistribution(dist.ids[:size], dist.probs[:size])
 
 
 def _ranked(ids: mx.array, probs: mx.array) -> SparseDistribution:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from specwire.branch_batch import BranchBatch, batchable
 from specwire.drafter import Drafter, Drafting
 from specwire.errors import InvalidArgumentError
+from specwire.sampling import SparseDistribution
 
 ALLOCATIONS = ("probability", "geometric")
 DEFAULT_FANOUT = 2
@@ -55,6 +56,7 @@ class PrespecConfig:
     min_drafts: int = 0  # serve a branch with this many drafts ready at once (0: only a whole one)
     batch: int = 1  # branches drafted side by side in one forward pass (specwire.branch_batch)
     fill: bool = False  # answer with the drafts ready at once; the coordinator drafts the rest itself
+    push: bool = False  # fill: the coordinator sends the rest (Filled); the worker waits for it
 
     def __post_init__(self) -> None:
         if not 0 <= self.budget <= MAX_BUDGET:
@@ -109,6 +111,7 @@ class Speculator:
         self._ranked = 0
         self._batch: BranchBatch | None = None
         self._probe: Drafting | None = None
+        self._probed = False  # the probe's distribution came with the plan: the cache holds all drafts
         self._skipped: set[int] = set()
 
     @property
@@ -121,8 +124,11 @@ class Speculator:
         self.accepted_total += accepted
         self.rejections += accepted < drafted
 
-    def plan(self, sent: Drafting) -> None:
-        """Rank the outcomes of ``sent``, the block just adopted and sent; forgets earlier branches."""
+    def plan(self, sent: Drafting, probe: SparseDistribution | None = None) -> None:
+        """Rank the outcomes of ``sent``, the block just adopted and sent; forgets earlier branches.
+
+        ``probe``: the bonus probe's distribution, when already computed (``Drafting.finish_with``).
+        """
         self.branches = {}
         self._queue = []
         self.passes = 0
@@ -147,7 +153,14 @@ class Speculator:
                 ]
                 for t, q in picks[: self._fanout(a)]:
                     self._push(p_a * q / rest, Branch(a, t, p_a * q / rest))
-        self._push(alpha**self._k, None)  # the bonus probe: q_{k+1} after all k drafts
+        self._probed = probe is not None
+        if probe is None:
+            self._push(alpha**self._k, None)  # the bonus probe: q_{k+1} after all k drafts
+            return
+        size = self._fanout(self._k)
+        for t, q in zip(probe.ids[:size], probe.probs[:size], strict=True):
+            p = alpha**self._k * float(q)
+            self._push(p, Branch(self._k, int(t), p))
 
     def _fanout(self, accepted: int) -> int:
         if self.config.allocation == "geometric":
@@ -208,12 +221,12 @@ class Speculator:
                 (bonus if branch.accepted == self._k else trunk).append(branch.block)
                 room -= 1
         if trunk:
-            held = self._base + self._drafts[:-1]
+            held = self._base + (self._drafts if self._probed else self._drafts[:-1])
             batch.add(trunk, self.drafter.hold(held), held)
         if bonus:
-            assert self._probe is not None
-            probed = batch.finished[id(self._probe)]
-            batch.add(bonus, probed, self._base + self._drafts)
+            held = self._base + self._drafts
+            probed = self.drafter.hold(held) if self._probe is None else batch.finished[id(self._probe)]
+            batch.add(bonus, probed, held)
         for block in trunk + bonus:
             block.batch = batch
         finished = {id(block) for block in batch.step()}

@@ -13,7 +13,8 @@ the event loop, the Round is read between passes); otherwise speculation
 stops, the in-flight pass ends, and the round is drafted (finishing a
 branch under way when there is one). In fill mode every Round is answered
 at once with what is ready, and the rest of the block is drafted after the
-reply, as the first background passes (``worker.session``).
+reply, as the first background passes (``worker.session``), or taken from the
+coordinator's Filled message when it pushes them (``DraftSession.take_filled``).
 """
 
 from __future__ import annotations
@@ -147,9 +148,15 @@ class _DraftLoop(StreamLoop):
             if kind != "open":
                 raise InvalidArgumentError("the first message of a session must be Open")
             await self._open(request.open, deserialize_ns)
+        elif kind == "filled":
+            self.session.check_filled(request.filled)
+            await self._stop()
+            replan = await self.service.compute.run(self.session.take_filled, request.filled)
+            self._speculate(plan=replan)
+            return
         else:
             if kind != "round":
-                raise InvalidArgumentError("after Open, every message of a session must be a Round")
+                raise InvalidArgumentError("after Open, every message of a session must be a Round or Filled")
             msg = request.round
             if self.session.fill:
                 answer = self.session.answer_ready(msg)
@@ -165,12 +172,13 @@ class _DraftLoop(StreamLoop):
                 await self._stop()
         self._speculate()
 
-    def _speculate(self) -> None:
-        """Plan the next round's branches and start drafting them in the background."""
+    def _speculate(self, plan: bool = True) -> None:
+        """Plan the next round's branches (unless the plan stands) and draft them in the background."""
         session = self.session
         if session is None or session.speculator is None or self.tasks is None:
             return
-        session.plan_speculation()
+        if plan:
+            session.plan_speculation()
         self._stop_speculating = False
         done = self._speculation_done = anyio.Event()
         self.tasks.start_soon(self._speculation, session, done)
@@ -220,6 +228,7 @@ class _DraftLoop(StreamLoop):
                 speculative_passes=s.speculative_passes,
                 paced_passes=s.paced_passes,
                 pace_overruns=s.pace_overruns,
+                filled_rounds=s.filled_rounds,
             )
         )
         if s.speculator is not None:

@@ -133,11 +133,14 @@ def verify(
                 "worker_prespec_partial": w.prespec_partial,
                 "worker_speculative_passes": w.speculative_passes,
             }
+            if source.prespec.fill:
+                counters |= {"client_filled": source.filled_sent, "worker_filled_rounds": w.filled_rounds}
         ok = (
             source.sent == w.messages_received
             and source.received == w.messages_sent + 1
             and asked == w.rounds
             and drafted == w.draft_tokens
+            and source.filled_sent == w.filled_rounds
             and (
                 own_tallies
                 or (served.count("hit") == w.prespec_hits and served.count("miss") == w.prespec_misses)

@@ -167,7 +167,7 @@ class DraftSources:
             filler = await self.local_model(spec.fill)
             prespec = pb.PreSpeculation()
             prespec.CopyFrom(spec.prespec)
-            prespec.fill = True
+            prespec.fill = prespec.push = True
             remote = await self.open(replace(spec, prespec=prespec, fill=""))
             assert remote is not None
             return FilledDraftSource(remote, filler)

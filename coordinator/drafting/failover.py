@@ -91,6 +91,12 @@ class FailoverDraftSource:
         self._last = []
         return DraftBlock([], None, 0, 0)
 
+    def push_filled(self, tokens: Sequence[int]) -> None:
+        """Fill mode: pass the round's drafts on to the current source."""
+        push = getattr(self.current, "push_filled", None)
+        if push is not None:
+            push(tokens)
+
     def _start_current(self, k: int) -> None:
         """Open a session on the current source with the accepted context, recovering from losses."""
         while self.current is not None:

@@ -72,6 +72,10 @@ class MultiWorkerDraftSource:
         """Send the verdict to every worker; return the first drafts to arrive."""
         return self.portal.call(self._propose, k, outcome)
 
+    def push_filled(self, tokens: Sequence[int]) -> None:
+        """Fill mode: send every worker that answered this round with other drafts the ones used."""
+        self.portal.call(self._push_filled, list(tokens))
+
     def close(self) -> None:
         """Let every worker finish its last round, then end every session."""
         self.portal.call(self._close)
@@ -139,6 +143,13 @@ class MultiWorkerDraftSource:
         if isinstance(first_error, RemoteWorkerError):
             raise first_error
         raise RemoteWorkerError(f"every worker of {self.name} was lost: {first_error}", "UNAVAILABLE")
+
+    async def _push_filled(self, tokens: list[int]) -> None:
+        for source in list(self.live):
+            try:
+                await source.send_filled(tokens)
+            except RemoteWorkerError as err:
+                await self._drop(source, str(err))
 
     async def _after(
         self,

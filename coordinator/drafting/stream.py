@@ -76,6 +76,9 @@ class StreamDraftSource:
         self._open_k = 0
         self._early: dict[int, tuple[pb.Drafts, int, int, int, int]] = {}
         self._open_record: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self.filled_sent = 0  # Filled messages (fill mode), checked against the worker's filled_rounds
+        self._answered: tuple[int, list[int]] = (0, [])  # the latest round answered, and its drafts
+        self._filled_seq = 0
 
     @property
     def worker(self) -> str:
@@ -96,6 +99,10 @@ class StreamDraftSource:
         record = block.calls[0]
         block.calls[0] = replace(record, requested_ns=requested, returned_ns=time.perf_counter_ns())
         return block
+
+    def push_filled(self, tokens: Sequence[int]) -> None:
+        """Fill mode: send the drafts of the round just answered as they will be verified (a Filled)."""
+        self.portal.call(self.send_filled, list(tokens))
 
     def close(self) -> None:
         """End the session; the worker frees its KV cache."""
@@ -165,6 +172,7 @@ class StreamDraftSource:
         )
         dists = dists_from_pb(drafts)
         tokens = list(drafts.tokens)[:k]
+        self._answered = (seq, tokens)
         return DraftBlock(
             tokens=tokens,
             dists=dists[:k] if dists is not None else None,
@@ -174,6 +182,17 @@ class StreamDraftSource:
             speculation=SPECULATION_NAMES.get(drafts.speculation.outcome, ""),
             saved_ns=drafts.speculation.saved_ns,
         )
+
+    async def send_filled(self, tokens: list[int]) -> bool:
+        """Send a Filled for the latest round when this worker has answered it with other drafts
+        (event loop); False when there is nothing to send. Once per round."""
+        seq, answered = self._answered
+        if not seq or seq != self._seq or self._filled_seq == seq or answered == tokens:
+            return False
+        await self._send(pb.DraftRequest(filled=pb.Filled(seq=seq, tokens=tokens)), f"filling round {seq}")
+        self._filled_seq = seq
+        self.filled_sent += 1
+        return True
 
     async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int, int]:
         """Encode and write one message; returns (send time, encode ns, bytes, when gRPC took it)."""

@@ -188,12 +188,14 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., draft_top_k: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class DraftRequest(_message.Message):
-    __slots__ = ("open", "round")
+    __slots__ = ("open", "round", "filled")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
+    FILLED_FIELD_NUMBER: _ClassVar[int]
     open: Open
     round: Round
-    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ...) -> None: ...
+    filled: Filled
+    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ..., filled: _Optional[_Union[Filled, _Mapping]] = ...) -> None: ...
 
 class Open(_message.Message):
     __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint", "prespec")
@@ -212,7 +214,7 @@ class Open(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ...) -> None: ...
 
 class PreSpeculation(_message.Message):
-    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards", "min_drafts", "batch", "fill")
+    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards", "min_drafts", "batch", "fill", "push")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +224,7 @@ class PreSpeculation(_message.Message):
     MIN_DRAFTS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     FILL_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     budget: int
     fanout: int
@@ -231,7 +234,8 @@ class PreSpeculation(_message.Message):
     min_drafts: int
     batch: int
     fill: bool
-    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ..., min_drafts: _Optional[int] = ..., batch: _Optional[int] = ..., fill: _Optional[bool] = ...) -> None: ...
+    push: bool
+    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ..., min_drafts: _Optional[int] = ..., batch: _Optional[int] = ..., fill: _Optional[bool] = ..., push: _Optional[bool] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("seq", "accepted", "token", "k", "appended")
@@ -246,6 +250,14 @@ class Round(_message.Message):
     k: int
     appended: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ..., appended: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Filled(_message.Message):
+    __slots__ = ("seq", "tokens")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seq: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DraftReply(_message.Message):
     __slots__ = ("opened", "drafts")
@@ -284,7 +296,7 @@ class ServerTiming(_message.Message):
     def __init__(self, deserialize_ns: _Optional[int] = ..., receive_to_start_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., compute_to_reply_ns: _Optional[int] = ..., serialize_ns: _Optional[int] = ..., previous_send_ns: _Optional[int] = ..., arrived_at_ns: _Optional[int] = ..., encoded_at_ns: _Optional[int] = ...) -> None: ...
 
 class SessionCounters(_message.Message):
-    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes", "paced_passes", "pace_overruns")
+    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes", "paced_passes", "pace_overruns", "filled_rounds")
     MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +308,7 @@ class SessionCounters(_message.Message):
     SPECULATIVE_PASSES_FIELD_NUMBER: _ClassVar[int]
     PACED_PASSES_FIELD_NUMBER: _ClassVar[int]
     PACE_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
+    FILLED_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     messages_received: int
     messages_sent: int
     rounds: int
@@ -307,7 +320,8 @@ class SessionCounters(_message.Message):
     speculative_passes: int
     paced_passes: int
     pace_overruns: int
-    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ...) -> None: ...
+    filled_rounds: int
+    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ..., filled_rounds: _Optional[int] = ...) -> None: ...
 
 class Speculation(_message.Message):
     __slots__ = ("outcome", "saved_ns", "speculative_passes", "branches")

@@ -124,13 +124,15 @@ def open_message(
     ).SerializeToString()
 
 
-# Sessions with pre-speculation, fill mode (answers at once, appended required) and batched branches too.
+# Sessions with pre-speculation, fill mode (answers at once, appended required; pushed drafts) and batched
+# branches too.
 prespecs = st.sampled_from(
     [
         None,
         pb.PreSpeculation(enabled=True),
         pb.PreSpeculation(enabled=True, fill=True),
         pb.PreSpeculation(enabled=True, fill=True, batch=4, min_drafts=1),
+        pb.PreSpeculation(enabled=True, fill=True, push=True, batch=4),
     ]
 )
 
@@ -153,15 +155,23 @@ valid_sampling = st.fixed_dictionaries(
         "seed": st.integers(0, 9),
     }
 )
-rounds = st.builds(
-    lambda seq, acc, tok, k, appended: pb.DraftRequest(
-        round=pb.Round(seq=seq, accepted=acc, token=tok, k=k, appended=appended)
-    ).SerializeToString(),
-    small,
-    small,
-    st.one_of(st.integers(0, 49151), u32),
-    small,
-    st.lists(st.one_of(st.integers(0, 49151), u32), max_size=6),
+tokens = st.one_of(st.integers(0, 49151), u32)
+rounds = st.one_of(
+    st.builds(
+        lambda seq, acc, tok, k, appended: pb.DraftRequest(
+            round=pb.Round(seq=seq, accepted=acc, token=tok, k=k, appended=appended)
+        ).SerializeToString(),
+        small,
+        small,
+        tokens,
+        small,
+        st.lists(tokens, max_size=6),
+    ),
+    st.builds(  # fill mode's pushed drafts, for any round
+        lambda seq, drafts: pb.DraftRequest(filled=pb.Filled(seq=seq, tokens=drafts)).SerializeToString(),
+        small,
+        st.lists(tokens, max_size=6),
+    ),
 )
 
 

@@ -31,7 +31,7 @@ from tests.support.workers import WorkerProcess
 from tests.worker.test_prespec import PROMPT, SAMPLED, STAT_RUNS, _exact_joint3
 
 # Three passes ahead (the bonus probe and two of a branch): rounds served whole, in part and not at all.
-FILL = pb.PreSpeculation(enabled=True, fill=True, budget=3)
+FILL = pb.PreSpeculation(enabled=True, fill=True, push=True, budget=3)
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +39,12 @@ def pair() -> tuple[LoadedModel, LoadedModel]:
     return disagreeing_pair()
 
 
-def _filled_counts(pair: tuple[LoadedModel, LoadedModel], runs: int) -> tuple[np.ndarray, list[int], int]:
+def _filled_counts(
+    pair: tuple[LoadedModel, LoadedModel], runs: int, push: bool
+) -> tuple[np.ndarray, list[int], int]:
     target, draft = pair
     # Eight passes ahead: about half the second rounds find their branch, the rest are drafted here.
-    worker = SessionSource(draft, pb.PreSpeculation(enabled=True, fill=True, budget=8, fanout=4))
+    worker = SessionSource(draft, pb.PreSpeculation(enabled=True, fill=True, push=push, budget=8, fanout=4))
     source = FilledDraftSource(worker, draft)
     decoder = SpeculativeDecoder(target, source)
     vocab = target.vocab_size
@@ -56,25 +58,31 @@ def _filled_counts(pair: tuple[LoadedModel, LoadedModel], runs: int) -> tuple[np
     return counts, worker.outcomes, filled
 
 
-def test_filled_output_is_distributed_as_target(pair: tuple[LoadedModel, LoadedModel]) -> None:
-    counts, outcomes, filled = _filled_counts(pair, STAT_RUNS)
+@pytest.mark.parametrize("push", [False, True], ids=["drafted-by-worker", "pushed"])
+def test_filled_output_is_distributed_as_target(pair: tuple[LoadedModel, LoadedModel], push: bool) -> None:
+    counts, outcomes, filled = _filled_counts(pair, STAT_RUNS, push)
     assert {pb.SPECULATION_HIT, pb.SPECULATION_MISS} <= set(outcomes) and filled > 0
     assert chi_square_p(counts, _exact_joint3(pair[0], SamplingParams(**SAMPLED))) >= P_VALUE_FLOOR
 
 
-def test_filled_drafts_are_the_ones_drafting_on_demand_gives(pair: tuple[LoadedModel, LoadedModel]) -> None:
-    # The local rest of a block resumes the worker's block (its generator past the worker's draws).
+@pytest.mark.parametrize("push", [False, True], ids=["drafted-by-worker", "pushed"])
+def test_filled_drafts_are_the_ones_drafting_on_demand_gives(
+    pair: tuple[LoadedModel, LoadedModel], push: bool
+) -> None:
+    # The local rest of a block resumes the worker's block (its generator past the worker's draws);
+    # pushed to the worker, the rest is its own for planning, and the next blocks are the same.
     target, draft = pair
     params = SamplingParams(seed=11, **SAMPLED)
     local = SpeculativeDecoder(target, LocalDraftSource(draft))
     plain = local.generate(PROMPT, max_tokens=24, k=3, params=params)
-    worker = SessionSource(draft, pb.PreSpeculation(enabled=True, fill=True, budget=4, fanout=3))
+    worker = SessionSource(draft, pb.PreSpeculation(enabled=True, fill=True, push=push, budget=4, fanout=3))
     source = FilledDraftSource(worker, draft)
     filled = SpeculativeDecoder(target, source).generate(PROMPT, max_tokens=24, k=3, params=params)
     assert [r.draft.tokens for r in filled.rounds] == [r.draft.tokens for r in plain.rounds]
     assert filled.tokens == plain.tokens
     kinds = {r.draft.filled for r in filled.rounds}
     assert 0 in kinds and kinds - {0}, f"rounds must be served whole and filled here: {kinds}"
+    assert (worker.filled_sent > 0) == push
 
 
 @pytest.mark.anyio
@@ -102,6 +110,7 @@ async def test_fill_through_a_worker_is_lossless_and_the_worker_counts_its_own_d
                 assert counters.prespec_misses == served.count("miss")
                 assert source.filled == sum(r.draft.filled for r in result.rounds) > 0
                 assert counters.prespec_hits + counters.prespec_partial > 0
+                assert counters.filled_rounds == remote.filled_sent > 0  # the pushed blocks, taken
                 print(
                     f"hits {served.count('hit')}, partial {served.count('partial')}, misses "
                     f"{served.count('miss')}; {source.filled} of {result.drafted} drafts filled here"
