@@ -24,7 +24,9 @@ PROBE_COUNT = 60
 BACKEND_PRESPEC = f"{BACKEND_STREAM}+prespec"  # bench row kinds, not backends a worker offers
 BACKEND_PRESPEC_READY = f"{BACKEND_PRESPEC}+ready"  # takes a branch's ready drafts at once (min_drafts 1)
 BACKEND_PRESPEC_FILL = f"{BACKEND_PRESPEC}+fill"  # the target's machine drafts what is not ready
-PRESPEC_BACKENDS = (BACKEND_PRESPEC, BACKEND_PRESPEC_READY, BACKEND_PRESPEC_FILL)
+BACKEND_PRESPEC_PUSH = f"{BACKEND_PRESPEC_FILL}+push"  # ... and sends its drafts to the worker (Filled)
+FILL_BACKENDS = (BACKEND_PRESPEC_FILL, BACKEND_PRESPEC_PUSH)
+PRESPEC_BACKENDS = (BACKEND_PRESPEC, BACKEND_PRESPEC_READY, *FILL_BACKENDS)
 PROBE_BUDGET_S = 1.0
 
 
@@ -41,6 +43,7 @@ class RowSpec:
     multi: str = ""  # "split" or "race": every bench worker at once (coordinator.drafting.multi)
     min_drafts: int = 0  # pre-speculation: take a branch's ready drafts at once from this many
     fill: bool = False  # the local draft model drafts what the workers have not (coordinator.drafting.fill)
+    push: bool = False  # fill: the local drafts are sent to the workers, which plan from them
 
 
 @dataclass
@@ -97,12 +100,13 @@ def plan_rows(
             elif backend in PRESPEC_BACKENDS:
                 ready = int(backend == BACKEND_PRESPEC_READY)
                 row = RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, True)
-                rows.append(replace(row, min_drafts=ready, fill=backend == BACKEND_PRESPEC_FILL))
+                fill, push = backend in FILL_BACKENDS, backend == BACKEND_PRESPEC_PUSH
+                rows.append(replace(row, min_drafts=ready, fill=fill, push=push))
             else:
                 rows.append(RowSpec(f"{backend} → {label}", "remote", backend, "", worker.name))
     if len(workers) >= 2:
         paced = " [paced]" if any(w.connection.hello.HasField("pace") for w in workers) else ""
-        kinds = [b for b in (BACKEND_PRESPEC, BACKEND_PRESPEC_FILL) if b in backends] or [BACKEND_PRESPEC]
+        kinds = [b for b in (BACKEND_PRESPEC, *FILL_BACKENDS) if b in backends] or [BACKEND_PRESPEC]
         rows += [
             RowSpec(
                 f"{kind} ×{len(workers)} ({mode}){paced}",
@@ -112,7 +116,8 @@ def plan_rows(
                 workers[0].name,
                 True,
                 mode,
-                fill=kind == BACKEND_PRESPEC_FILL,
+                fill=kind in FILL_BACKENDS,
+                push=kind == BACKEND_PRESPEC_PUSH,
             )
             for kind in kinds
             for mode in multi_modes
@@ -154,6 +159,7 @@ def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec,
         prespec = pb.PreSpeculation()
         prespec.CopyFrom(remote.prespec or pb.PreSpeculation(enabled=True))
         prespec.min_drafts = row.min_drafts or prespec.min_drafts
+        prespec.push = row.push
     chosen = (
         [w.connection.address for w in workers.values()]
         if row.multi

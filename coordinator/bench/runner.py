@@ -111,8 +111,9 @@ def verify(
         asked = sum(1 for r in result.rounds if r.draft.calls)  # the last round may not ask the worker
         if own_tallies:
             drafted, asked = source.drafts_received, source.rounds_received
+        reported = source.sent - source.unreported  # a Filled after the last reply is in no reply's counts
         counters = {
-            "client_messages_sent": source.sent,
+            "client_messages_sent": reported,
             "worker_messages_received": w.messages_received,
             "client_messages_received": source.received,
             "worker_messages_sent": w.messages_sent + 1,
@@ -134,13 +135,14 @@ def verify(
                 "worker_speculative_passes": w.speculative_passes,
             }
             if source.prespec.fill:
-                counters |= {"client_filled": source.filled_sent, "worker_filled_rounds": w.filled_rounds}
+                filled = source.filled_sent - source.unreported
+                counters |= {"client_filled": filled, "worker_filled_rounds": w.filled_rounds}
         ok = (
-            source.sent == w.messages_received
+            reported == w.messages_received
             and source.received == w.messages_sent + 1
             and asked == w.rounds
             and drafted == w.draft_tokens
-            and source.filled_sent == w.filled_rounds
+            and source.filled_sent - source.unreported == w.filled_rounds
             and (
                 own_tallies
                 or (served.count("hit") == w.prespec_hits and served.count("miss") == w.prespec_misses)

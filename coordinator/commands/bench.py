@@ -69,7 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=f"{BACKEND_STREAM},{BACKEND_PER_OP}",
         help="remote backends, comma-separated: stream, stream+prespec (with pre-speculation), "
         "stream+prespec+ready (taking a branch's ready drafts at once), stream+prespec+fill (the worker "
-        "answers at once with the drafts it has ready; the local draft model drafts the rest), ggml-rpc",
+        "answers at once with the drafts it has ready; the local draft model drafts the rest), "
+        "stream+prespec+fill+push (the same, and the local drafts go to the worker, which plans from "
+        "them rather than drafting them again), ggml-rpc",
     )
     p.add_argument(
         "--granularity",

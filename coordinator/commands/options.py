@@ -93,6 +93,12 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         "slower than this machine)",
     )
     p.add_argument(
+        "--fill-push",
+        action="store_true",
+        help="with --fill: send the drafts made here to the worker as soon as they are made, so it plans "
+        "the next round from them rather than drafting them again (Filled messages)",
+    )
+    p.add_argument(
         "--multi-worker",
         nargs="?",
         const=DEFAULT_MODE,
@@ -199,6 +205,7 @@ def prespec_request(args: argparse.Namespace, min_drafts: int = 0) -> pb.PreSpec
         allocation=args.prespec_allocation,
         min_drafts=min_drafts or args.prespec_min_drafts,
         batch=args.prespec_batch,
+        push=getattr(args, "fill_push", False),
     )
 
 

@@ -96,6 +96,8 @@ class DraftSpec:
             raise InvalidArgumentError("--prespec and --multi-worker need the stream backend")
         if self.fill and self.prespec is None:
             raise InvalidArgumentError("--fill drafts what pre-speculation has not: it needs --prespec")
+        if self.prespec is not None and self.prespec.push and not (self.fill or self.prespec.fill):
+            raise InvalidArgumentError("--fill-push sends the drafts --fill makes: it needs --fill")
         if self.multi and self.multi not in MODES:
             raise InvalidArgumentError(
                 f"multi-worker mode {self.multi!r}: expected one of {', '.join(MODES)}"
@@ -167,7 +169,7 @@ class DraftSources:
             filler = await self.local_model(spec.fill)
             prespec = pb.PreSpeculation()
             prespec.CopyFrom(spec.prespec)
-            prespec.fill = prespec.push = True
+            prespec.fill = True  # push: as the spec says (generate and serve --fill push)
             remote = await self.open(replace(spec, prespec=prespec, fill=""))
             assert remote is not None
             return FilledDraftSource(remote, filler)

@@ -77,6 +77,7 @@ class StreamDraftSource:
         self._early: dict[int, tuple[pb.Drafts, int, int, int, int]] = {}
         self._open_record: tuple[int, int, int, int] = (0, 0, 0, 0)
         self.filled_sent = 0  # Filled messages (fill mode), checked against the worker's filled_rounds
+        self.unreported = 0  # messages sent since the last Round: no reply has counted them yet
         self._answered: tuple[int, list[int]] = (0, [])  # the latest round answered, and its drafts
         self._filled_seq = 0
 
@@ -155,6 +156,7 @@ class StreamDraftSource:
                 seq=seq, accepted=outcome.accepted, token=outcome.token, k=k, appended=appended or []
             )
             sent = await self._send(pb.DraftRequest(round=round_msg), f"round {seq}")
+            self.unreported = 0
         drafts, raw_len, deserialize_ns, read_at, received_at = await self._receive_drafts(seq)
         send_ns, serialize_ns, bytes_sent, written_at = sent
         record = CallRecord(
@@ -192,6 +194,7 @@ class StreamDraftSource:
         await self._send(pb.DraftRequest(filled=pb.Filled(seq=seq, tokens=tokens)), f"filling round {seq}")
         self._filled_seq = seq
         self.filled_sent += 1
+        self.unreported += 1
         return True
 
     async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int, int]:

@@ -114,3 +114,30 @@ def test_prespec_needs_the_stream_backend() -> None:
     )
     assert out.returncode == 1
     assert "--prespec and --multi-worker need the stream backend" in one_error_line(out.stderr)
+
+
+def test_fill_with_pushed_drafts_is_lossless(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
+    args = ["--prompt", PROMPTS[2], "--target", "tiny", "--max-tokens", str(MAX_TOKENS), "--json"]
+    args += ["--worker", tiny_worker.address, "--prespec", "--fill", "--fill-push", "--local-draft", "tiny"]
+    out = run_cli("coordinator", "generate", "--draft", "remote", *args)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["token_ids"] == text_ar_tokens(tiny, PROMPTS[2], MAX_TOKENS)
+
+
+def test_fill_push_needs_fill() -> None:
+    out = run_cli(
+        "coordinator",
+        "generate",
+        "--prompt",
+        "hi",
+        "--target",
+        "tiny",
+        "--draft",
+        "remote",
+        "--prespec",
+        "--fill-push",
+        "--worker",
+        "127.0.0.1:1",
+    )
+    assert out.returncode == 1
+    assert "--fill-push sends the drafts --fill makes: it needs --fill" in one_error_line(out.stderr)
