@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from specwire.draft_block import DraftBlock
 from specwire.errors import InvalidArgumentError
 from specwire.rollback import Checkpoints
 from specwire.sampling import (
@@ -43,7 +43,6 @@ from specwire.sampling import (
     draft_distribution,
     skip_draws,
 )
-from specwire.timing import CallRecord
 
 if TYPE_CHECKING:
     from specwire.branch_batch import BranchBatch
@@ -58,26 +57,6 @@ class LanguageModel(Protocol):
     """What the drafter needs of a model: mlx-lm's calling convention (and its cache hooks)."""
 
     def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array: ...
-
-
-@dataclass
-class DraftBlock:
-    """k drafted tokens, the sparse q of each when sampling, and what producing them cost.
-
-    ``calls`` holds one record per remote call that brought the drafts (empty
-    when drafting locally). ``speculation`` says how a pre-speculating worker
-    served them ("hit", "partial", "miss"; empty without pre-speculation),
-    and ``saved_ns`` how much of their compute ran ahead, off the critical path.
-    """
-
-    tokens: list[int]
-    dists: list[SparseDistribution] | None
-    forward_passes: int
-    compute_ns: int
-    calls: list[CallRecord] = field(default_factory=list)
-    speculation: str = ""
-    saved_ns: int = 0
-    filled: int = 0  # the last drafts, made on this machine after a worker answered with fewer
 
 
 def prefill(

@@ -1,0 +1,28 @@
+"""A round's drafts as a draft source hands them to the engine, with what producing them cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specwire.sampling import SparseDistribution
+from specwire.timing import CallRecord
+
+
+@dataclass
+class DraftBlock:
+    """k drafted tokens, the sparse q of each when sampling, and what producing them cost.
+
+    ``calls`` holds one record per remote call that brought the drafts (empty
+    when drafting locally). ``speculation`` says how a pre-speculating worker
+    served them ("hit", "partial", "miss"; empty without pre-speculation),
+    and ``saved_ns`` how much of their compute ran ahead, off the critical path.
+    """
+
+    tokens: list[int]
+    dists: list[SparseDistribution] | None
+    forward_passes: int
+    compute_ns: int
+    calls: list[CallRecord] = field(default_factory=list)
+    speculation: str = ""
+    saved_ns: int = 0
+    filled: int = 0  # the last drafts, made on this machine after a worker answered with fewer
