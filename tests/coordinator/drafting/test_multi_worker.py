@@ -87,7 +87,12 @@ async def test_two_prespeculating_workers_are_lossless(
         prompt = tiny.tokenizer.encode(text)
         result, source = await generate_multi([worker.address, second_worker.address], tiny, prompt, mode)
         assert result.tokens == ar_tokens(tiny, prompt)
-        assert len(source.live) == 2 and not source.dropped
+        # A worker may be dropped only for being slow (on a GPU, one compiling kernels for a new shape
+        # can fall MAX_LAG rounds behind or miss the round deadline: seen once on the H100), never for
+        # an error of its own.
+        slow = ("rounds behind", "did not answer within")
+        assert source.live and all(any(s in why for s in slow) for _, why in source.dropped), source.dropped
+        assert len(source.live) + len(source.dropped) == 2
         assert set(source.winners) <= {worker.name, second_worker.name}
         served = [r.draft.speculation for r in result.rounds[1:] if r.draft.calls]
         assert served and all(s in ("hit", "partial", "miss") for s in served)
