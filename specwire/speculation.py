@@ -108,7 +108,7 @@ class Speculator:
         self._index = 0
         self._budget = 0
         self._k = 0
-        self._ranked = 0
+        self._ranked = [0, 0]  # branches ranked so far: after a rejection, after all accepted
         self._batch: BranchBatch | None = None
         self._probe: Drafting | None = None
         self._probed = False  # the probe's distribution came with the plan: the cache holds all drafts
@@ -132,7 +132,7 @@ class Speculator:
         self.branches = {}
         self._queue = []
         self.passes = 0
-        self._ranked = 0
+        self._ranked = [0, 0]
         self._batch = None
         self._probe = None
         self._skipped = set()
@@ -157,6 +157,7 @@ class Speculator:
         if probe is None:
             self._push(alpha**self._k, None)  # the bonus probe: q_{k+1} after all k drafts
             return
+        self.passes = 1  # the probe's pass (Drafting.finish_with) counts against the budget
         size = self._fanout(self._k)
         for t, q in zip(probe.ids[:size], probe.probs[:size], strict=True):
             p = alpha**self._k * float(q)
@@ -214,7 +215,7 @@ class Speculator:
                     trunk.append(self._probe)
                     room -= 1
             elif branch.block is None and id(branch) not in self._skipped:
-                if not self._mine():
+                if not self._mine(branch):
                     self._skipped.add(id(branch))
                     continue
                 branch.block = self._start(branch)
@@ -246,10 +247,16 @@ class Speculator:
         heapq.heapify(self._queue)
         return True
 
-    def _mine(self) -> bool:
-        """Whether the next branch to start, by rank, is this worker's (``shard`` of ``shards``)."""
-        rank = self._ranked
-        self._ranked += 1
+    def _mine(self, branch: Branch) -> bool:
+        """Whether ``branch``, the next to start, is this worker's by its rank (``shard`` of ``shards``).
+
+        Bonus branches and the others are ranked apart, each most likely first: a worker whose
+        plan came with the bonus probe (``plan``) starts them in another order than one that
+        probes first, and every worker must give a branch the same rank.
+        """
+        bonus = branch.accepted == self._k
+        rank = self._ranked[bonus]
+        self._ranked[bonus] += 1
         return rank % max(1, self.config.shards) == self.config.shard
 
     def _skip_other_shards(self) -> None:
@@ -259,9 +266,7 @@ class Speculator:
             branch = self._queue[0][2]
             if branch is None or branch.block is not None:
                 return
-            rank = self._ranked
-            self._ranked += 1
-            if rank % shards == self.config.shard:
+            if self._mine(branch):
                 branch.block = self._start(branch)
                 return
             heapq.heappop(self._queue)

@@ -59,6 +59,8 @@ class MultiWorkerDraftSource:
         self.live: list[StreamDraftSource] = []
         self.winners: list[str] = []
         self.dropped: list[tuple[str, str]] = []
+        self._round = 0  # rounds asked for since the session opened (each worker's seq for them)
+        self._filled: tuple[int, list[int]] = (0, [])  # the latest round pushed, and its drafts
         self._pending: dict[int, list[asyncio.Task[DraftBlock]]] = {}
         self._last: list[int] = []
 
@@ -73,8 +75,10 @@ class MultiWorkerDraftSource:
         return self.portal.call(self._propose, k, outcome)
 
     def push_filled(self, tokens: Sequence[int]) -> None:
-        """Fill mode: send every worker that answered this round with other drafts the ones used."""
-        self.portal.call(self._push_filled, list(tokens))
+        """Fill mode with push: send every worker that answered this round with other drafts the ones
+        used; a worker that answers later gets them once it has (``_after``)."""
+        if self.sources and self.sources[0].pushes:
+            self.portal.call(self._push_filled, list(tokens))
 
     def close(self) -> None:
         """Let every worker finish its last round, then end every session."""
@@ -88,6 +92,7 @@ class MultiWorkerDraftSource:
 
     async def _start(self, prompt: list[int], params: SamplingParams, k: int) -> None:
         self.live, self.winners, self.dropped, self._pending, self._last = [], [], [], {}, []
+        self._round, self._filled = 0, (0, [])
         errors = []
         for source in self.sources:
             try:
@@ -103,6 +108,7 @@ class MultiWorkerDraftSource:
 
     async def _propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         appended = None if outcome is None else outcome.tokens(self._last)
+        self._round += outcome is not None
         racing: dict[asyncio.Task[DraftBlock], StreamDraftSource] = {}
         for source in list(self.live):
             tasks = self._pending[id(source)]
@@ -145,9 +151,10 @@ class MultiWorkerDraftSource:
         raise RemoteWorkerError(f"every worker of {self.name} was lost: {first_error}", "UNAVAILABLE")
 
     async def _push_filled(self, tokens: list[int]) -> None:
+        self._filled = (self._round, tokens)
         for source in list(self.live):
             try:
-                await source.send_filled(tokens)
+                await source.send_filled(tokens, self._round)
             except RemoteWorkerError as err:
                 await self._drop(source, str(err))
 
@@ -161,7 +168,11 @@ class MultiWorkerDraftSource:
     ) -> DraftBlock:
         if previous is not None:
             await asyncio.wait([previous])
-        return await source.exchange(k, outcome, appended)
+        block = await source.exchange(k, outcome, appended)
+        seq, tokens = self._filled
+        if seq and seq == source.seq:  # answered after the round's drafts were pushed: its turn now
+            await source.send_filled(tokens, seq)
+        return block
 
     async def _drop(self, source: StreamDraftSource, reason: str) -> None:
         if source in self.live:

@@ -102,8 +102,19 @@ class StreamDraftSource:
         return block
 
     def push_filled(self, tokens: Sequence[int]) -> None:
-        """Fill mode: send the drafts of the round just answered as they will be verified (a Filled)."""
-        self.portal.call(self.send_filled, list(tokens))
+        """Fill mode with push: send the drafts of the round just answered as they will be verified."""
+        if self.pushes and list(tokens) != self._answered[1]:
+            self.portal.call(self.send_filled, list(tokens), self._seq)
+
+    @property
+    def seq(self) -> int:
+        """The latest round asked for (0: the Open's)."""
+        return self._seq
+
+    @property
+    def pushes(self) -> bool:
+        """Whether this session sends Filled messages (``PreSpeculation.push``)."""
+        return self.prespec is not None and self.prespec.fill and self.prespec.push
 
     def close(self) -> None:
         """End the session; the worker frees its KV cache."""
@@ -185,14 +196,16 @@ class StreamDraftSource:
             saved_ns=drafts.speculation.saved_ns,
         )
 
-    async def send_filled(self, tokens: list[int]) -> bool:
-        """Send a Filled for the latest round when this worker has answered it with other drafts
-        (event loop); False when there is nothing to send. Once per round."""
-        seq, answered = self._answered
-        if not seq or seq != self._seq or self._filled_seq == seq or answered == tokens:
+    async def send_filled(self, tokens: list[int], seq: int) -> bool:
+        """Send a Filled for round ``seq`` if this worker has answered it, with other drafts, and it is
+        the latest round (event loop); False when there is nothing to send. Once per round."""
+        answered, drafts = self._answered
+        if not self.pushes or not seq or seq != answered or seq != self._seq or self._filled_seq >= seq:
             return False
+        if drafts == tokens:
+            return False
+        self._filled_seq = seq  # before the write, so no other task sends it too
         await self._send(pb.DraftRequest(filled=pb.Filled(seq=seq, tokens=tokens)), f"filling round {seq}")
-        self._filled_seq = seq
         self.filled_sent += 1
         self.unreported += 1
         return True

@@ -195,6 +195,39 @@ def test_a_pushed_block_is_taken_in_one_pass_and_planned_from_as_if_drafted_here
     assert session.drafter.last_drafts == changed
 
 
+def test_split_workers_share_the_branches_whether_pushed_or_not(
+    pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    # Two shards, one drafting the block's rest itself and one pushed it: their branches are disjoint,
+    # and together they are a whole worker's.
+    draft = pair[1]
+    whole = _session(draft, budget=40, batch=4)
+    own = _session(draft, budget=40, batch=4, shard=0, shards=2)
+    pushed = _session(draft, budget=40, batch=4, shard=1, shards=2, push=True)
+    sessions = (whole, own, pushed)
+    blocks = [s.first_drafts().block.tokens for s in sessions]
+    assert blocks[0] == blocks[1] == blocks[2]
+    sent = blocks[0]
+    for session in sessions:
+        session.plan_speculation()
+    token = _unlikely(whole, sent)
+    block = _on_demand(draft, [(0, token)])[1]
+    for session in sessions:
+        session.settle_ready(session.answer_ready(_round(1, sent, 0, token)))
+    filled = pb.Filled(seq=1, tokens=block)
+    pushed.check_filled(filled)
+    assert pushed.take_filled(filled)
+    pushed.plan_speculation()
+    started = []
+    for session in sessions:
+        while session.speculate():
+            pass
+        assert session.speculator is not None
+        started.append({key for key, b in session.speculator.branches.items() if b.block is not None})
+    assert started[1] and started[2] and not started[1] & started[2]
+    assert started[1] | started[2] == started[0]
+
+
 def test_filled_messages_are_checked(pair: tuple[LoadedModel, LoadedModel]) -> None:
     draft = pair[1]
     plain = DraftSession(

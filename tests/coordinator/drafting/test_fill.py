@@ -124,3 +124,22 @@ async def test_fill_through_a_worker_is_lossless_and_the_worker_counts_its_own_d
                 )
         finally:
             await connection.close()
+
+
+@pytest.mark.anyio
+async def test_fill_without_push_sends_nothing_back(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
+    prompt = tiny.tokenizer.encode(PROMPTS[0])
+    async with coordinator_runtime() as runtime:
+        connection = await connect(tiny_worker.address, credentials())
+        try:
+            prespec = pb.PreSpeculation(enabled=True, fill=True, budget=3)
+            remote = StreamDraftSource(runtime.portal, connection, tiny.fingerprint, prespec=prespec)
+            source = FilledDraftSource(remote, tiny)
+            decoder = SpeculativeDecoder(tiny, source)
+            result = await runtime.compute.run(
+                decoder.generate, prompt, max_tokens=24, k=3, params=SamplingParams()
+            )
+        finally:
+            await connection.close()
+    assert result.tokens == ar_tokens(tiny, prompt, 24)
+    assert source.filled > 0 and remote.filled_sent == 0 == remote.worker_counters.filled_rounds

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
+from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.multi import MultiWorkerDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
@@ -188,3 +189,30 @@ def test_bench_multi_worker_rows(
         assert (set(row["counters"]) | dropped) >= {worker.name, second_worker.name}
         assert row["drafting"]["hit_rate"] is not None
     assert "Table 4." in out.stdout and "(split)" in out.stdout and "rounds won" in out.stdout
+
+
+async def test_two_workers_filling_with_pushes_are_lossless_and_each_counts_what_it_took(
+    tiny_worker: WorkerProcess, second_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    # Each worker is sent the drafts used, even one whose answer came after the round was decided.
+    prompt = tiny.tokenizer.encode(PROMPTS[0])
+    prespec = pb.PreSpeculation(enabled=True, fill=True, push=True, budget=3)
+    async with coordinator_runtime() as runtime:
+        connections = [await connect(w.address, credentials()) for w in (tiny_worker, second_worker)]
+        try:
+            sources = [
+                StreamDraftSource(runtime.portal, c, tiny.fingerprint, prespec=prespec) for c in connections
+            ]
+            multi = MultiWorkerDraftSource(runtime.portal, sources, "race", fill=True)
+            decoder = SpeculativeDecoder(tiny, FilledDraftSource(multi, tiny))
+            result = await runtime.compute.run(
+                decoder.generate, prompt, max_tokens=MAX_TOKENS, k=3, params=SamplingParams()
+            )
+        finally:
+            for c in connections:
+                await c.close()
+    assert result.tokens == ar_tokens(tiny, prompt)
+    assert len(multi.live) == 2 and sum(s.filled_sent for s in sources) > 0
+    for s in sources:
+        assert s.worker_counters.filled_rounds == s.filled_sent - s.unreported
+        assert s.worker_counters.messages_received == s.sent - s.unreported
