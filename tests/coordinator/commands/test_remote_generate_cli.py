@@ -18,6 +18,14 @@ from tests.support.workers import WorkerProcess
 MAX_TOKENS = 32
 
 
+def _refused(*args: str) -> str:
+    """The one error line of ``coordinator generate --prompt hi --target tiny --draft remote ARGS``,
+    which must exit 1."""
+    out = run_cli("coordinator", "generate", "--prompt", "hi", "--target", "tiny", "--draft", "remote", *args)
+    assert out.returncode == 1
+    return one_error_line(out.stderr)
+
+
 def test_remote_picks_discovered_worker_and_is_lossless(
     tiny_worker: WorkerProcess, tiny: LoadedModel
 ) -> None:
@@ -30,41 +38,12 @@ def test_remote_picks_discovered_worker_and_is_lossless(
 
 
 def test_named_worker_that_does_not_exist() -> None:
-    out = run_cli(
-        "coordinator",
-        "generate",
-        "--prompt",
-        "hi",
-        "--target",
-        "tiny",
-        "--draft",
-        "remote",
-        "--worker",
-        "no-such-worker",
-        "--interface",
-        "127.0.0.1",
-        "--discover-timeout",
-        "1",
-    )
-    assert out.returncode == 1
-    assert "no worker named 'no-such-worker'" in one_error_line(out.stderr)
+    args = ["--worker", "no-such-worker", "--interface", "127.0.0.1", "--discover-timeout", "1"]
+    assert "no worker named 'no-such-worker'" in _refused(*args)
 
 
 def test_dead_address_is_a_clear_error() -> None:
-    out = run_cli(
-        "coordinator",
-        "generate",
-        "--prompt",
-        "hi",
-        "--target",
-        "tiny",
-        "--draft",
-        "remote",
-        "--worker",
-        "127.0.0.1:1",
-    )
-    assert out.returncode == 1
-    assert "unreachable" in one_error_line(out.stderr)
+    assert "unreachable" in _refused("--worker", "127.0.0.1:1")
 
 
 @pytest.mark.anyio
@@ -99,21 +78,9 @@ async def test_four_concurrent_sessions_match_their_solo_runs(
 
 
 def test_prespec_needs_the_stream_backend() -> None:
-    out = run_cli(
-        "coordinator",
-        "generate",
-        "--prompt",
-        "hi",
-        "--target",
-        "tiny",
-        "--draft",
-        "remote",
-        "--backend",
-        "ggml-rpc",
-        "--prespec",
+    assert "--prespec and --multi-worker need the stream backend" in _refused(
+        "--backend", "ggml-rpc", "--prespec"
     )
-    assert out.returncode == 1
-    assert "--prespec and --multi-worker need the stream backend" in one_error_line(out.stderr)
 
 
 def test_fill_with_pushed_drafts_is_lossless(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
@@ -125,19 +92,5 @@ def test_fill_with_pushed_drafts_is_lossless(tiny_worker: WorkerProcess, tiny: L
 
 
 def test_fill_push_needs_fill() -> None:
-    out = run_cli(
-        "coordinator",
-        "generate",
-        "--prompt",
-        "hi",
-        "--target",
-        "tiny",
-        "--draft",
-        "remote",
-        "--prespec",
-        "--fill-push",
-        "--worker",
-        "127.0.0.1:1",
-    )
-    assert out.returncode == 1
-    assert "--fill-push sends the drafts --fill makes: it needs --fill" in one_error_line(out.stderr)
+    message = _refused("--prespec", "--fill-push", "--worker", "127.0.0.1:1")
+    assert "--fill-push sends the drafts --fill makes: it needs --fill" in message
