@@ -18,6 +18,7 @@ to the real-model bench.
     python scripts/demo.py                      # the README's `make demo`
     python scripts/demo.py --max-tokens 200     # the paper's length (the real-model bench)
     python scripts/demo.py --fast               # the tiny model unpaced: where protocol cost shows
+    python scripts/demo.py --paced --k 2 ...    # the paced part alone, these arguments to its bench
 """
 
 from __future__ import annotations
@@ -171,17 +172,20 @@ def section(title: str, says: str) -> None:
     print(f"\n{'=' * 100}\n{title}\n{says}\n{'=' * 100}", flush=True)
 
 
-def paced_part() -> int:
-    """The paper's Macs, emulated, and the planner's prediction from the profile alone."""
+def paced_part(argv: list[str] | None = None) -> int:
+    """The paper's Macs, emulated, and the planner's prediction from the profile alone; ``argv`` go to
+    the bench after the preset's arguments, so they can change any of them."""
     section("1. The paper's Macs, emulated: paced compute, real protocol and network", PACED_SAYS)
+    argv = argv or []
+    report = argv[argv.index("--json") + 1] if "--json" in argv[:-1] else "demo-paced-bench.json"
     processes: list[subprocess.Popen[str]] = []
     try:
-        code = bench(paced_workers(processes), PACED_BENCH)
+        code = bench(paced_workers(processes), [*PACED_BENCH, *argv])
     finally:
         stop(processes)
     if code == 0:
         plan = [sys.executable, "-m", "coordinator.cli", "plan", "--profile", "paper"]
-        code = subprocess.run([*plan, "--check-bench", "demo-paced-bench.json"], check=False).returncode
+        code = subprocess.run([*plan, "--check-bench", report], check=False).returncode
     return code
 
 
@@ -205,10 +209,13 @@ def real_part(argv: list[str], fast: bool) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """The paced part, then the real-model part (or with --fast, the tiny model alone)."""
+    """The paced part, then the real-model part (or with --fast, the tiny model alone; with --paced, the
+    paced part alone)."""
     fast = "--fast" in argv
     argv = [a for a in argv if a != "--fast"]
     try:
+        if argv[:1] == ["--paced"]:
+            return paced_part(argv[1:])
         if fast:
             return real_part(argv, fast=True)
         paced = paced_part()
