@@ -67,6 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         help="pre-speculation hit rate for stream+prespec (0..1; default: measured, or 0.5 for the paper)",
     )
+    p.add_argument(
+        "--ceiling-rounds",
+        type=int,
+        default=2000,
+        help="with --profile: rounds of the ceiling's Monte Carlo (planning/ceiling.py); 0 skips it",
+    )
     p.add_argument("--json", type=Path, help="write every input and prediction here")
     live = p.add_argument_group("measuring this set-up (no --profile or --from-bench)")
     live.add_argument("--target", default="default@float32", help="target model spec")
@@ -101,7 +107,7 @@ def _tok_s(prediction: Prediction) -> float:
     return prediction.tok_s
 
 
-def project_profile(profile: Profile, hit_rate: float | None) -> dict[str, Any]:
+def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: int = 0) -> dict[str, Any]:
     """Every backend on each of the profile's drafting machines (for the paper's, the Table 11 check)."""
     t, a, k, link = planned.target(profile), planned.acceptance(profile), profile.k, planned.link(profile)
     ar = ar_tok_s(t)
@@ -166,6 +172,7 @@ def project_profile(profile: Profile, hit_rate: float | None) -> dict[str, Any]:
         "mean_accepted": a.expected_accepted(k),
         "hit_rate": hit_rate,
         "rows": rows,
+        "ceiling": planned.ceilings(profile, FILL_BATCH, rounds=ceiling_rounds) if ceiling_rounds else [],
     }
     if profile.name == "paper":
         out["table11"] = [
@@ -188,13 +195,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.hit_rate is not None and args.from_bench:
         raise InvalidArgumentError("--hit-rate does not apply to --from-bench: each row has its own")
+    if args.ceiling_rounds < 0:
+        raise InvalidArgumentError(f"--ceiling-rounds must be 0 or more, got {args.ceiling_rounds}")
     if args.check_bench is not None and not args.profile:
         raise InvalidArgumentError("--check-bench checks a profile: give --profile too")
     if args.check_bench is not None:
         out: dict[str, Any] = {"rows": profile_rows(load_profile(args.profile), read_bench(args.check_bench))}
     elif args.profile:
         profile = load_profile(args.profile)
-        out = project_profile(profile, args.hit_rate)
+        out = project_profile(profile, args.hit_rate, args.ceiling_rounds)
         hits = (
             f"stream+prespec assumes {args.hit_rate:.0%} hits"
             if args.hit_rate is not None
@@ -214,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
             f"Use: {use['backend']} on the {use['machine']} at k = {use['best_k']} "
             f"({use['best_tok_s']:.1f} tok/s, {use['best_tok_s'] / out['ar_tok_s']:.2f}x AR)"
         )
+        _print_ceiling(out)
         if out.get("table11"):
             print("\nTable 11 against the model:")
         for c in out.get("table11", []):
@@ -236,6 +246,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0
+
+
+def _print_ceiling(out: dict[str, Any]) -> None:
+    """The most drafting off the critical path can give, against local SD at its best k."""
+    if not out["ceiling"]:
+        return
+    local = next((r["best_tok_s"] for r in out["rows"] if r["backend"] == "local SD"), None)
+    print(
+        "\nCeiling: workers drafting a tree of continuations ahead, best first, as deep as their passes "
+        "allow; one chain verified a round; k chosen each round (planning/ceiling.py):"
+    )
+    for c in out["ceiling"]:
+        rows = "/".join(str(r) for r in c["rows"])
+        versus = "" if local is None else f"  {c['tok_s'] / local:.2f}x local SD at its best k"
+        print(f"  {c['workers']:<36} {rows:>6} rows a pass {c['tok_s']:>7.1f} tok/s{versus}")
 
 
 def read_bench(path: Path) -> dict[str, Any]:

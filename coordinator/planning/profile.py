@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from coordinator.planning.ceiling import Worker, ceiling
 from coordinator.planning.model import Acceptance, Link, Target, Transport
 from coordinator.planning.prespec import Outcomes, fill_schedule, schedule
-from specwire.profile import Profile
+from specwire.profile import Machine, PassCurve, Profile
 from specwire.speculation import DEFAULT_FANOUT
 
 
@@ -133,3 +134,45 @@ def _window(profile: Profile, k: int) -> float:
 def _outcomes(profile: Profile) -> Outcomes:
     """The verdicts' probabilities: the profile's acceptance and the pair's agreement."""
     return Outcomes(acceptance(profile).profile[0], profile.agreement)
+
+
+def ceilings(profile: Profile, rows: int, k_max: int = 8, rounds: int = 2000) -> list[dict[str, object]]:
+    """The most drafting off the critical path can give (``planning.ceiling``): each worker alone and
+    all together, at ``rows`` rows a pass and at the widest pass that costs no more than one row; then a
+    worker as fast as the target machine's own draft model, for scale."""
+    if profile.local_draft is None:
+        return []
+    local = profile.local_draft
+    machines = [m for m in profile.workers if m.draft is not None]
+    sets: list[tuple[str, list[PassCurve]]] = [(m.name, [_curve(m)]) for m in machines]
+    if len(machines) > 1:
+        sets.append((" + ".join(m.name for m in machines), [_curve(m) for m in machines]))
+    sets.append((f"one as fast as the {profile.target_machine.name}'s draft", [local]))
+    out: list[dict[str, object]] = []
+    for name, curves in sets:
+        for wide in (False, True):
+            workers = [Worker(curve.pass_s, _widest(curve) if wide else rows) for curve in curves]
+            c = ceiling(
+                _outcomes(profile),
+                workers,
+                k_max,
+                lambda k: _window(profile, k),
+                1 / local.decode_tok_s,
+                rounds=rounds,
+            )
+            out.append(
+                {"workers": name, "rows": [w.rows for w in workers], "tok_s": c.tok_s, "mean_k": c.mean_k}
+                | {"ready": {str(r): f for r, f in c.ready.items()}}
+            )
+    return out
+
+
+def _curve(machine: Machine) -> PassCurve:
+    assert machine.draft is not None
+    return machine.draft
+
+
+def _widest(curve: PassCurve, most: int = 256) -> int:
+    """The most rows a pass can hold at the cost of one (the curve's flat part)."""
+    one = curve.pass_s(1, 1)
+    return max(n for n in range(1, most + 1) if curve.pass_s(1, n) <= one * (1 + 1e-9))
