@@ -63,6 +63,7 @@ class Ceiling:
 class _Node:
     probability: float  # of lying on the target's path, given the verified prefix
     parent: _Node | None
+    depth: int = 0
     known: bool = False
     taken: bool = False  # in a worker's pass, ended or not
     expanded: bool = False  # that pass has ended
@@ -72,14 +73,15 @@ class _Node:
         """The node of the draft's ``rank``-th choice here; ``shares[rank]``: the target takes it."""
         node = self.children.get(rank)
         if node is None:
-            node = self.children[rank] = _Node(self.probability * shares[rank], self)
+            node = self.children[rank] = _Node(self.probability * shares[rank], self, self.depth + 1)
         return node
 
 
 class _Tree:
     """The workers' speculation: nodes by the draft's choice rank, rooted at the verified prefix."""
 
-    def __init__(self, outcomes: Outcomes) -> None:
+    def __init__(self, outcomes: Outcomes, horizon: int | None = None) -> None:
+        self.horizon = horizon  # the deepest node drafted, from the verified prefix (None: no limit)
         alpha = outcomes.alpha
         self.shares = [0.0, alpha] + [(1 - alpha) * outcomes.correction(r) for r in range(2, GUESSED + 1)]
         self.shares.append(0.0)  # beyond the choices a worker drafts after
@@ -89,6 +91,8 @@ class _Tree:
         self._offer(self.root)
 
     def _offer(self, node: _Node) -> None:
+        if self.horizon is not None and node.depth - self.root.depth > self.horizon:
+            return
         if not node.taken and (node.known or (node.parent is not None and node.parent.expanded)):
             heapq.heappush(self._frontier, (-node.probability, next(self._order), node))
 
@@ -167,11 +171,18 @@ def ceiling(
     local_s: float,
     rounds: int = 3000,
     seed: int = 0,
+    one_round_ahead: bool = False,
+    idle_while_filling: bool = False,
 ) -> Ceiling:
     """Tree speculation by ``workers`` over ``rounds`` rounds (module docstring). ``window_s(k)``: a
-    round's time from its drafts to its verdict, drafting aside (verification, link, protocol)."""
+    round's time from its drafts to its verdict, drafting aside (verification, link, protocol).
+
+    Two restrictions measure what a design gives up: ``one_round_ahead`` drafts no deeper than the
+    next round's verdict (k_max + 1 positions past the verified prefix), and ``idle_while_filling``
+    has the workers wait, in a round they did not serve whole, until the coordinator's drafts reach them.
+    """
     rng = random.Random(seed)
-    tree = _Tree(outcomes)
+    tree = _Tree(outcomes, k_max + 1 if one_round_ahead else None)
     alpha = outcomes.alpha
     clocks = [0.0] * len(workers)  # when each worker's pass in flight ends
     passes: list[list[_Node]] = [[] for _ in workers]
@@ -199,6 +210,8 @@ def ceiling(
         ready_counts[min(ready, k)] = ready_counts.get(min(ready, k), 0) + 1
         k_total += k
         now += max(0, k - ready) * local_s
+        if idle_while_filling and ready < k:
+            clocks = [max(c, now) for c in clocks]
         run_until(now)
         chain = tree.push(k)
         now += window_s(k)
