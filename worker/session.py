@@ -279,9 +279,7 @@ class DraftSession:
         self._probe = block.finish_with(tokens, self.speculator.config.fanout)
         self._pending, self._sent_k = None, len(tokens)
         self.drafter.last_drafts = tokens
-        self.speculative_passes += 1
-        self.totals.speculative_passes += 1
-        self._count_passes()
+        self._count_speculative_pass()
         return True
 
     @_tallied
@@ -326,9 +324,7 @@ class DraftSession:
             self._finish_pending()
         elif not self.speculator.step():
             return False
-        self.speculative_passes += 1
-        self.totals.speculative_passes += 1
-        self._count_passes()
+        self._count_speculative_pass()
         return True
 
     def plan_speculation(self) -> None:
@@ -366,6 +362,12 @@ class DraftSession:
         drafting.advance()
         self._sent = drafting
         return self.drafter.adopt(drafting)
+
+    def _count_speculative_pass(self) -> None:
+        """One speculative pass done: the session's and the worker's counts, and its forward passes."""
+        self.speculative_passes += 1
+        self.totals.speculative_passes += 1
+        self._count_passes()
 
     def _count_passes(self) -> None:
         """Add the drafter's new forward passes to the worker's total."""
