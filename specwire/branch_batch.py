@@ -44,7 +44,7 @@ def batchable(cache: Sequence[Any]) -> bool:
     return all(type(layer) is KVCache for layer in cache)
 
 
-def _view(layer: Any, length: int) -> KVCache:
+def cache_view(layer: Any, length: int) -> KVCache:
     """A KV cache holding the first ``length`` positions of ``layer`` (no copy until merged)."""
     view = KVCache()
     view.keys = layer.keys[..., :length, :]
@@ -72,7 +72,7 @@ class BranchBatch:
             if block.tokens or list(holds[: len(block.prefix) - 1]) != block.prefix[:-1]:
                 raise ValueError("a branch joins a batch before drafting, from a cache that holds its prefix")
         lengths = [len(b.prefix) - 1 for b in blocks]
-        joining = [BatchKVCache.merge([_view(layer, n) for n in lengths]) for layer in source]
+        joining = [BatchKVCache.merge([cache_view(layer, n) for n in lengths]) for layer in source]
         if self.cache is None:
             self.cache = joining
         else:

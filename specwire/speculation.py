@@ -57,6 +57,7 @@ class PrespecConfig:
     batch: int = 1  # branches drafted side by side in one forward pass (specwire.branch_batch)
     fill: bool = False  # answer with the drafts ready at once; the coordinator drafts the rest itself
     push: bool = False  # fill: the coordinator sends the rest (Filled); the worker waits for it
+    tree: bool = False  # fill at T = 0: one tree of continuations across rounds (specwire.draft_tree)
 
     def __post_init__(self) -> None:
         if not 0 <= self.budget <= MAX_BUDGET:
@@ -71,6 +72,10 @@ class PrespecConfig:
             raise InvalidArgumentError(f"pre-speculation shard {self.shard} is outside 0..{self.shards - 1}")
         if not 1 <= self.batch <= MAX_BATCH:
             raise InvalidArgumentError(f"pre-speculation batch must be within 1..{MAX_BATCH} branches")
+        if self.tree and not self.fill:
+            raise InvalidArgumentError("tree pre-speculation answers in fill mode: it needs fill")
+        if self.tree and self.push:
+            raise InvalidArgumentError("tree pre-speculation learns the filled drafts itself: drop push")
         if self.allocation not in ALLOCATIONS:
             raise InvalidArgumentError(
                 f"pre-speculation allocation {self.allocation!r} is not one of {', '.join(ALLOCATIONS)}"
@@ -79,6 +84,24 @@ class PrespecConfig:
     def passes(self, k: int) -> int:
         """The budget for a round of ``k`` drafts."""
         return self.budget or 2 * k + 1
+
+
+@dataclass
+class AcceptanceRate:
+    """A session's per-draft acceptance rate (geometric model), learnt from its verdicts."""
+
+    accepted: float = PRIOR_ACCEPTED
+    rejections: float = PRIOR_REJECTIONS
+
+    @property
+    def alpha(self) -> float:
+        """The estimate: accepted drafts over drafts judged up to the first rejection."""
+        return self.accepted / (self.accepted + self.rejections)
+
+    def observe(self, accepted: int, drafted: int) -> None:
+        """Learn from one verdict: ``accepted`` of ``drafted`` drafts."""
+        self.accepted += accepted
+        self.rejections += accepted < drafted
 
 
 @dataclass
@@ -97,8 +120,7 @@ class Speculator:
     def __init__(self, drafter: Drafter, config: PrespecConfig) -> None:
         self.drafter = drafter
         self.config = config
-        self.accepted_total = PRIOR_ACCEPTED
-        self.rejections = PRIOR_REJECTIONS
+        self.rate = AcceptanceRate()
         self.branches: dict[tuple[int, int], Branch] = {}
         self.passes = 0  # speculative passes since the last plan
         self._queue: list[tuple[float, int, Branch | None]] = []
@@ -117,12 +139,11 @@ class Speculator:
     @property
     def acceptance(self) -> float:
         """Estimated per-draft acceptance rate (geometric model)."""
-        return self.accepted_total / (self.accepted_total + self.rejections)
+        return self.rate.alpha
 
     def observe(self, accepted: int, drafted: int) -> None:
         """Learn from one verdict: ``accepted`` of ``drafted`` drafts."""
-        self.accepted_total += accepted
-        self.rejections += accepted < drafted
+        self.rate.observe(accepted, drafted)
 
     def plan(self, sent: Drafting, probe: SparseDistribution | None = None) -> None:
         """Rank the outcomes of ``sent``, the block just adopted and sent; forgets earlier branches.

@@ -18,7 +18,10 @@ at once with the drafts ready for its verdict (``answer_ready``, possibly
 none), the verdict is applied once the pass in flight has ended
 (``settle_ready``), and the rest of the block is drafted afterwards, the
 first of the background passes, because the next round's branches are
-planned from it.
+planned from it. With ``PreSpeculation.tree`` (T = 0) the session keeps one tree
+of continuations across rounds instead (``specwire.draft_tree``): a Round is
+answered with the chain of first choices after its verdict, and the verdict
+re-roots the tree, keeping what was drafted for later rounds.
 """
 
 from __future__ import annotations
@@ -29,14 +32,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from specwire.draft_tree import DraftTree
 from specwire.drafter import DraftBlock, Drafter, Drafting
-from specwire.errors import InvalidArgumentError, ProtocolVersionError, VocabularyMismatchError
+from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.pace import Pacer
-from specwire.protocol import MAX_K, PROTOCOL_VERSION, sampling_from_pb
+from specwire.protocol import sampling_from_pb
 from specwire.sampling import SparseDistribution
 from specwire.speculation import PrespecConfig, Speculator
 from specwire.v1 import draft_pb2 as pb
+from worker.checks import check_k, check_open, check_token, check_tree, prespec_config
 from worker.hosting import WorkerCounters
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -110,7 +115,10 @@ class DraftSession:
         self.prompt = list(open_msg.prompt_tokens)
         self.drafter = Drafter(model.model, sampling_from_pb(open_msg.sampling))
         config = prespec_config(open_msg.prespec, prespec_defaults or PrespecConfig())
-        self.speculator = Speculator(self.drafter, config) if config is not None else None
+        self.tree = DraftTree(self.drafter, config) if config is not None and config.tree else None
+        if self.tree is not None:
+            check_tree(self.drafter)
+        self.speculator = Speculator(self.drafter, config) if config is not None and not config.tree else None
         self.next_seq = 0
         self.rounds = 0
         self.draft_tokens = 0
@@ -120,7 +128,8 @@ class DraftSession:
         self.speculative_passes = 0
         self._sent: Drafting | None = None
         self._passes_counted = 0
-        self.fill = self.speculator is not None and self.speculator.config.fill
+        self.fill = config is not None and config.fill
+        self._alternatives = config.fanout + 1 if config is not None else 0  # candidates kept a draft
         self._sent_k = self.k  # drafts the coordinator verified last round (fill: some its own)
         self._pending: Drafting | None = None  # fill: the block being finished in the background
         self._pending_k = 0
@@ -128,6 +137,18 @@ class DraftSession:
         self.filled_rounds = 0  # fill: Filled messages taken
         self._fillable = 0  # fill: the k of the last round answered, until a Filled for it came (0: none)
         self._probe: SparseDistribution | None = None  # the bonus probe a Filled's pass computed
+
+    @property
+    def speculates(self) -> bool:
+        """Whether the session drafts ahead after each reply (``speculate``)."""
+        return self.speculator is not None or self.tree is not None
+
+    def speculation_state(self) -> tuple[int, int]:
+        """Speculative passes since the last plan, and the branches (tree: frontier nodes) it holds."""
+        if self.tree is not None:
+            return self.tree.passes, self.tree.nodes
+        assert self.speculator is not None
+        return self.speculator.passes, len(self.speculator.branches)
 
     @property
     def forward_passes(self) -> int:
@@ -146,6 +167,9 @@ class DraftSession:
         """Draft round 0 (the k of the Open message). Compute thread only."""
         started = time.perf_counter_ns()
         block = self._draft_on_demand(self.k)
+        if self.tree is not None:
+            assert self._sent is not None
+            self.tree.plant(self._sent.tokens, self._sent.candidates)
         return Computed(self._count(block), started, time.perf_counter_ns())
 
     def check_round(self, msg: pb.Round) -> None:
@@ -205,10 +229,15 @@ class DraftSession:
         counts; ``settle_ready`` applies the verdict once that pass has ended.
         """
         self.check_round(msg)
-        assert self.speculator is not None
-        branch = self.speculator.find(msg.accepted, msg.token, list(msg.appended))
-        ready = min(msg.k, len(branch.tokens)) if branch is not None else 0
-        block = branch.block(ready) if branch is not None else DraftBlock([], None, 0, 0)
+        branch = None
+        if self.tree is not None:
+            block = DraftBlock(self.tree.ready(msg.appended, msg.k), None, 0, 0)
+            ready = len(block.tokens)
+        else:
+            assert self.speculator is not None
+            branch = self.speculator.find(msg.accepted, msg.token, list(msg.appended))
+            ready = min(msg.k, len(branch.tokens)) if branch is not None else 0
+            block = branch.block(ready) if branch is not None else DraftBlock([], None, 0, 0)
         outcome = self._tally(ready, msg.k)
         self._fillable = msg.k
         now = time.perf_counter_ns()
@@ -235,10 +264,13 @@ class DraftSession:
         """
         msg = answer.msg
         self._verdict(msg)
+        if self.tree is not None:
+            self.tree.advance(list(msg.appended))
+            self.drafter.last_drafts, self._sent_k = list(answer.computed.block.tokens), msg.k
+            return
         block = answer.block
         if block is None:
-            assert self.speculator is not None
-            block = self.drafter.drafting(msg.k, self.speculator.drafter_alternatives)
+            block = self.drafter.drafting(msg.k, self._alternatives)
         block.k = max(block.k, msg.k)
         self.drafter.adopt(block, answer.ready)
         self._sent, self._sent_k = block, msg.k
@@ -316,9 +348,12 @@ class DraftSession:
 
         Compute thread only.
         """
-        if self.speculator is None:
+        if self.tree is not None:
+            if not self.tree.step():
+                return False
+        elif self.speculator is None:
             return False
-        if self._pending is not None:
+        elif self._pending is not None:
             if self.push:  # the coordinator sends the rest (take_filled)
                 return False
             self._finish_pending()
@@ -354,11 +389,12 @@ class DraftSession:
     def _verdict(self, msg: pb.Round) -> None:
         if self.speculator is not None:
             self.speculator.observe(msg.accepted, self._drafted)
+        if self.tree is not None:
+            self.tree.observe(msg.accepted, self._drafted)
         self.drafter.apply(msg.accepted, msg.token, list(msg.appended))
 
     def _draft_on_demand(self, k: int) -> DraftBlock:
-        alternatives = self.speculator.drafter_alternatives if self.speculator else 0
-        drafting = self.drafter.drafting(k, alternatives)
+        drafting = self.drafter.drafting(k, self._alternatives)
         drafting.advance()
         self._sent = drafting
         return self.drafter.adopt(drafting)
@@ -382,61 +418,3 @@ class DraftSession:
         self.draft_tokens += len(block.tokens)
         self.totals.draft_tokens += len(block.tokens)
         return block
-
-
-def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecConfig | None:
-    """The session's pre-speculation settings: the Open message's, over the worker's defaults."""
-    if not msg.enabled:
-        return None
-    return PrespecConfig(
-        budget=msg.budget or defaults.budget,
-        fanout=msg.fanout or defaults.fanout,
-        allocation=msg.allocation or defaults.allocation,
-        shard=msg.shard,
-        shards=max(1, msg.shards),
-        min_drafts=msg.min_drafts or defaults.min_drafts,
-        batch=msg.batch or defaults.batch,
-        fill=msg.fill,
-        push=msg.fill and msg.push,
-    )
-
-
-def check_k(k: int) -> None:
-    """Raise unless ``k`` is a draft count the protocol allows (1..MAX_K)."""
-    if not 1 <= k <= MAX_K:
-        raise InvalidArgumentError(f"k={k} is outside 1..{MAX_K}")
-
-
-def check_token(model: LoadedModel, token: int, what: str) -> None:
-    """Raise unless ``token`` is an id of the model's vocabulary."""
-    if token >= model.vocab_size:
-        raise InvalidArgumentError(f"{what} {token} is outside the vocabulary (size {model.vocab_size})")
-
-
-def check_peer(model: LoadedModel, protocol_version: int, fingerprint: str) -> None:
-    """Raise unless a coordinator with this protocol version and vocabulary can use this worker."""
-    if protocol_version != PROTOCOL_VERSION:
-        raise ProtocolVersionError(
-            f"coordinator speaks protocol version {protocol_version}; this worker speaks {PROTOCOL_VERSION}"
-        )
-    if fingerprint != model.fingerprint:
-        raise VocabularyMismatchError(
-            f"coordinator vocabulary {fingerprint or '(none)'} does not match this worker's "
-            f"{model.fingerprint} (model {model.spec}); draft and target must share one tokenizer"
-        )
-
-
-def check_open(model: LoadedModel, msg: pb.Open) -> None:
-    """Raise the precise error for an Open message this worker cannot serve."""
-    check_peer(model, msg.protocol_version, msg.vocab_fingerprint)
-    if not msg.prompt_tokens:
-        raise InvalidArgumentError("the prompt must hold at least one token")
-    if len(msg.prompt_tokens) + msg.k >= model.context_length:
-        raise InvalidArgumentError(
-            f"a prompt of {len(msg.prompt_tokens)} tokens plus k={msg.k} does not fit the "
-            f"model's context of {model.context_length}"
-        )
-    bad = max(msg.prompt_tokens)
-    check_token(model, bad, "prompt token")
-    check_k(msg.k)
-    sampling_from_pb(msg.sampling)

@@ -175,7 +175,7 @@ class _DraftLoop(StreamLoop):
     def _speculate(self, plan: bool = True) -> None:
         """Plan the next round's branches (unless the plan stands) and draft them in the background."""
         session = self.session
-        if session is None or session.speculator is None or self.tasks is None:
+        if session is None or not session.speculates or self.tasks is None:
             return
         if plan:
             session.plan_speculation()
@@ -231,13 +231,14 @@ class _DraftLoop(StreamLoop):
                 filled_rounds=s.filled_rounds,
             )
         )
-        if s.speculator is not None:
+        if s.speculates:
+            passes, branches = s.speculation_state()
             msg.speculation.CopyFrom(
                 pb.Speculation(
                     outcome=computed.outcome,  # type: ignore[arg-type]
                     saved_ns=computed.saved_ns,
-                    speculative_passes=s.speculator.passes,
-                    branches=len(s.speculator.branches),
+                    speculative_passes=passes,
+                    branches=branches,
                 )
             )
         msg.timing.CopyFrom(

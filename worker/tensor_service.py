@@ -28,8 +28,8 @@ from specwire.op_counts import block_kinds, ops_per_pass
 from specwire.pace import Pacer
 from specwire.protocol import TENSOR_SERVICE_NAME
 from specwire.v1 import draft_pb2 as pb
+from worker.checks import check_peer
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
-from worker.session import check_peer
 from worker.tensor_modules import ModuleTable
 from worker.tensor_session import TensorSession
 

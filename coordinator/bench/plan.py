@@ -25,7 +25,8 @@ BACKEND_PRESPEC = f"{BACKEND_STREAM}+prespec"  # bench row kinds, not backends a
 BACKEND_PRESPEC_READY = f"{BACKEND_PRESPEC}+ready"  # takes a branch's ready drafts at once (min_drafts 1)
 BACKEND_PRESPEC_FILL = f"{BACKEND_PRESPEC}+fill"  # the target's machine drafts what is not ready
 BACKEND_PRESPEC_PUSH = f"{BACKEND_PRESPEC_FILL}+push"  # ... and sends its drafts to the worker (Filled)
-FILL_BACKENDS = (BACKEND_PRESPEC_FILL, BACKEND_PRESPEC_PUSH)
+BACKEND_PRESPEC_TREE = f"{BACKEND_PRESPEC_FILL}+tree"  # ... from a tree kept across rounds (T = 0)
+FILL_BACKENDS = (BACKEND_PRESPEC_FILL, BACKEND_PRESPEC_PUSH, BACKEND_PRESPEC_TREE)
 PRESPEC_BACKENDS = (BACKEND_PRESPEC, BACKEND_PRESPEC_READY, *FILL_BACKENDS)
 PROBE_BUDGET_S = 1.0
 
@@ -44,6 +45,7 @@ class RowSpec:
     min_drafts: int = 0  # pre-speculation: take a branch's ready drafts at once from this many
     fill: bool = False  # the local draft model drafts what the workers have not (coordinator.drafting.fill)
     push: bool = False  # fill: the local drafts are sent to the workers, which plan from them
+    tree: bool = False  # fill: the workers draft a tree of continuations across rounds (T = 0)
 
 
 @dataclass
@@ -101,7 +103,8 @@ def plan_rows(
                 ready = int(backend == BACKEND_PRESPEC_READY)
                 row = RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, True)
                 fill, push = backend in FILL_BACKENDS, backend == BACKEND_PRESPEC_PUSH
-                rows.append(replace(row, min_drafts=ready, fill=fill, push=push))
+                tree = backend == BACKEND_PRESPEC_TREE
+                rows.append(replace(row, min_drafts=ready, fill=fill, push=push, tree=tree))
             else:
                 rows.append(RowSpec(f"{backend} → {label}", "remote", backend, "", worker.name))
     if len(workers) >= 2:
@@ -118,6 +121,7 @@ def plan_rows(
                 mode,
                 fill=kind in FILL_BACKENDS,
                 push=kind == BACKEND_PRESPEC_PUSH,
+                tree=kind == BACKEND_PRESPEC_TREE,
             )
             for kind in kinds
             for mode in multi_modes
@@ -160,6 +164,7 @@ def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec,
         prespec.CopyFrom(remote.prespec or pb.PreSpeculation(enabled=True))
         prespec.min_drafts = row.min_drafts or prespec.min_drafts
         prespec.push = row.push
+        prespec.tree = row.tree
     chosen = (
         [w.connection.address for w in workers.values()]
         if row.multi

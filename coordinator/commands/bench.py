@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from coordinator.bench.plan import (
+    BACKEND_PRESPEC_TREE,
     PRESPEC_BACKENDS,
     RemoteWorker,
     connect_workers,
@@ -71,7 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "stream+prespec+ready (taking a branch's ready drafts at once), stream+prespec+fill (the worker "
         "answers at once with the drafts it has ready; the local draft model drafts the rest), "
         "stream+prespec+fill+push (the same, and the local drafts go to the worker, which plans from "
-        "them rather than drafting them again), ggml-rpc",
+        "them rather than drafting them again), stream+prespec+fill+tree (fill, the worker drafting a "
+        "tree of likely continuations across rounds; temperature 0), ggml-rpc",
     )
     p.add_argument(
         "--granularity",
@@ -154,6 +156,8 @@ def checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]
     if set(modes) - set(MODES):
         raise InvalidArgumentError(f"--multi-worker {args.multi_worker!r}: use split, race, or split,race")
+    if BACKEND_PRESPEC_TREE in backends and args.temperature > 0:
+        raise InvalidArgumentError(f"{BACKEND_PRESPEC_TREE} drafts first choices: it needs --temperature 0")
     fallback_settings(args)  # refuses --fallback with --adaptive-k
     pace_of(args)  # a bad --pace is refused before any model loads
     if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32 or not 0 <= args.prespec_k <= 32:

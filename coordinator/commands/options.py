@@ -99,6 +99,12 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         "the next round from them rather than drafting them again (Filled messages)",
     )
     p.add_argument(
+        "--fill-tree",
+        action="store_true",
+        help="with --fill, at temperature 0: the worker keeps one tree of likely continuations across "
+        "rounds and drafts its likeliest nodes, several rounds ahead (--prespec-batch rows a pass)",
+    )
+    p.add_argument(
         "--multi-worker",
         nargs="?",
         const=DEFAULT_MODE,
@@ -206,6 +212,7 @@ def prespec_request(args: argparse.Namespace, min_drafts: int = 0) -> pb.PreSpec
         min_drafts=min_drafts or args.prespec_min_drafts,
         batch=args.prespec_batch,
         push=getattr(args, "fill_push", False),
+        tree=getattr(args, "fill_tree", False),
     )
 
 

@@ -98,6 +98,10 @@ class DraftSpec:
             raise InvalidArgumentError("--fill drafts what pre-speculation has not: it needs --prespec")
         if self.prespec is not None and self.prespec.push and not (self.fill or self.prespec.fill):
             raise InvalidArgumentError("--fill-push sends the drafts --fill makes: it needs --fill")
+        if self.prespec is not None and self.prespec.tree and not (self.fill or self.prespec.fill):
+            raise InvalidArgumentError("--fill-tree answers with what the tree has ready: it needs --fill")
+        if self.prespec is not None and self.prespec.tree and self.prespec.push:
+            raise InvalidArgumentError("--fill-tree learns the drafts made here itself: drop --fill-push")
         if self.multi and self.multi not in MODES:
             raise InvalidArgumentError(
                 f"multi-worker mode {self.multi!r}: expected one of {', '.join(MODES)}"

@@ -214,7 +214,7 @@ class Open(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ...) -> None: ...
 
 class PreSpeculation(_message.Message):
-    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards", "min_drafts", "batch", "fill", "push")
+    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards", "min_drafts", "batch", "fill", "push", "tree")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +225,7 @@ class PreSpeculation(_message.Message):
     BATCH_FIELD_NUMBER: _ClassVar[int]
     FILL_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
+    TREE_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     budget: int
     fanout: int
@@ -235,7 +236,8 @@ class PreSpeculation(_message.Message):
     batch: int
     fill: bool
     push: bool
-    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ..., min_drafts: _Optional[int] = ..., batch: _Optional[int] = ..., fill: _Optional[bool] = ..., push: _Optional[bool] = ...) -> None: ...
+    tree: bool
+    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ..., min_drafts: _Optional[int] = ..., batch: _Optional[int] = ..., fill: _Optional[bool] = ..., push: _Optional[bool] = ..., tree: _Optional[bool] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("seq", "accepted", "token", "k", "appended")
