@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,8 +46,8 @@ from specwire.sampling import SparseDistribution
 from specwire.speculation import AcceptanceRate, PrespecConfig
 
 DEFAULT_PASSES = 16  # passes a verdict may be followed by, while no Round comes
-NORMALISED = 64  # logits a node's probabilities are normalised over (``_choices``)
 BLOCK = 64  # logits per block when looking for a row's likeliest tokens (``_choices``)
+SPANS = 8  # blocks kept a row: they hold its likeliest tokens and normalise their probabilities
 
 
 @dataclass(eq=False)
@@ -68,6 +69,7 @@ class Node:
     line: Line | None = None  # holds that path, once expanded
     children: dict[int, Node] = field(default_factory=dict)
     first: int | None = None  # the draft's first choice after this node, once expanded
+    compute_ns: int = 0  # the pass that expanded it
 
 
 class DraftTree:
@@ -111,16 +113,19 @@ class DraftTree:
         for i, (token, cand) in enumerate(zip(first, candidates, strict=True)):
             node = self._expand(node, line, len(context) + i, *_with_first(cand, token))
 
-    def ready(self, appended: Sequence[int], k: int) -> list[int]:
-        """The drafts ready after a verdict that appends ``appended``: at most ``k`` first choices."""
+    def ready(self, appended: Sequence[int], k: int) -> tuple[list[int], int]:
+        """The drafts ready after a verdict that appends ``appended`` (at most ``k`` first choices),
+        and the compute (ns) of the passes that drafted them."""
         node: Node | None = self.root
         for token in appended:
             node = node.children.get(token) if node is not None else None
         drafts: list[int] = []
+        spent = 0
         while node is not None and node.first is not None and len(drafts) < k:
             drafts.append(node.first)
+            spent += node.compute_ns
             node = node.children.get(node.first)
-        return drafts
+        return drafts, spent
 
     def advance(self, appended: Sequence[int]) -> None:
         """The verdict appended ``appended`` to the verified prefix: re-root there, drop the rest.
@@ -163,6 +168,7 @@ class DraftTree:
         nodes = self._take()
         if not nodes:
             return False
+        started = time.perf_counter_ns()
         sources = [self._source_of(n) for n in nodes]
         cache = [
             BatchKVCache.merge([cache_view(layers[i], length) for layers, length in sources])
@@ -174,8 +180,10 @@ class DraftTree:
         self.drafter.forward_passes += 1
         self.passes += 1
         ids_np, probs_np = np.array(ids).tolist(), np.array(probs, dtype=np.float64).tolist()
+        spent = time.perf_counter_ns() - started
         for i, (node, (_, length)) in enumerate(zip(nodes, sources, strict=True)):
             layers = [layer.extract(i) for layer in cache]
+            node.compute_ns = spent
             self._expand(node, Line(layers, node), length + 1, ids_np[i], probs_np[i])
         return True
 
@@ -231,26 +239,26 @@ class DraftTree:
 def _choices(rows: mx.array, width: int) -> tuple[mx.array, mx.array]:
     """Each row's ``width`` likeliest tokens, most probable first (lazy), and their probabilities.
 
-    The tokens come from the ``width`` blocks of ``BLOCK`` logits with the
-    largest maxima, which hold them all; among equal logits the lower id
-    comes first, as with ``argmax``. The probabilities only rank nodes, so
-    they are normalised over the row's ``NORMALISED`` likeliest logits, not
-    the whole vocabulary: the tail's mass is left out, which a peaked draft
-    distribution barely has, and an exponential of every logit of every row
-    costs more than the rest of a pass on a CPU.
+    A row's logits are cut into blocks of ``BLOCK``; the ``SPANS`` blocks
+    with the largest maxima hold its likeliest tokens (among equal logits
+    the lower id comes first, as with ``argmax``). The probabilities only
+    rank nodes, so they are normalised over those blocks' logits, not the
+    whole vocabulary: the tail's mass is left out, which a peaked draft
+    distribution barely has, and an exponential (or a top-k) over every
+    logit of every row costs more than the rest of a pass on a CPU.
     """
     batch, vocab = rows.shape
+    width = min(width, vocab)
     pad = -vocab % BLOCK
     tail = mx.full((batch, pad), -mx.inf, dtype=rows.dtype)
     blocks = (mx.concatenate([rows, tail], axis=-1) if pad else rows).reshape(batch, -1, BLOCK)
-    width = min(width, vocab)
-    spans = min(width, blocks.shape[1])
+    spans = min(max(width, SPANS), blocks.shape[1])
     chosen = mx.sort(mx.argpartition(-mx.max(blocks, axis=-1), spans - 1, axis=-1)[:, :spans], axis=-1)
     values = mx.take_along_axis(blocks, chosen[:, :, None], axis=1).reshape(batch, -1)
     ids = (chosen[:, :, None] * BLOCK + mx.arange(BLOCK)[None, None, :]).reshape(batch, -1)
     order = mx.argsort(-values, axis=-1)[:, :width]
-    norm = mx.logsumexp(mx.topk(rows, min(NORMALISED, vocab), axis=-1), axis=-1, keepdims=True)
-    return mx.take_along_axis(ids, order, axis=-1), mx.exp(mx.take_along_axis(values, order, axis=-1) - norm)
+    probs = mx.exp(mx.take_along_axis(values, order, axis=-1) - mx.logsumexp(values, axis=-1, keepdims=True))
+    return mx.take_along_axis(ids, order, axis=-1), probs
 
 
 def _with_first(cand: SparseDistribution, first: int) -> tuple[list[int], list[float]]:

@@ -231,7 +231,8 @@ class DraftSession:
         self.check_round(msg)
         branch = None
         if self.tree is not None:
-            block = DraftBlock(self.tree.ready(msg.appended, msg.k), None, 0, 0)
+            drafts, spent = self.tree.ready(msg.appended, msg.k)
+            block = DraftBlock(drafts, None, 0, spent)
             ready = len(block.tokens)
         else:
             assert self.speculator is not None

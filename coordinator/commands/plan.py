@@ -37,7 +37,7 @@ from coordinator.planning.from_bench import check_bench
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
 from coordinator.planning.projection import project
 from specwire.errors import InvalidArgumentError
-from specwire.profile import Profile, load_profile
+from specwire.profile import Machine, Profile, load_profile
 
 CALIBRATION_BACKENDS = ("stream", "ggml-rpc")
 CALIBRATION_GRANULARITIES = ("op", "token")
@@ -101,6 +101,7 @@ def _constant(transport: Transport) -> Callable[[int], Transport]:
 
 
 FILL_BATCH, FILL_FANOUT = 8, 3  # the fill rows' branches: eight a pass, three candidates a position
+TREE_K_MAX = 4  # the tree rows' best k is sought up to here (a Monte Carlo per k)
 
 
 def _tok_s(prediction: Prediction) -> float:
@@ -161,6 +162,8 @@ def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: in
                 {"machine": machine.name, "backend": name, "k": k, "tok_s": p.tok_s, "best_k": best.k}
                 | {"best_tok_s": best.tok_s, "parts_ms": parts}
             )
+        if profile.local_draft is not None and ceiling_rounds:  # the tree: a Monte Carlo, like the ceiling
+            rows.append(_tree_row(profile, machine, k, ceiling_rounds))
     for row in rows:
         row["delta_vs_ar"] = row["tok_s"] / ar - 1
         row["delta_vs_local"] = None if local is None else row["tok_s"] / local - 1
@@ -181,6 +184,19 @@ def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: in
         ]
         out["per_op_walk"] = paper.walked_ops()
     return out
+
+
+def _tree_row(profile: Profile, machine: Machine, k: int, rounds: int) -> dict[str, Any]:
+    """Tree pre-speculation (``planning.profile.tree``) at the profile's k and at its best k."""
+    ks = range(1, TREE_K_MAX + 1)
+    by_k = {kk: planned.tree(profile, machine, kk, FILL_BATCH, rounds).tok_s for kk in ks}
+    best_k = max(by_k, key=lambda kk: by_k[kk])
+    at_k = by_k[k] if k in by_k else planned.tree(profile, machine, k, FILL_BATCH, rounds).tok_s
+    return {"machine": machine.name, "backend": "stream+prespec+fill+tree", "k": k, "tok_s": at_k} | {
+        "best_k": best_k,
+        "best_tok_s": by_k[best_k],
+        "parts_ms": {},
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -210,12 +226,12 @@ def run(args: argparse.Namespace) -> int:
             else "stream+prespec: the branches a worker drafts before each verdict (planning/prespec.py)"
         )
         print(f"Profile {profile.name}, k = {profile.k}, AR {out['ar_tok_s']:.1f} tok/s ({hits}):")
-        print(f"{'machine':<16}{'backend':<20}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}{'best k':>8}{'tok/s':>8}")
+        print(f"{'machine':<16}{'backend':<26}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}{'best k':>8}{'tok/s':>8}")
         for r in out["rows"]:
             best = f"{r['best_k']:>8}{r['best_tok_s']:>8.1f}" if "best_k" in r else ""
             delta_local = "" if r["delta_vs_local"] is None else f"{r['delta_vs_local']:+.0%}"
             print(
-                f"{r['machine']:<16}{r['backend']:<20}{r['tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}"
+                f"{r['machine']:<16}{r['backend']:<26}{r['tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}"
                 f"{delta_local:>9}{best}"
             )
         use = out["use"]

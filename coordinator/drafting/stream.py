@@ -138,6 +138,11 @@ class StreamDraftSource:
         self._reset()
         self._open_k = k
         self._stream = StreamCall(self.connection, DRAFT_METHOD, self.round_timeout)
+        prespec = self.prespec
+        if prespec is not None and prespec.tree and not params.greedy:  # a tree drafts first choices only
+            prespec = pb.PreSpeculation()
+            prespec.CopyFrom(self.prespec)
+            prespec.tree = False  # a sampled session fills as plain fill mode does
         request = pb.DraftRequest(
             open=pb.Open(
                 protocol_version=PROTOCOL_VERSION,
@@ -145,7 +150,7 @@ class StreamDraftSource:
                 sampling=sampling_to_pb(params),
                 k=k,
                 vocab_fingerprint=self.fingerprint,
-                prespec=self.prespec,
+                prespec=prespec,
             )
         )
         self._open_record = await self._send(request, "opening a session")

@@ -11,7 +11,7 @@ the per-op baseline's calls and bytes.
 
 Each row: AR; local SD with the target machine's draft curve; the stream
 protocol; pre-speculation (``planning.prespec``: which branches the worker
-drafts before the verdict); the per-op baseline at op granularity (a call
+drafts before the verdict; the tree, ``planning.profile.tree``); the per-op baseline at op granularity (a call
 per operation) and token granularity (a call per pass, carrying the logits
 row); several workers racing (the fastest machine's prediction: each round
 goes to every worker and the first reply wins). Rows the profile cannot
@@ -30,6 +30,7 @@ from specwire.errors import InvalidArgumentError
 from specwire.profile import Profile
 
 LOGIT_BYTES = 4  # float32
+TREE_ROUNDS = 4000  # the tree's Monte Carlo (planning.ceiling), seeded: the same figure every time
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,11 @@ def _remote(
         acceptance = planned.acceptance(profile) if k == profile.k else _acceptance_at(profile, k)
         thread = worker.get("compute", "thread") == "thread"
         batch = max(1, int(prespec.get("batch") or 1))
+        if row.get("tree"):
+            c = planned.tree(profile, machine, k, batch, TREE_ROUNDS)
+            assert profile.local_draft is not None  # planned.tree refuses a profile without one
+            filled = sum((k - ready) * share for ready, share in c.ready.items())
+            return c.tok_s, {"local drafts": filled / profile.local_draft.decode_tok_s * 1e3}
         if row.get("fill"):
             fanout = int(prespec.get("fanout") or 0)
             batch_s = machine.draft.pass_s(1, batch)

@@ -136,12 +136,12 @@ class _Tree:
             node, n = node.child(1, self.shares), n + 1
         return n
 
-    def push(self, k: int) -> list[_Node]:
-        """The round's k drafts, known to the workers (the coordinator sent what it drafted)."""
+    def push(self, k: int, known: bool = True) -> list[_Node]:
+        """The round's k drafts; ``known``: the workers know them (the coordinator sent what it drafted)."""
         chain, node = [], self.root
         for _ in range(k):
             node = node.child(1, self.shares)
-            if not node.known:
+            if known and not node.known:
                 node.known = True
                 self._offer(node)
             chain.append(node)
@@ -173,6 +173,8 @@ def ceiling(
     seed: int = 0,
     one_round_ahead: bool = False,
     idle_while_filling: bool = False,
+    choose_k: bool = True,
+    push: bool = True,
 ) -> Ceiling:
     """Tree speculation by ``workers`` over ``rounds`` rounds (module docstring). ``window_s(k)``: a
     round's time from its drafts to its verdict, drafting aside (verification, link, protocol).
@@ -180,6 +182,8 @@ def ceiling(
     Two restrictions measure what a design gives up: ``one_round_ahead`` drafts no deeper than the
     next round's verdict (k_max + 1 positions past the verified prefix), and ``idle_while_filling``
     has the workers wait, in a round they did not serve whole, until the coordinator's drafts reach them.
+    Two more model the built tree (``specwire.draft_tree``): without ``choose_k`` every round verifies
+    k_max drafts; without ``push`` a worker learns a draft only by expanding the node before it.
     """
     rng = random.Random(seed)
     tree = _Tree(outcomes, k_max + 1 if one_round_ahead else None)
@@ -206,14 +210,14 @@ def ceiling(
 
     for _ in range(rounds):
         ready = tree.ready(k_max)
-        k = max(range(1, k_max + 1), key=lambda kk: expected(kk, ready))
+        k = max(range(1, k_max + 1), key=lambda kk: expected(kk, ready)) if choose_k else k_max
         ready_counts[min(ready, k)] = ready_counts.get(min(ready, k), 0) + 1
         k_total += k
         now += max(0, k - ready) * local_s
         if idle_while_filling and ready < k:
             clocks = [max(c, now) for c in clocks]
         run_until(now)
-        chain = tree.push(k)
+        chain = tree.push(k, push)
         now += window_s(k)
         run_until(now)
         node, accepted = tree.root, 0

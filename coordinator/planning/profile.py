@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.planning.ceiling import Worker, ceiling
+from coordinator.planning.ceiling import Ceiling, Worker, ceiling
 from coordinator.planning.model import Acceptance, Link, Target, Transport
 from coordinator.planning.prespec import Outcomes, fill_schedule, schedule
 from specwire.profile import Machine, PassCurve, Profile
@@ -71,7 +71,7 @@ def prespec(
         _outcomes(profile),
         k,
         ahead_s,
-        _window(profile, k),
+        window(profile, k),
         fanout=fanout or DEFAULT_FANOUT,
         answers_during_pass=answers_during_pass,
         batch=batch,
@@ -109,7 +109,7 @@ def fill(
         draft_s,
         ahead_s,
         local_s,
-        _window(profile, k),
+        window(profile, k),
         fanout=fanout or DEFAULT_FANOUT,
         batch=batch,
     )
@@ -124,7 +124,27 @@ def fill(
     )
 
 
-def _window(profile: Profile, k: int) -> float:
+def tree(profile: Profile, machine: Machine, k: int, batch: int, rounds: int, seed: int = 0) -> Ceiling:
+    """Tree pre-speculation as built (``specwire.draft_tree``): ``machine`` expands the likeliest nodes
+    of one tree, ``batch`` a pass, at any depth; each round verifies k drafts, the target machine's own
+    draft model drafting those not ready; a worker learns a draft only by expanding the node before it.
+    The ceiling's Monte Carlo with those two restrictions (``planning.ceiling``)."""
+    if profile.local_draft is None:
+        raise ValueError(f"profile {profile.name} gives the target machine no draft model to fill with")
+    return ceiling(
+        _outcomes(profile),
+        [Worker(_curve(machine).pass_s, batch)],
+        k,
+        lambda kk: window(profile, kk),
+        1 / profile.local_draft.decode_tok_s,
+        rounds=rounds,
+        seed=seed,
+        choose_k=False,
+        push=False,
+    )
+
+
+def window(profile: Profile, k: int) -> float:
     """From a worker's answer to the next verdict reaching it, drafting aside: verification, the
     engine, the link and the protocol."""
     t = target(profile)
@@ -156,7 +176,7 @@ def ceilings(profile: Profile, rows: int, k_max: int = 8, rounds: int = 2000) ->
                 _outcomes(profile),
                 workers,
                 k_max,
-                lambda k: _window(profile, k),
+                lambda k: window(profile, k),
                 1 / local.decode_tok_s,
                 rounds=rounds,
             )

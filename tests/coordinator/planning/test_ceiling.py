@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.commands.plan import project_profile
+from coordinator.planning import profile as planned
 from coordinator.planning.ceiling import Worker, ceiling
 from coordinator.planning.prespec import Outcomes
+from specwire.profile import load_profile
 
 ALPHA = 0.7
 VERIFY_S, LOCAL_S = 0.024, 0.007
@@ -62,3 +65,25 @@ def test_idling_while_the_coordinator_fills_and_looking_one_round_ahead_cost_thr
     full, idle = tok_s(), tok_s(idle_while_filling=True)
     assert idle < 0.98 * full  # about 4% (5% at 10,000 rounds): the passes lost while waiting
     assert tok_s(idle_while_filling=True, one_round_ahead=True) <= idle * 1.01
+
+
+def test_the_built_tree_pays_on_the_m1_max_below_its_ceiling_and_the_plan_names_it() -> None:
+    # The tree as built verifies a fixed k and learns a draft only by expanding the node before it.
+    paper = load_profile("paper")
+    m1_max = paper.machine("m1-max")
+    assert m1_max.draft is not None and paper.local_draft is not None
+    built = planned.tree(paper, m1_max, 2, 8, rounds=1500).tok_s
+    outcomes = Outcomes(planned.acceptance(paper).profile[0], paper.agreement)
+    local_s = 1 / paper.local_draft.decode_tok_s
+    free = ceiling(
+        outcomes,
+        [Worker(m1_max.draft.pass_s, 8)],
+        2,
+        lambda k: planned.window(paper, k),
+        local_s,
+        rounds=1500,
+    ).tok_s
+    plan = project_profile(paper, None, ceiling_rounds=300)
+    local = next(r["best_tok_s"] for r in plan["rows"] if r["backend"] == "local SD")
+    assert local < built < free
+    assert (plan["use"]["machine"], plan["use"]["backend"]) == ("M1 Max", "stream+prespec+fill+tree")

@@ -1,0 +1,140 @@
+"""Tree pre-speculation on the worker (``specwire.draft_tree``), in-process on tiny models.
+
+A fill-mode session with ``PreSpeculation.tree`` answers each Round with the
+chain of first choices its tree holds after the verdict. Those drafts must be
+exactly the ones a fresh drafter gives for the real prefix, whatever the
+verdicts (accepted runs, corrections the tree guessed and ones it did not,
+drafts the coordinator made past the tree), and a tree that runs ahead must
+serve whole rounds. What a tree cannot draft for is refused, and on a real
+worker that ends only the session that asked.
+"""
+
+from __future__ import annotations
+
+import anyio
+import grpc
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from specwire.draft_tree import _choices
+from specwire.errors import InvalidArgumentError
+from specwire.models import LoadedModel
+from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
+from specwire.sampling import SamplingParams
+from specwire.speculation import PrespecConfig
+from specwire.v1 import draft_pb2 as pb
+from tests.support.credentials import channel as worker_channel
+from tests.support.messages import open_request
+from tests.support.tiny_models import disagreeing_pair, hybrid_pair
+from tests.support.workers import WorkerProcess
+from worker.hosting import WorkerCounters
+from worker.session import DraftSession
+
+PROMPT = [2, 5, 1]
+K = 3
+ROUNDS = 20
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[LoadedModel, LoadedModel]:
+    """Tiny models that disagree, so every kind of verdict comes up."""
+    return disagreeing_pair()
+
+
+def _open(draft: LoadedModel, params: SamplingParams | None = None, **prespec: int | bool) -> DraftSession:
+    msg = pb.Open(
+        protocol_version=PROTOCOL_VERSION,
+        prompt_tokens=PROMPT,
+        sampling=sampling_to_pb(params or SamplingParams()),
+        k=K,
+        vocab_fingerprint=draft.fingerprint,
+        prespec=pb.PreSpeculation(enabled=True, fill=True, tree=True, fanout=2, **prespec),
+    )
+    session = DraftSession(draft, msg, WorkerCounters())
+    session.prefill()
+    return session
+
+
+def _greedy(model: LoadedModel, sequence: list[int], n: int) -> list[int]:
+    out: list[int] = []
+    for _ in range(n):
+        out.append(int(mx.argmax(model.model(mx.array([sequence + out]))[0, -1])))
+    return out
+
+
+@pytest.mark.parametrize(("batch", "passes"), [(1, 3), (3, 0), (8, 2), (8, 4)])
+def test_each_round_is_answered_with_the_greedy_drafts_for_its_verdict(
+    pair: tuple[LoadedModel, LoadedModel], batch: int, passes: int
+) -> None:
+    target, draft = pair
+    session = _open(draft, batch=batch, budget=8)
+    sent, context = session.first_drafts().block.tokens, list(PROMPT)
+    for seq in range(1, ROUNDS + 1):
+        drafts = sent + _greedy(draft, context + sent, K - len(sent))  # the coordinator fills the rest
+        truth = _greedy(target, context, K + 1)
+        accepted = next((i for i in range(K) if truth[i] != drafts[i]), K)
+        appended = [*drafts[:accepted], truth[accepted]]
+        for _ in range(passes):
+            session.speculate()
+        answer = session.answer_ready(
+            pb.Round(seq=seq, accepted=accepted, token=appended[-1], k=K, appended=appended)
+        )
+        context += appended
+        sent = list(answer.computed.block.tokens)
+        assert sent == _greedy(draft, context, len(sent)), f"round {seq}"
+        session.settle_ready(answer)
+    assert session.hits + session.partial + session.misses == ROUNDS
+    if batch * passes >= 16:  # the tree runs ahead: whole rounds are served
+        assert session.hits > 0
+    if passes == 0:  # nothing drafted ahead: every round is filled here, the tree re-rooted by a pass
+        assert session.misses == ROUNDS
+
+
+def test_a_tree_needs_greedy_fill_mode_and_kv_caches(pair: tuple[LoadedModel, LoadedModel]) -> None:
+    with pytest.raises(InvalidArgumentError, match="needs temperature 0"):
+        _open(pair[1], SamplingParams(temperature=0.8, seed=1))
+    with pytest.raises(InvalidArgumentError, match="recurrent or windowed"):
+        _open(hybrid_pair()[1])
+    with pytest.raises(InvalidArgumentError, match="it needs fill"):
+        PrespecConfig(tree=True)
+    with pytest.raises(InvalidArgumentError, match="drop push"):
+        PrespecConfig(fill=True, push=True, tree=True)
+
+
+def test_choices_are_the_likeliest_tokens_in_order() -> None:
+    rows = mx.random.normal((4, 1000), key=mx.random.key(7)) * 4
+    rows[1, 640] = rows[1, 3] = rows[1].max() + 1  # a tie across blocks: the lower id first, as argmax
+    ids, probs = _choices(rows, 5)
+    host = np.array(rows)
+    for i in range(4):
+        assert np.array(ids[i]).tolist() == np.argsort(-host[i], kind="stable")[:5].tolist()
+    assert int(np.array(ids)[1, 0]) == int(mx.argmax(rows[1])) == 3
+    p = np.array(probs)
+    assert np.all(np.diff(p, axis=1) <= 0) and np.all(p.sum(axis=1) <= 1 + 1e-6)
+
+
+@pytest.mark.anyio
+async def test_a_tree_it_cannot_draft_ends_only_its_session(
+    tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    tree = pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=4)
+    sampled = SamplingParams(temperature=0.8, seed=1)
+    async with worker_channel(tiny_worker.address) as channel:
+        good = channel.stream_stream(DRAFT_METHOD)(timeout=60)
+        await good.write(open_request(tiny.fingerprint, [1, 2, 3], K, tree))
+        assert pb.DraftReply.FromString(await good.read()).WhichOneof("kind") == "opened"
+        first = pb.DraftReply.FromString(await good.read()).drafts
+        bad_tree = pb.PreSpeculation(enabled=True, tree=True)
+        for prespec, params, why in [(tree, sampled, "temperature 0"), (bad_tree, None, "it needs fill")]:
+            bad = channel.stream_stream(DRAFT_METHOD)(timeout=60)
+            await bad.write(open_request(tiny.fingerprint, [1, 2, 3], K, prespec, params))
+            with anyio.fail_after(30), pytest.raises(grpc.aio.AioRpcError) as err:
+                await bad.read()
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert why in (err.value.details() or "")
+        verdict = pb.Round(seq=1, accepted=K, token=5, k=K, appended=[*first.tokens, 5])
+        await good.write(pb.DraftRequest(round=verdict).SerializeToString())
+        reply = pb.DraftReply.FromString(await good.read()).drafts
+        assert reply.seq == 1 and reply.counters.rounds == 2 and reply.HasField("speculation")
+        await good.done_writing()
