@@ -33,6 +33,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from specwire.choices import top_choices
 from specwire.sampling import SparseDistribution, choose_draft_token
 
 if TYPE_CHECKING:
@@ -126,10 +127,7 @@ class BranchBatch:
         size = max((b.alternatives for b in self.rows), default=0)
         tokens = mx.argmax(logits, axis=-1)
         if size:
-            rows = logits.astype(mx.float32)
-            ids = mx.argpartition(-rows, size - 1, axis=-1)[:, :size]
-            top = mx.take_along_axis(rows, ids, axis=-1)
-            probs = mx.exp(top - mx.logsumexp(rows, axis=-1, keepdims=True))
+            ids, probs = top_choices(logits.astype(mx.float32), size)
             self.drafter.settle(tokens, ids, probs)
             ids_np, probs_np = np.array(ids), np.array(probs, dtype=np.float64)
         else:

@@ -41,13 +41,12 @@ import numpy as np
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from specwire.branch_batch import cache_view
+from specwire.choices import top_choices
 from specwire.drafter import Drafter
 from specwire.sampling import SparseDistribution
 from specwire.speculation import AcceptanceRate, PrespecConfig
 
 DEFAULT_PASSES = 16  # passes a verdict may be followed by, while no Round comes
-BLOCK = 64  # logits per block when looking for a row's likeliest tokens (``_choices``)
-SPANS = 8  # blocks kept a row: they hold its likeliest tokens and normalise their probabilities
 
 
 @dataclass(eq=False)
@@ -175,7 +174,7 @@ class DraftTree:
             for i in range(len(self.drafter.cache))
         ]
         logits = self.drafter.batch_pass(mx.array([[n.token] for n in nodes]), cache)[:, -1, :]
-        ids, probs = _choices(logits.astype(mx.float32), self.width)
+        ids, probs = top_choices(logits.astype(mx.float32), self.width)
         self.drafter.settle(ids, probs)
         self.drafter.forward_passes += 1
         self.passes += 1
@@ -234,31 +233,6 @@ class DraftTree:
         self.drafter.settle(*[layer.state[0] for layer in cache])
         self.drafter.forward_passes += 1
         return cache, length + len(tokens)
-
-
-def _choices(rows: mx.array, width: int) -> tuple[mx.array, mx.array]:
-    """Each row's ``width`` likeliest tokens, most probable first (lazy), and their probabilities.
-
-    A row's logits are cut into blocks of ``BLOCK``; the ``SPANS`` blocks
-    with the largest maxima hold its likeliest tokens (among equal logits
-    the lower id comes first, as with ``argmax``). The probabilities only
-    rank nodes, so they are normalised over those blocks' logits, not the
-    whole vocabulary: the tail's mass is left out, which a peaked draft
-    distribution barely has, and an exponential (or a top-k) over every
-    logit of every row costs more than the rest of a pass on a CPU.
-    """
-    batch, vocab = rows.shape
-    width = min(width, vocab)
-    pad = -vocab % BLOCK
-    tail = mx.full((batch, pad), -mx.inf, dtype=rows.dtype)
-    blocks = (mx.concatenate([rows, tail], axis=-1) if pad else rows).reshape(batch, -1, BLOCK)
-    spans = min(max(width, SPANS), blocks.shape[1])
-    chosen = mx.sort(mx.argpartition(-mx.max(blocks, axis=-1), spans - 1, axis=-1)[:, :spans], axis=-1)
-    values = mx.take_along_axis(blocks, chosen[:, :, None], axis=1).reshape(batch, -1)
-    ids = (chosen[:, :, None] * BLOCK + mx.arange(BLOCK)[None, None, :]).reshape(batch, -1)
-    order = mx.argsort(-values, axis=-1)[:, :width]
-    probs = mx.exp(mx.take_along_axis(values, order, axis=-1) - mx.logsumexp(values, axis=-1, keepdims=True))
-    return mx.take_along_axis(ids, order, axis=-1), probs
 
 
 def _with_first(cand: SparseDistribution, first: int) -> tuple[list[int], list[float]]:

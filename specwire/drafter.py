@@ -33,6 +33,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from specwire.choices import top_choices
 from specwire.draft_block import DraftBlock
 from specwire.errors import InvalidArgumentError
 from specwire.rollback import Checkpoints
@@ -420,14 +421,9 @@ class Drafter:
 
 
 def _top_on_device(row: mx.array, size: int) -> tuple[mx.array, mx.array]:
-    """The ``size`` most probable tokens of softmax(row) and their probabilities, unordered (lazy).
-
-    Computed where the model runs: one partition and one log-sum-exp over the
-    vocabulary, and only ``size`` values come back to the host.
-    """
-    row = row.astype(mx.float32)
-    ids = mx.argpartition(-row, size - 1)[:size]
-    return ids, mx.exp(row[ids] - mx.logsumexp(row))
+    """The ``size`` most probable tokens of softmax(row) and their probabilities (lazy; ``top_choices``)."""
+    ids, probs = top_choices(row.astype(mx.float32)[None], size)
+    return ids[0], probs[0]
 
 
 def _first(dist: SparseDistribution, size: int) -> SparseDistribution:

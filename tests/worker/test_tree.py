@@ -17,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from specwire.draft_tree import _choices
+from specwire.choices import top_choices
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
@@ -102,10 +102,10 @@ def test_a_tree_needs_greedy_fill_mode_and_kv_caches(pair: tuple[LoadedModel, Lo
         PrespecConfig(fill=True, push=True, tree=True)
 
 
-def test_choices_are_the_likeliest_tokens_in_order() -> None:
+def test_top_choices_are_the_likeliest_tokens_in_order() -> None:
     rows = mx.random.normal((4, 1000), key=mx.random.key(7)) * 4
     rows[1, 640] = rows[1, 3] = rows[1].max() + 1  # a tie across blocks: the lower id first, as argmax
-    ids, probs = _choices(rows, 5)
+    ids, probs = top_choices(rows, 5)
     host = np.array(rows)
     for i in range(4):
         assert np.array(ids[i]).tolist() == np.argsort(-host[i], kind="stable")[:5].tolist()
