@@ -20,8 +20,12 @@ boundaries turn out to be. Each node is a token after the verified prefix:
   kept.
 
 Every expanded node holds the KV cache of its path (a ``Line``, shared with
-the nodes before it along first choices, so memory grows with the lines, not
-the nodes), from which its children's rows are cut.
+the nodes before it on that path), from which its children's rows are cut.
+Memory grows with the lines, each a whole path's cache, and a line stays lazy
+(a row of the batch cache of the pass that made it) until a pass reads it, so
+the tree holds at most its lines' passes' batch caches; a verdict drops every
+subtree it rules out at once. Drafters with recurrent layers (Qwen3.5) cannot
+keep per-node states this way: a tree needs plain KV caches.
 
 All model work runs on the worker's compute thread; ``ready`` may run on the
 event loop during a pass, and reads only what a finished pass has set.
@@ -51,7 +55,8 @@ DEFAULT_PASSES = 16  # passes a verdict may be followed by, while no Round comes
 
 @dataclass(eq=False)
 class Line:
-    """A KV cache that holds a chain of first choices, up to its ``tip``; it only ever grows."""
+    """A KV cache that holds one path of the tree, up to its ``tip``; it only ever grows (by a child of
+    its tip), so every node along the path reads its own prefix from it."""
 
     layers: list[Any]
     tip: Node
@@ -74,8 +79,9 @@ class Node:
 class DraftTree:
     """One session's tree: expands nodes a batched pass at a time; see the module docstring."""
 
-    def __init__(self, drafter: Drafter, config: PrespecConfig) -> None:
+    def __init__(self, drafter: Drafter, config: PrespecConfig, context_length: int) -> None:
         self.drafter = drafter
+        self.context_length = context_length  # no node is drafted past the model's context
         self.config = config
         self.rate = AcceptanceRate()
         self.rows = config.batch
@@ -88,8 +94,8 @@ class DraftTree:
         self._order = itertools.count()
 
     @property
-    def nodes(self) -> int:
-        """Nodes whose token is known and not yet expanded (the frontier)."""
+    def frontier(self) -> int:
+        """Nodes whose token is known and not yet expanded (stale heap entries included)."""
         return len(self._frontier)
 
     def observe(self, accepted: int, drafted: int) -> None:
@@ -144,18 +150,20 @@ class DraftTree:
                 break
             node, walked = child, walked + 1
         self.passes = 0
+        old = self.root
         if walked == len(appended):
-            node.parent = None
-            self.root = node
-            self._source = (held, length)
+            self.root, self._source = node, (held, length)
         else:
             path = self.drafter.context
             held, length = self._feed(held, length, path[length : len(path) - 1])
             self.root, self._source = Node(path[-1], 1.0), (held, length)
-        self._frontier = []
+        _drop(old, keep=self.root)
+        self.root.parent = None
+        scale, self._frontier = self.root.probability, []
         stack = [self.root]
-        while stack:
+        while stack:  # probabilities from the new root, so they never shrink towards zero
             n = stack.pop()
+            n.probability /= scale
             if n.first is None:
                 self._offer(n)
             stack.extend(n.children.values())
@@ -176,14 +184,16 @@ class DraftTree:
         logits = self.drafter.batch_pass(mx.array([[n.token] for n in nodes]), cache)[:, -1, :]
         ids, probs = top_choices(logits.astype(mx.float32), self.width)
         self.drafter.settle(ids, probs)
+        # Each row's cache stays lazy: the next pass that reads it computes it. Until then it holds this
+        # pass's batch cache, which a dropped subtree lets go of at once (``_drop``).
+        rows = [[layer.extract(i) for layer in cache] for i in range(len(nodes))]
         self.drafter.forward_passes += 1
         self.passes += 1
         ids_np, probs_np = np.array(ids).tolist(), np.array(probs, dtype=np.float64).tolist()
         spent = time.perf_counter_ns() - started
         for i, (node, (_, length)) in enumerate(zip(nodes, sources, strict=True)):
-            layers = [layer.extract(i) for layer in cache]
             node.compute_ns = spent
-            self._expand(node, Line(layers, node), length + 1, ids_np[i], probs_np[i])
+            self._expand(node, Line(rows[i], node), length + 1, ids_np[i], probs_np[i])
         return True
 
     def _take(self) -> list[Node]:
@@ -222,6 +232,9 @@ class DraftTree:
         return children[ids[0]]
 
     def _offer(self, node: Node) -> None:
+        parent = node.parent
+        if parent is not None and parent.length + 1 >= self.context_length:
+            return
         heapq.heappush(self._frontier, (-node.probability, next(self._order), node))
 
     def _feed(self, layers: list[Any], length: int, tokens: Sequence[int]) -> tuple[list[Any], int]:
@@ -233,6 +246,18 @@ class DraftTree:
         self.drafter.settle(*[layer.state[0] for layer in cache])
         self.drafter.forward_passes += 1
         return cache, length + len(tokens)
+
+
+def _drop(root: Node, keep: Node) -> None:
+    """Unlink the tree under ``root`` but the subtree at ``keep``: parents, children and lines point at
+    each other, and a dropped line holds a whole path's KV cache, which should go at once."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node is keep:
+            continue
+        stack.extend(node.children.values())
+        node.children, node.parent, node.line = {}, None, None
 
 
 def _with_first(cand: SparseDistribution, first: int) -> tuple[list[int], list[float]]:

@@ -115,9 +115,10 @@ class DraftSession:
         self.prompt = list(open_msg.prompt_tokens)
         self.drafter = Drafter(model.model, sampling_from_pb(open_msg.sampling))
         config = prespec_config(open_msg.prespec, prespec_defaults or PrespecConfig())
-        self.tree = DraftTree(self.drafter, config) if config is not None and config.tree else None
-        if self.tree is not None:
+        self.tree = None
+        if config is not None and config.tree:
             check_tree(self.drafter)
+            self.tree = DraftTree(self.drafter, config, model.context_length)
         self.speculator = Speculator(self.drafter, config) if config is not None and not config.tree else None
         self.next_seq = 0
         self.rounds = 0
@@ -146,7 +147,7 @@ class DraftSession:
     def speculation_state(self) -> tuple[int, int]:
         """Speculative passes since the last plan, and the branches (tree: frontier nodes) it holds."""
         if self.tree is not None:
-            return self.tree.passes, self.tree.nodes
+            return self.tree.passes, self.tree.frontier
         assert self.speculator is not None
         return self.speculator.passes, len(self.speculator.branches)
 
@@ -280,8 +281,10 @@ class DraftSession:
     def check_filled(self, msg: pb.Filled) -> None:
         """Raise ``InvalidArgumentError`` unless ``msg`` holds the k drafts of the round answered last,
         and is the first Filled for it; then it is expected no more."""
-        if not self.fill:
-            raise InvalidArgumentError("Filled messages are for fill-mode sessions (PreSpeculation.fill)")
+        if not self.fill or self.tree is not None:
+            raise InvalidArgumentError(
+                "Filled messages are for fill-mode sessions without a tree (PreSpeculation.fill, not tree)"
+            )
         answered = self.next_seq - 1
         if msg.seq != answered or not self._fillable:
             raise InvalidArgumentError(

@@ -125,6 +125,7 @@ def plan_rows(
             )
             for kind in kinds
             for mode in multi_modes
+            if not (kind == BACKEND_PRESPEC_TREE and mode == "split")  # a tree is not split over workers
         ]
     return rows
 

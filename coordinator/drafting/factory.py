@@ -100,6 +100,8 @@ class DraftSpec:
             raise InvalidArgumentError("--fill-push sends the drafts --fill makes: it needs --fill")
         if self.prespec is not None and self.prespec.tree and not (self.fill or self.prespec.fill):
             raise InvalidArgumentError("--fill-tree answers with what the tree has ready: it needs --fill")
+        if self.prespec is not None and self.prespec.tree and self.multi == "split":
+            raise InvalidArgumentError("--fill-tree is not split over workers: use --multi-worker race")
         if self.prespec is not None and self.prespec.tree and self.prespec.push:
             raise InvalidArgumentError("--fill-tree learns the drafts made here itself: drop --fill-push")
         if self.multi and self.multi not in MODES:

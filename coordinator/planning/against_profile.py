@@ -139,8 +139,9 @@ def _remote(
         thread = worker.get("compute", "thread") == "thread"
         batch = max(1, int(prespec.get("batch") or 1))
         if row.get("tree"):
+            if profile.local_draft is None:
+                return None
             c = planned.tree(profile, machine, k, batch, TREE_ROUNDS)
-            assert profile.local_draft is not None  # planned.tree refuses a profile without one
             filled = sum((k - ready) * share for ready, share in c.ready.items())
             return c.tok_s, {"local drafts": filled / profile.local_draft.decode_tok_s * 1e3}
         if row.get("fill"):
