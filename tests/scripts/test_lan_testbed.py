@@ -149,27 +149,6 @@ def test_up_is_idempotent_and_refuses_names_it_does_not_own(state: Path, tmp_pat
     assert ours() == {COORD, WORKER, OTHER, SWITCH}
 
 
-def test_worker_is_discovered_across_the_bridge_and_generation_is_lossless(
-    state: Path, tiny: LoadedModel
-) -> None:
-    run_testbed(*up_args("0.15ms"), state=state)
-    with worker_on_lan(state) as ready, worker_on_lan(state, OTHER) as other:
-        assert ready["advertised"].startswith("198.18.78.")
-        found = on_coordinator(state, "-m", "coordinator.cli", "discover", "--timeout", "3", "--json")
-        assert found.returncode == 0, found.stderr
-        workers = {w["name"]: w for w in json.loads(found.stdout)["workers"]}
-        assert workers[WORKER]["address"] == ready["advertised"] and workers[WORKER]["fingerprint_match"]
-        # Both hosts share the machine's hostname: each worker must still resolve to its own address.
-        assert workers[OTHER]["address"] == other["advertised"] != ready["advertised"]
-        text = "The sky is blue because"
-        args = ["--target", "tiny", "--max-tokens", "16", "--json", "--prompt", text]
-        remote = on_coordinator(
-            state, "-m", "coordinator.cli", "generate", "--draft", "remote", "--worker", WORKER, *args
-        )
-        assert remote.returncode == 0, remote.stderr
-        assert json.loads(remote.stdout)["token_ids"] == text_ar_tokens(tiny, text, 16)
-
-
 def probe(state: Path) -> dict:
     out = on_coordinator(
         state,
@@ -193,9 +172,26 @@ def probe(state: Path) -> dict:
     return report
 
 
-def test_probe_measures_the_configured_link(state: Path) -> None:
+def test_workers_are_discovered_across_the_bridge_and_the_probe_measures_the_configured_link(
+    state: Path, tiny: LoadedModel
+) -> None:
+    # One test bed for discovery, a lossless generation and the unshaped probe (bringing one up costs).
     run_testbed(*up_args("0ms"), state=state)
-    with worker_on_lan(state):
+    with worker_on_lan(state) as ready, worker_on_lan(state, OTHER) as other:
+        assert ready["advertised"].startswith("198.18.78.")
+        found = on_coordinator(state, "-m", "coordinator.cli", "discover", "--timeout", "2", "--json")
+        assert found.returncode == 0, found.stderr
+        workers = {w["name"]: w for w in json.loads(found.stdout)["workers"]}
+        assert workers[WORKER]["address"] == ready["advertised"] and workers[WORKER]["fingerprint_match"]
+        # Both hosts share the machine's hostname: each worker must still resolve to its own address.
+        assert workers[OTHER]["address"] == other["advertised"] != ready["advertised"]
+        text = "The sky is blue because"
+        args = ["--target", "tiny", "--max-tokens", "16", "--json", "--prompt", text]
+        remote = on_coordinator(
+            state, "-m", "coordinator.cli", "generate", "--draft", "remote", "--worker", WORKER, *args
+        )
+        assert remote.returncode == 0, remote.stderr
+        assert json.loads(remote.stdout)["token_ids"] == text_ar_tokens(tiny, text, 16)
         unshaped = probe(state)
     run_testbed(*up_args("1ms"), state=state)  # different settings: torn down and rebuilt
     with worker_on_lan(state):

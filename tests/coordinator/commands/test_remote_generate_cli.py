@@ -99,11 +99,6 @@ def test_fill_tree_is_lossless(tiny_worker: WorkerProcess, tiny: LoadedModel) ->
     assert json.loads(out.stdout)["token_ids"] == text_ar_tokens(tiny, PROMPTS[1], MAX_TOKENS)
 
 
-def test_fill_tree_needs_fill() -> None:
-    message = _refused("--prespec", "--fill-tree", "--worker", "127.0.0.1:1")
-    assert "--fill-tree answers with what the tree has ready: it needs --fill" in message
-
-
 def test_fill_push_needs_fill() -> None:
     message = _refused("--prespec", "--fill-push", "--worker", "127.0.0.1:1")
     assert "--fill-push sends the drafts --fill makes: it needs --fill" in message

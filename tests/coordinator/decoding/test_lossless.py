@@ -78,7 +78,7 @@ def test_sd_equals_ar_on_every_prompt(
     assert drafted > 0  # the drafts really went through verification
 
 
-@pytest.mark.parametrize("k", [1, 8])
+@pytest.mark.parametrize("k", [8])  # the widest batched verification (k = 1 is covered on every path below)
 def test_identical_pair_accepts_every_draft_and_equals_ar(default_q4: LoadedModel, k: int) -> None:
     # The same model drafting for itself must agree with itself at every
     # position: batched verification reproduces single-token drafting here.

@@ -56,6 +56,12 @@ def test_parse_names_every_kind() -> None:
         ("remote", {"granularity": "block"}, "granularity 'block'"),
         ("remote", {"on_loss": "retry"}, "--on-worker-loss 'retry'"),
         ("remote", {"multi": "all"}, "multi-worker mode 'all'"),
+        ("remote", {"prespec": pb.PreSpeculation(enabled=True, tree=True)}, "--fill-tree answers with what"),
+        (
+            "remote",
+            {"prespec": pb.PreSpeculation(enabled=True, tree=True), "fill": "tiny", "multi": "split"},
+            "--fill-tree is not split over workers",
+        ),
     ],
 )
 def test_specs_that_do_not_fit_are_refused_with_a_clear_message(

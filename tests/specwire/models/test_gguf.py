@@ -17,8 +17,8 @@ from tests.support.tiny_models import tiny_llama
 PASSAGE = (Path(__file__).parents[2] / "data" / "passage.txt").read_text()
 # SmolLM2-135M scores about 20 on this plain passage (measured); a loader that
 # scrambles weights or tokens lands in the thousands.
-PERPLEXITY_BOUND = 30.0
-PERPLEXITY_TOKENS = 128  # 21.8 on the default model (18.6 over the whole passage)
+PERPLEXITY_BOUND = 60.0
+PERPLEXITY_TOKENS = 64  # 41.2 on the default model (21.8 at 128 tokens, 18.6 over the whole passage)
 # Dequantizing changes only the precision of the arithmetic, not the weights:
 # the quantized model carries float16 activations (its scales are float16),
 # the dequantized one float32. On logits of magnitude ~15 that moves the
@@ -44,7 +44,7 @@ def test_default_model_models_english(default_q4: LoadedModel) -> None:
 def test_skipping_the_qk_unpermute_breaks_the_default_model(default_q4: LoadedModel) -> None:
     # Re-apply the converter's permutation on top of the loader's output: the
     # model must get much worse, so the bound above really tests the unpermute.
-    ids = default_q4.tokenizer.encode(PASSAGE)[:24]  # about 7,600 then, against 21.8 unbroken at 128
+    ids = default_q4.tokenizer.encode(PASSAGE)[:24]  # about 7,600 then, against 85.9 unbroken
     model = load_model("default").model
     heads = default_q4.args["num_attention_heads"]
     for layer in model.layers:
