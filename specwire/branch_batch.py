@@ -134,10 +134,9 @@ class BranchBatch:
             self.drafter.settle(tokens)
         tokens_np = np.array(tokens).astype(int)
         for i, block in enumerate(self.rows):
-            if block.alternatives:
-                order = np.argsort(-probs_np[i], kind="stable")[: block.alternatives]
-                ranked = SparseDistribution(ids_np[i, order].astype(np.int64), probs_np[i, order])
-                block.candidates.append(ranked)
+            if block.alternatives:  # top_choices ranks them most probable first
+                n = block.alternatives
+                block.candidates.append(SparseDistribution(ids_np[i, :n].astype(np.int64), probs_np[i, :n]))
             block.tokens.append(int(tokens_np[i]))  # the token last: readers on other threads take it
 
     def _sampled(self, logits: mx.array) -> None:

@@ -85,7 +85,7 @@ class DraftTree:
         self.config = config
         self.rate = AcceptanceRate()
         self.rows = config.batch
-        self.width = config.fanout + 1  # a node's children: its first choice and ``fanout`` others
+        self.width = config.alternatives  # a node's children: its first choice and ``fanout`` others
         self.budget = config.budget or DEFAULT_PASSES
         self.passes = 0  # since the last verdict
         self.root = Node(0, 1.0)

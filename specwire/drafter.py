@@ -286,7 +286,7 @@ class Drafter:
         if self.params.greedy:
             tops = [_top_on_device(rows[i], size) for i in range(count)]
             self._settle(*[a for top in tops for a in top])
-            return [_ranked(*top) for top in tops]
+            return [_sparse(*top) for top in tops]
         rows = rows.astype(mx.float32)
         self._settle(rows)
         host = np.array(rows)
@@ -400,7 +400,7 @@ class Drafter:
             if i + 1 < n:
                 y = token[None]
         tokens = np.array(mx.concatenate(out)).astype(int).tolist()
-        block.candidates.extend(_ranked(ids, probs) for ids, probs in tops)
+        block.candidates.extend(_sparse(ids, probs) for ids, probs in tops)
         return tokens
 
     def sampled_passes(self, block: Drafting, n: int) -> None:
@@ -430,8 +430,6 @@ def _first(dist: SparseDistribution, size: int) -> SparseDistribution:
     return SparseDistribution(dist.ids[:size], dist.probs[:size])
 
 
-def _ranked(ids: mx.array, probs: mx.array) -> SparseDistribution:
-    """Candidates most probable first."""
-    p = np.array(probs, dtype=np.float64)
-    order = np.argsort(-p, kind="stable")
-    return SparseDistribution(np.array(ids).astype(np.int64)[order], p[order])
+def _sparse(ids: mx.array, probs: mx.array) -> SparseDistribution:
+    """Candidates on the host, most probable first as ``top_choices`` orders them."""
+    return SparseDistribution(np.array(ids).astype(np.int64), np.array(probs, dtype=np.float64))

@@ -85,6 +85,11 @@ class PrespecConfig:
         """The budget for a round of ``k`` drafts."""
         return self.budget or 2 * k + 1
 
+    @property
+    def alternatives(self) -> int:
+        """Candidates each drafted position keeps (the draft and ``fanout`` others), to plan from."""
+        return self.fanout + 1
+
 
 @dataclass
 class AcceptanceRate:
@@ -294,14 +299,9 @@ class Speculator:
 
     def _start(self, branch: Branch) -> Drafting:
         prefix = self._base + self._drafts[: branch.accepted] + [branch.token]
-        block = Drafting(self.drafter, prefix, self._k, self._index, self.drafter_alternatives)
+        block = Drafting(self.drafter, prefix, self._k, self._index, self.config.alternatives)
         self.branches[(branch.accepted, branch.token)] = branch
         return block
-
-    @property
-    def drafter_alternatives(self) -> int:
-        """Candidates each drafted position keeps, so the next round can be planned from it."""
-        return self.config.fanout + 1
 
     def find(self, accepted: int, token: int, appended: list[int] | None = None) -> Drafting | None:
         """The branch drafted for this verdict, if any, and only if its prefix is the real one.

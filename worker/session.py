@@ -130,7 +130,7 @@ class DraftSession:
         self._sent: Drafting | None = None
         self._passes_counted = 0
         self.fill = config is not None and config.fill
-        self._alternatives = config.fanout + 1 if config is not None else 0  # candidates kept a draft
+        self._alternatives = config.alternatives if config is not None else 0  # candidates kept a draft
         self._sent_k = self.k  # drafts the coordinator verified last round (fill: some its own)
         self._pending: Drafting | None = None  # fill: the block being finished in the background
         self._pending_k = 0
