@@ -98,10 +98,6 @@ class DraftTree:
         """Nodes whose token is known and not yet expanded (stale heap entries included)."""
         return len(self._frontier)
 
-    def observe(self, accepted: int, drafted: int) -> None:
-        """Learn from one verdict: ``accepted`` of ``drafted`` drafts."""
-        self.rate.observe(accepted, drafted)
-
     def plant(self, first: Sequence[int], candidates: Sequence[SparseDistribution]) -> None:
         """Root the tree at the drafter's context, with the drafts ``first`` it just made there.
 

@@ -146,10 +146,6 @@ class Speculator:
         """Estimated per-draft acceptance rate (geometric model)."""
         return self.rate.alpha
 
-    def observe(self, accepted: int, drafted: int) -> None:
-        """Learn from one verdict: ``accepted`` of ``drafted`` drafts."""
-        self.rate.observe(accepted, drafted)
-
     def plan(self, sent: Drafting, probe: SparseDistribution | None = None) -> None:
         """Rank the outcomes of ``sent``, the block just adopted and sent; forgets earlier branches.
 

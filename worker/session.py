@@ -391,10 +391,9 @@ class DraftSession:
         return self._sent_k if self.fill else len(self.drafter.last_drafts)
 
     def _verdict(self, msg: pb.Round) -> None:
-        if self.speculator is not None:
-            self.speculator.observe(msg.accepted, self._drafted)
-        if self.tree is not None:
-            self.tree.observe(msg.accepted, self._drafted)
+        ahead = self.speculator or self.tree
+        if ahead is not None:
+            ahead.rate.observe(msg.accepted, self._drafted)
         self.drafter.apply(msg.accepted, msg.token, list(msg.appended))
 
     def _draft_on_demand(self, k: int) -> DraftBlock:
