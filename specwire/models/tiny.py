@@ -72,6 +72,7 @@ def build_tiny(vocab_size: int, draft: bool = False) -> tuple[nn.Module, dict[st
     """
     args = {**ARGS, "vocab_size": vocab_size}
     model = llama.Model(llama.ModelArgs.from_dict(args))
+    model.lm_head = OutputLayer(args["hidden_size"], vocab_size, bias=False)
     rng = np.random.default_rng(SEED)
     params: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
     weights = []
@@ -86,6 +87,21 @@ def build_tiny(vocab_size: int, draft: bool = False) -> tuple[nn.Module, dict[st
         weights.append((name, array))
     load_weights(model, weights, DRAFT_SEED if draft else None)
     return model, args
+
+
+class OutputLayer(nn.Linear):
+    """``nn.Linear`` (same weight, same result) that multiplies by a contiguous copy of the transposed
+    weight, made once per weight. MLX's CPU backend multiplies by the transposed view (what
+    ``nn.Linear`` does) about 1.8 times slower; at width 8 the output layer over 49,152 tokens is most
+    of a pass, and a batched pass pays it per row (0.24 against 0.13 ms a row here)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        weight = self["weight"]
+        held = self.get("_by_column")
+        if held is None or held[0] is not weight:
+            held = (weight, mx.contiguous(weight.T))
+            self["_by_column"] = held
+        return x @ held[1]
 
 
 def load_weights(

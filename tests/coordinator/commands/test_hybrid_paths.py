@@ -61,7 +61,7 @@ def bench(
         "--backend",
         "stream,stream+prespec,ggml-rpc",
         "--granularity",
-        "op,token",
+        "op",
         "--multi-worker",
         "race",
         "--max-tokens",

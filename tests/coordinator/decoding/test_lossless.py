@@ -13,7 +13,8 @@ choice up to rounding.
 
 Real default model: the default pair (float32 target, Q4_1 draft) at the
 default k = 4 on three completion prompts (code, math, prose) and at
-k = 1, 2, 3 and 8 on one each, so each of the six prompts is run; an
+k = 1 and 8 on one more each (k = 2 and 3 differ from these only in where
+a round ends, which the tiny pair below covers at every k); an
 identical pair (Q4_1 drafting for itself) at k = 1 and 8 accepts every
 draft and equals the Q4_1 model's AR.
 A divergence is excused only where the target's top-2 gap is within twice
@@ -56,7 +57,6 @@ def test_batched_and_single_position_passes_round_alike_on_the_cpu(default_f32: 
 CASES = [
     ("f32-target/q4-draft", 4, PROMPTS[::2]),  # code, math, prose; the other ks take the rest
     ("f32-target/q4-draft", 1, PROMPTS[1:2]),
-    *[("f32-target/q4-draft", k, PROMPTS[k : k + 1]) for k in (2, 3)],
     ("f32-target/q4-draft", 8, PROMPTS[5:]),
 ]
 
