@@ -102,6 +102,9 @@ def _constant(transport: Transport) -> Callable[[int], Transport]:
 
 FILL_BATCH, FILL_FANOUT = 8, 3  # the fill rows' branches: eight a pass, three candidates a position
 TREE_K_MAX = 4  # the tree rows' best k is sought up to here (a Monte Carlo per k)
+# The tree rows' rows a pass: the most that held the M1 Max's pace on the 2-core test bed (24 overran).
+# A Mac's GPU takes up to 35 at one row's cost, but the host's work per pass grows with the rows.
+TREE_ROWS = 16
 
 
 def _tok_s(prediction: Prediction) -> float:
@@ -161,6 +164,7 @@ def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: in
             rows.append(
                 {"machine": machine.name, "backend": name, "k": k, "tok_s": p.tok_s, "best_k": best.k}
                 | {"best_tok_s": best.tok_s, "parts_ms": parts}
+                | ({"rows": FILL_BATCH} if name == "stream+prespec+fill" else {})
             )
         if profile.local_draft is not None and ceiling_rounds:  # the tree: a Monte Carlo, like the ceiling
             rows.append(_tree_row(profile, machine, k, ceiling_rounds))
@@ -170,12 +174,14 @@ def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: in
     best_row = max(rows, key=lambda r: r.get("best_tok_s", r["tok_s"]))
     out: dict[str, Any] = {
         "profile": profile.name,
-        "use": {k: best_row[k] for k in ("machine", "backend", "best_k", "best_tok_s") if k in best_row},
+        "use": {
+            k: best_row[k] for k in ("machine", "backend", "best_k", "best_tok_s", "rows") if k in best_row
+        },
         "ar_tok_s": ar,
         "mean_accepted": a.expected_accepted(k),
         "hit_rate": hit_rate,
         "rows": rows,
-        "ceiling": planned.ceilings(profile, FILL_BATCH, rounds=ceiling_rounds) if ceiling_rounds else [],
+        "ceiling": planned.ceilings(profile, TREE_ROWS, rounds=ceiling_rounds) if ceiling_rounds else [],
     }
     if profile.name == "paper":
         out["table11"] = [
@@ -189,13 +195,14 @@ def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: in
 def _tree_row(profile: Profile, machine: Machine, k: int, rounds: int) -> dict[str, Any]:
     """Tree pre-speculation (``planning.profile.tree``) at the profile's k and at its best k."""
     ks = range(1, TREE_K_MAX + 1)
-    by_k = {kk: planned.tree(profile, machine, kk, FILL_BATCH, rounds).tok_s for kk in ks}
+    by_k = {kk: planned.tree(profile, machine, kk, TREE_ROWS, rounds).tok_s for kk in ks}
     best_k = max(by_k, key=lambda kk: by_k[kk])
-    at_k = by_k[k] if k in by_k else planned.tree(profile, machine, k, FILL_BATCH, rounds).tok_s
+    at_k = by_k[k] if k in by_k else planned.tree(profile, machine, k, TREE_ROWS, rounds).tok_s
     return {"machine": machine.name, "backend": "stream+prespec+fill+tree", "k": k, "tok_s": at_k} | {
         "best_k": best_k,
         "best_tok_s": by_k[best_k],
         "parts_ms": {},
+        "rows": TREE_ROWS,
     }
 
 
@@ -235,8 +242,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{delta_local:>9}{best}"
             )
         use = out["use"]
+        rows = f", {use['rows']} rows a pass (--prespec-batch {use['rows']})" if "rows" in use else ""
         print(
-            f"Use: {use['backend']} on the {use['machine']} at k = {use['best_k']} "
+            f"Use: {use['backend']} on the {use['machine']} at k = {use['best_k']}{rows} "
             f"({use['best_tok_s']:.1f} tok/s, {use['best_tok_s'] / out['ar_tok_s']:.2f}x AR)"
         )
         _print_ceiling(out)
