@@ -42,6 +42,10 @@ PRIOR_REJECTIONS = 1.0
 MAX_FANOUT = 32
 MAX_BUDGET = 256  # forward passes per round: a session cannot keep the worker busy for long
 MAX_BATCH = 64  # branches in one pass
+# A tree's rows a pass when a session does not ask for a number: the most that held the M1 Max's pace on
+# the 2-core test bed (24 overran). A Mac's GPU takes up to 35 at one row's cost, but the host's work per
+# pass grows with the rows.
+TREE_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class PrespecConfig:
     fill: bool = False  # answer with the drafts ready at once; the coordinator drafts the rest itself
     push: bool = False  # fill: the coordinator sends the rest (Filled); the worker waits for it
     tree: bool = False  # fill at T = 0: one tree of continuations across rounds (specwire.draft_tree)
+    tree_rows: int = TREE_ROWS  # a worker's default batch for a tree session
 
     def __post_init__(self) -> None:
         if not 0 <= self.budget <= MAX_BUDGET:
@@ -72,6 +77,8 @@ class PrespecConfig:
             raise InvalidArgumentError(f"pre-speculation shard {self.shard} is outside 0..{self.shards - 1}")
         if not 1 <= self.batch <= MAX_BATCH:
             raise InvalidArgumentError(f"pre-speculation batch must be within 1..{MAX_BATCH} branches")
+        if not 1 <= self.tree_rows <= MAX_BATCH:
+            raise InvalidArgumentError(f"tree rows a pass must be within 1..{MAX_BATCH}")
         if self.tree and not self.fill:
             raise InvalidArgumentError("tree pre-speculation answers in fill mode: it needs fill")
         if self.tree and self.push:

@@ -13,7 +13,8 @@ from specwire.v1 import draft_pb2 as pb
 
 
 def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecConfig | None:
-    """The session's pre-speculation settings: the Open message's, over the worker's defaults."""
+    """The session's pre-speculation settings: the Open message's, over the worker's defaults (for a tree
+    that names no batch, the worker's tree rows)."""
     if not msg.enabled:
         return None
     return PrespecConfig(
@@ -23,10 +24,11 @@ def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecCo
         shard=msg.shard,
         shards=max(1, msg.shards),
         min_drafts=msg.min_drafts or defaults.min_drafts,
-        batch=msg.batch or defaults.batch,
+        batch=msg.batch or (defaults.tree_rows if msg.tree else defaults.batch),
         fill=msg.fill,
         push=msg.fill and msg.push,
         tree=msg.tree,
+        tree_rows=defaults.tree_rows,
     )
 
 

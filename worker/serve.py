@@ -43,7 +43,7 @@ from specwire.protocol import (
     TENSOR_SERVICE_NAME,
 )
 from specwire.sampling import SamplingParams
-from specwire.speculation import ALLOCATIONS, DEFAULT_FANOUT, PrespecConfig
+from specwire.speculation import ALLOCATIONS, DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
 from specwire.warmup import warm_drafter
 from worker.advertise import Advertiser, advertised_addresses
 from worker.auth import AuthInterceptor
@@ -162,6 +162,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "on a GPU about the cost of one); 1 = one branch a pass",
     )
     p.add_argument(
+        "--tree-rows",
+        type=int,
+        default=TREE_ROWS,
+        help=f"tree pre-speculation: nodes expanded side by side in one forward pass, for a session that "
+        f"does not ask for a number (its --prespec-batch); default {TREE_ROWS}",
+    )
+    p.add_argument(
         "--prespec-allocation",
         default="probability",
         choices=ALLOCATIONS,
@@ -177,6 +184,7 @@ def prespec_defaults(args: argparse.Namespace) -> PrespecConfig:
         args.prespec_allocation,
         min_drafts=args.prespec_min_drafts,
         batch=args.prespec_batch,
+        tree_rows=args.tree_rows,
     )
 
 

@@ -102,8 +102,9 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         "--fill-tree",
         action="store_true",
         help="with --fill: the worker keeps one tree of likely continuations across rounds and drafts its "
-        "likeliest nodes, several rounds ahead (--prespec-batch rows a pass); a tree drafts first choices, "
-        "so sessions at temperature > 0 use plain --fill",
+        "likeliest nodes, several rounds ahead (--prespec-batch rows a pass; unset, the worker's "
+        "--tree-rows, 16 by default); a tree drafts first choices, so sessions at temperature > 0 use "
+        "plain --fill",
     )
     p.add_argument(
         "--multi-worker",

@@ -38,6 +38,7 @@ from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
 from coordinator.planning.projection import project
 from specwire.errors import InvalidArgumentError
 from specwire.profile import Machine, Profile, load_profile
+from specwire.speculation import TREE_ROWS
 
 CALIBRATION_BACKENDS = ("stream", "ggml-rpc")
 CALIBRATION_GRANULARITIES = ("op", "token")
@@ -102,9 +103,6 @@ def _constant(transport: Transport) -> Callable[[int], Transport]:
 
 FILL_BATCH, FILL_FANOUT = 8, 3  # the fill rows' branches: eight a pass, three candidates a position
 TREE_K_MAX = 4  # the tree rows' best k is sought up to here (a Monte Carlo per k)
-# The tree rows' rows a pass: the most that held the M1 Max's pace on the 2-core test bed (24 overran).
-# A Mac's GPU takes up to 35 at one row's cost, but the host's work per pass grows with the rows.
-TREE_ROWS = 16
 
 
 def _tok_s(prediction: Prediction) -> float:

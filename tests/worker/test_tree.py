@@ -28,6 +28,7 @@ from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request
 from tests.support.tiny_models import disagreeing_pair, hybrid_pair
 from tests.support.workers import WorkerProcess
+from worker.checks import prespec_config
 from worker.hosting import WorkerCounters
 from worker.session import DraftSession
 
@@ -106,6 +107,17 @@ def test_a_tree_needs_greedy_fill_mode_and_kv_caches_and_takes_no_filled_drafts(
         PrespecConfig(tree=True)
     with pytest.raises(InvalidArgumentError, match="drop push"):
         PrespecConfig(fill=True, push=True, tree=True)
+
+
+def test_a_tree_that_names_no_batch_takes_the_workers_tree_rows() -> None:
+    worker = PrespecConfig(batch=2, tree_rows=5)
+    tree = pb.PreSpeculation(enabled=True, fill=True, tree=True)
+    assert prespec_config(tree, worker).batch == 5
+    tree.batch = 3
+    assert prespec_config(tree, worker).batch == 3
+    assert prespec_config(pb.PreSpeculation(enabled=True, fill=True), worker).batch == 2
+    with pytest.raises(InvalidArgumentError, match="tree rows a pass must be within"):
+        PrespecConfig(tree_rows=0)
 
 
 def test_top_choices_are_the_likeliest_tokens_in_order() -> None:
