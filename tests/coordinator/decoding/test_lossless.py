@@ -55,7 +55,7 @@ def test_batched_and_single_position_passes_round_alike_on_the_cpu(default_f32: 
 
 
 CASES = [
-    ("f32-target/q4-draft", 4, PROMPTS[::2]),  # code, math, prose; the other ks take the rest
+    ("f32-target/q4-draft", 4, PROMPTS[::2]),  # code, math, prose; k = 1 and 8 take two more
     ("f32-target/q4-draft", 1, PROMPTS[1:2]),
     ("f32-target/q4-draft", 8, PROMPTS[5:]),
 ]
