@@ -252,7 +252,7 @@ async def test_forced_hit_is_served_from_the_cache_and_forced_miss_is_drafted(
 
 @pytest.mark.anyio
 async def test_prespec_is_lossless_at_t0(worker: WorkerProcess, default_f32: LoadedModel) -> None:
-    prompts = [default_f32.tokenizer.encode(PROMPTS[3])]  # math (code: the per-op and fill tests)
+    prompts = [default_f32.tokenizer.encode(PROMPTS[2])]  # math, whose AR test_lossless already made
     batched = pb.PreSpeculation(enabled=True, batch=4)  # the default model's branches, four a pass
     runs = await generate_remote(
         worker.address, default_f32, prompts, 4, MAX_TOKENS, SamplingParams(), batched
