@@ -284,9 +284,9 @@ class Drafter:
         self.checkpoints.keep(len(self.cached))
         self.forward_passes += 1
         if self.params.greedy:
-            tops = [_top_on_device(rows[i], size) for i in range(count)]
-            self._settle(*[a for top in tops for a in top])
-            return [_sparse(*top) for top in tops]
+            ids, probs = top_choices(rows.astype(mx.float32), size)  # every row in one go, ranked
+            self._settle(ids, probs)
+            return _sparse_rows(ids, probs)
         rows = rows.astype(mx.float32)
         self._settle(rows)
         host = np.array(rows)
@@ -394,13 +394,13 @@ class Drafter:
             self.checkpoints.keep(position + i)  # the state after this pass's tokens
             token = mx.argmax(logits, axis=-1)
             if block.alternatives:
-                tops.append(_top_on_device(logits[0], block.alternatives))
+                tops.append(top_choices(logits.astype(mx.float32), block.alternatives))
             self._settle(token, *(tops[-1] if block.alternatives else ()))
             out.append(token)
             if i + 1 < n:
                 y = token[None]
         tokens = np.array(mx.concatenate(out)).astype(int).tolist()
-        block.candidates.extend(_sparse(ids, probs) for ids, probs in tops)
+        block.candidates.extend(top for ids, probs in tops for top in _sparse_rows(ids, probs))
         return tokens
 
     def sampled_passes(self, block: Drafting, n: int) -> None:
@@ -420,16 +420,11 @@ class Drafter:
         self.forward_passes += n
 
 
-def _top_on_device(row: mx.array, size: int) -> tuple[mx.array, mx.array]:
-    """The ``size`` most probable tokens of softmax(row) and their probabilities (lazy; ``top_choices``)."""
-    ids, probs = top_choices(row.astype(mx.float32)[None], size)
-    return ids[0], probs[0]
-
-
 def _first(dist: SparseDistribution, size: int) -> SparseDistribution:
     return SparseDistribution(dist.ids[:size], dist.probs[:size])
 
 
-def _sparse(ids: mx.array, probs: mx.array) -> SparseDistribution:
-    """Candidates on the host, most probable first as ``top_choices`` orders them."""
-    return SparseDistribution(np.array(ids).astype(np.int64), np.array(probs, dtype=np.float64))
+def _sparse_rows(ids: mx.array, probs: mx.array) -> list[SparseDistribution]:
+    """Each row's candidates on the host, most probable first as ``top_choices`` ranks them."""
+    ids_np, probs_np = np.array(ids).astype(np.int64), np.array(probs, dtype=np.float64)
+    return [SparseDistribution(i, p) for i, p in zip(ids_np, probs_np, strict=True)]

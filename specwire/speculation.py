@@ -148,11 +148,6 @@ class Speculator:
         self._probed = False  # the probe's distribution came with the plan: the cache holds all drafts
         self._skipped: set[int] = set()
 
-    @property
-    def acceptance(self) -> float:
-        """Estimated per-draft acceptance rate (geometric model)."""
-        return self.rate.alpha
-
     def plan(self, sent: Drafting, probe: SparseDistribution | None = None) -> None:
         """Rank the outcomes of ``sent``, the block just adopted and sent; forgets earlier branches.
 
@@ -170,7 +165,7 @@ class Speculator:
         self._drafts = list(self.drafter.last_drafts)
         self._index = self.drafter.blocks
         self._budget = self.config.passes(self._k)
-        alpha = self.acceptance
+        alpha = self.rate.alpha
         for a in range(self._k):
             p_a = alpha**a * (1.0 - alpha)
             if a < len(sent.candidates):
