@@ -144,8 +144,6 @@ def paced_workers(processes: list[subprocess.Popen[str]]) -> list[str]:
         flags = [
             "--pace",
             f"paper:{name}",
-            "--compute",
-            "thread",
             "--port",
             str(port),
             "--echo-port",

@@ -26,16 +26,16 @@ their sum is shown, as "transport". The raw-TCP echo floor for the same
 bytes (the worker's echo service) is measured at the start, and the
 protocol cost is total - compute - floor.
 
-Several workers (``--worker`` repeated, and one started per ``--compute``
-placement) are measured in one run, generation by generation in turn, so
+Several workers (``--worker`` repeated, and with ``--local`` one started
+here beside them) are measured in one run, generation by generation in turn, so
 their tables compare: a worker started from an older checkout against this
 one is a before/after of the same run.
 
     python scripts/round_breakdown.py                         # a local tiny worker, k = 4
-    python scripts/round_breakdown.py --compute thread,loop   # the worker's two placements
+    python scripts/round_breakdown.py --worker 127.0.0.1:PORT --local   # an older checkout's worker beside
     python scripts/round_breakdown.py --rounds 1000 --json breakdown.json
     sudo .venv/bin/python scripts/lan_testbed exec m2-ultra -- \\
-        .venv/bin/python scripts/round_breakdown.py --worker 198.18.77.2:PORT --compute ""
+        .venv/bin/python scripts/round_breakdown.py --worker 198.18.77.2:PORT
 """
 
 from __future__ import annotations
@@ -130,11 +130,11 @@ async def grpc_echo_after_idle(connection: WorkerConnection, count: int, gap_s: 
     return samples[1:]  # the first opens the stream
 
 
-def start_worker(model: str, compute: str) -> tuple[subprocess.Popen[str], str]:
-    """A worker on 127.0.0.1 (``--compute compute``, not advertised), and its address."""
+def start_worker(model: str) -> tuple[subprocess.Popen[str], str]:
+    """A worker on 127.0.0.1 (not advertised), and its address."""
     command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
-    command += ["--model", model, "--no-advertise", "--json", "--warmup-tokens", "2", "--compute", compute]
-    command += ["--name", f"breakdown-{compute}-{os.getpid()}"]
+    command += ["--model", model, "--no-advertise", "--json", "--warmup-tokens", "2"]
+    command += ["--name", f"breakdown-{os.getpid()}"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     for line in process.stdout:
@@ -207,10 +207,9 @@ def main() -> int:
         "--worker", action="append", default=[], help="HOST:PORT of a running worker to measure (repeatable)"
     )
     p.add_argument(
-        "--compute",
-        default="loop",
-        help="start a worker on 127.0.0.1 for each of these placements (comma-separated: loop, thread; "
-        '"" for none)',
+        "--local",
+        action="store_true",
+        help="start a worker on 127.0.0.1 beside the --worker ones (without --worker, one is started anyway)",
     )
     p.add_argument("--model", default="tiny", help="model of the workers this script starts")
     p.add_argument("--target", default="tiny", help="target model spec")
@@ -225,18 +224,13 @@ def main() -> int:
     p.add_argument("--token-file", type=Path, help="file holding the shared token")
     p.add_argument("--insecure", action="store_true", help="the workers run --insecure")
     args = p.parse_args()
-    placements = [c.strip() for c in args.compute.split(",") if c.strip()]
-    if set(placements) - {"loop", "thread"}:
-        raise SystemExit(f"round_breakdown: --compute takes loop and thread, not {args.compute!r}")
-    if not placements and not args.worker:
-        raise SystemExit("round_breakdown: no worker to measure (give --worker or --compute)")
     workers = {address: address for address in args.worker}
     processes = []
     try:
-        for placement in placements:
-            process, address = start_worker(args.model, placement)
+        if args.local or not args.worker:
+            process, address = start_worker(args.model)
             processes.append(process)
-            workers[f"{placement} {address}"] = address
+            workers[f"local {address}"] = address
         report = anyio.run(measure, args, workers)
     finally:
         for process in processes:

@@ -1,20 +1,22 @@
-"""Where all MLX work of a process runs: one compute thread, or the event loop's own thread.
+"""Where all MLX work of a process runs: one compute thread, off the event loop.
 
-Both roles run asyncio (grpc.aio, AsyncZeroconf) on the main thread. MLX
-work goes to one thread per process: MLX streams are per thread on some
-backends, and one thread also serialises sessions on the single GPU (or CPU)
-the way the hardware would anyway. Two placements share one interface
-(``run``):
+Both roles run asyncio (grpc.aio, AsyncZeroconf) on the main thread and all
+MLX work on one compute thread per process (``ComputeThread.run``). One
+thread, because MLX 0.31.2 and later give each thread its own default
+stream, and on Metal an array made on one thread cannot be evaluated on
+another ("There is no Stream(gpu, 0) in current thread"); it also serialises
+sessions on the single GPU (or CPU) the way the hardware would anyway. Off
+the event loop, because the loop answers Hello, the health service, new
+connections and Bonjour queries: a worker whose loop waited behind its
+sessions' forward passes looked dead under load (8 sessions of the default
+model: Hello timed out after 10 s). A worker used to offer computing on the
+loop's own thread (``--compute loop``); the CHANGELOG has the figure that
+retired it.
 
-* ``ComputeThread``: a thread of its own, so a forward pass never stalls
-  network I/O, at the price of two thread hand-offs per call (0.1-0.2 ms
-  each on a 2-vCPU virtual machine). The coordinator uses it: its event loop also
-  serves HTTP and Bonjour while the target verifies.
-* ``LoopCompute``: the event loop's own thread. No hand-off; while a pass
-  runs, the loop does nothing else. A worker uses it by default (``worker
-  serve --compute loop``): its sessions share one device and wait for each
-  other's passes either way, and a round's reply is what the loop would be
-  waiting for.
+A job goes to the thread through a ``SimpleQueue`` and comes back with one
+``call_soon_threadsafe`` that settles an asyncio future: no
+``concurrent.futures.Future`` in between, whose callback chain cost about
+50 µs each way on a 2-vCPU virtual machine.
 
 The thread is a daemon that lives as long as the process. It must never run
 its thread-exit destructors while the interpreter shuts down: MLX keeps
@@ -27,16 +29,18 @@ through ``specwire.command_line.exit_process``, which skips finalization.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_Job = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], "Future[Any]"]
+_Job = tuple[
+    Callable[..., Any], tuple[Any, ...], dict[str, Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"
+]
 
 
 class ComputeThread:
@@ -49,21 +53,15 @@ class ComputeThread:
 
     def _loop(self) -> None:
         while True:
-            fn, args, kwargs, future = self._jobs.get()
-            if not future.set_running_or_notify_cancel():
+            fn, args, kwargs, loop, future = self._jobs.get()
+            if future.cancelled():
                 continue
             try:
-                result = fn(*args, **kwargs)
+                outcome: tuple[bool, Any] = (True, fn(*args, **kwargs))
             except BaseException as err:  # handed to the awaiting caller, not swallowed
-                future.set_exception(err)
-            else:
-                future.set_result(result)
-
-    def submit(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        """Queue ``fn(*args, **kwargs)``; returns its future."""
-        future: Future[T] = Future()
-        self._jobs.put((fn, args, kwargs, future))
-        return future
+                outcome = (False, err)
+            with contextlib.suppress(RuntimeError):  # the loop closed while the job ran
+                loop.call_soon_threadsafe(_settle, future, outcome)
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn`` on the compute thread and await its result.
@@ -71,25 +69,22 @@ class ComputeThread:
         Cancelling the awaiting task does not interrupt ``fn`` once it runs;
         it finishes on the thread and its result is dropped.
         """
-        return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put((fn, args, kwargs, loop, future))
+        return await future
 
 
-class LoopCompute:
-    """Runs functions on the calling event loop's thread, to their end.
+def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    """On the loop: hand a job's result or exception to its awaiting caller, unless it gave up."""
+    if future.cancelled():
+        return
+    ok, value = outcome
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
-    ``run`` does not yield to the loop before or after ``fn``: a round's
-    reply goes out before anything else runs. A caller that loops over many
-    jobs (pre-speculation) yields between them itself. Every call must come
-    from the one event loop (MLX stays on its thread).
-    """
-
-    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn`` here and return its result."""
-        return fn(*args, **kwargs)
-
-
-Compute = ComputeThread | LoopCompute
-"""Either placement: both have ``run``."""
 
 _shared: ComputeThread | None = None
 _shared_lock = threading.Lock()

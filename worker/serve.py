@@ -18,7 +18,6 @@ import logging
 import signal
 import socket
 import sys
-import time
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -30,8 +29,7 @@ from grpc_reflection.v1alpha import reflection
 
 from specwire.auth import ProofChecker, create_token, default_token_path, find_token
 from specwire.bonjour import WorkerAdvert, mdns_interfaces
-from specwire.compute import Compute, LoopCompute, compute_thread
-from specwire.drafter import Drafter
+from specwire.compute import ComputeThread, compute_thread
 from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL, LoadedModel, load_model
 from specwire.pace import Pace, Pacer, pace_model, parse_pace
@@ -42,20 +40,19 @@ from specwire.protocol import (
     SERVICE_NAME,
     TENSOR_SERVICE_NAME,
 )
-from specwire.sampling import SamplingParams
 from specwire.speculation import ALLOCATIONS, DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
 from specwire.warmup import warm_drafter
 from worker.advertise import Advertiser, advertised_addresses
 from worker.auth import AuthInterceptor
 from worker.echo import EchoServer
 from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
+from worker.speed import draft_speed
 from worker.stream_service import DraftService
 from worker.tensor_service import TensorService, walkable
 
 NAME = "serve"
 HELP = "Serve a draft model over gRPC and announce it over Bonjour."
 BACKENDS = (BACKEND_STREAM, BACKEND_PER_OP)
-WARMUP_TEXT = "The quick brown fox jumps over the lazy dog."
 SHUTDOWN_GRACE_S = 2.0
 MAX_RECEIVE_BYTES = 16 << 20  # the largest request: a round-granularity graph of 32 passes
 MAX_SEND_BYTES = 64 << 20  # the largest reply: 32 float32 logits rows of a large vocabulary
@@ -121,13 +118,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the ready line as JSON")
     p.add_argument(
-        "--compute",
-        choices=("loop", "thread"),
-        default="loop",
-        help="where MLX runs: on the event loop's thread (no hand-off per round; the loop waits while a "
-        "pass runs) or on a thread of its own (gRPC keeps reading during a pass; two hand-offs per round)",
-    )
-    p.add_argument(
         "--pace",
         metavar="PROFILE:MACHINE",
         help="emulate a machine of a hardware profile: every forward pass runs for real and is held until "
@@ -188,18 +178,6 @@ def prespec_defaults(args: argparse.Namespace) -> PrespecConfig:
     )
 
 
-def measure_draft_speed(model: LoadedModel, tokens: int) -> float:
-    """Greedy draft tokens per second at batch 1, after a short warm-up."""
-    prompt = list(model.tokenizer.encode(WARMUP_TEXT)) if model.tokenizer is not None else [0, 1, 2, 3]
-    drafter = Drafter(model.model, SamplingParams())
-    drafter.start(prompt)
-    drafter.draft(2)
-    drafter.apply(2, prompt[0])
-    t0 = time.perf_counter()
-    drafter.draft(tokens)
-    return tokens / (time.perf_counter() - t0)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``worker serve`` until SIGINT or SIGTERM."""
     backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
@@ -247,7 +225,7 @@ def _grpc_server(
     model: LoadedModel,
     raw: LoadedModel,
     host: SessionHost,
-    compute: Compute,
+    compute: ComputeThread,
     token: str | None,
     prespec: PrespecConfig,
     pace: Pace | None,
@@ -279,7 +257,7 @@ async def _serve(
     token: str | None,
     pace: Pace | None,
 ) -> None:
-    compute: Compute = LoopCompute() if args.compute == "loop" else compute_thread()
+    compute = compute_thread()
     raw = await compute.run(load_model, args.model)
     refusal = walkable(raw)[1]
     if BACKEND_PER_OP in backends and refusal:
@@ -288,7 +266,7 @@ async def _serve(
     warmup_s = await compute.run(warm_drafter, raw.model, True)
     pacer = Pacer(pace.draft_curve(), pace.label) if pace is not None else None
     model = pace_model(raw, pacer) if pacer is not None else raw
-    tps = await compute.run(measure_draft_speed, model, args.warmup_tokens)
+    tps = await compute.run(draft_speed, model, args.warmup_tokens)
     echo = EchoServer(args.host, args.echo_port, ProofChecker(token) if token else None).start()
     try:
         advertised_echo = args.advertise_echo_port or echo.port
@@ -374,7 +352,6 @@ def _print_ready(
         "draft_tok_s": round(advert.draft_tps, 2),
         "backends": list(advert.backends),
         "pid": advert.pid,
-        "compute": args.compute,
         "warmup_s": round(warmup_s, 3),
         "pace": advert.extra.get("pace"),
     }

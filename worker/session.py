@@ -4,8 +4,7 @@ The stream service calls ``open_session`` with the session's Open message and
 then ``round`` once per Round message. Both validate their input against the
 model (vocabulary, context length, k) before touching the KV cache, so a bad
 message never leaves a session half-updated. Methods that run the model must
-run where the worker computes (``specwire.compute``: its event loop's thread
-or its compute thread).
+run on the worker's compute thread (``specwire.compute``).
 
 With pre-speculation on, the session also owns a ``Speculator``: after each
 reply the stream service runs its passes one at a time, and the next Round is

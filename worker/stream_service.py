@@ -1,15 +1,14 @@
 """The stream protocol, worker side: ``DraftWorker.Hello`` and ``DraftWorker.Draft``.
 
 One Draft stream is one session (hosted by ``worker.hosting``). Each message
-is parsed here, the drafter runs where the worker computes, and the reply is
+is parsed here, the drafter runs on the worker's compute thread, and the reply is
 encoded here with the worker's own durations (parse, queueing, compute, hop
 back to the event loop, encode, previous send) and the session's counters.
 
 Pre-speculation: after each reply a background task of the session runs
 speculative passes one compute job at a time, so it can stop between any
-two. When the next Round arrives, a finished branch is answered at once
-(with a compute thread, even while a pass is still in flight; computing on
-the event loop, the Round is read between passes); otherwise speculation
+two. When the next Round arrives, a finished branch is answered at once,
+even while a pass is still in flight; otherwise speculation
 stops, the in-flight pass ends, and the round is drafted (finishing a
 branch under way when there is one). In fill mode every Round is answered
 at once with what is ready, and the rest of the block is drafted after the
@@ -23,13 +22,12 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
-import anyio.lowlevel
 import grpc
 import msgpack
 from google.protobuf.message import DecodeError
 
 from specwire.auth import worker_proof
-from specwire.compute import Compute, ComputeThread
+from specwire.compute import ComputeThread
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
 from specwire.memory import current_rss_bytes, peak_rss_bytes
 from specwire.models import LoadedModel
@@ -50,7 +48,7 @@ class DraftService:
         self,
         model: LoadedModel,
         host: SessionHost,
-        compute: Compute,
+        compute: ComputeThread,
         token: str | None,
         prespec: PrespecConfig | None = None,
         pace: Pace | None = None,
@@ -117,7 +115,7 @@ class DraftService:
             echo_port=info.echo_port,
             auth_proof=worker_proof(self.token, caller_proof_of(context)) if self.token else "",
             pace=pace_to_pb(self.pace),
-            compute="thread" if isinstance(self.compute, ComputeThread) else "loop",
+            compute="thread",
         )
 
     async def draft(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
@@ -166,8 +164,10 @@ class _DraftLoop(StreamLoop):
             else:
                 computed = self.session.serve_hit(msg)
                 if computed is None:
-                    await self._stop()
-                    computed = await self.service.compute.run(self.session.round, msg)
+                    await self._stop()  # the pass in flight may finish the branch: then it is a hit
+                    computed = self.session.serve_hit(msg) or await self.service.compute.run(
+                        self.session.round, msg
+                    )
                 await self._reply(computed, msg.seq, arrived_ns, deserialize_ns)
                 await self._stop()
         self._speculate()
@@ -186,7 +186,7 @@ class _DraftLoop(StreamLoop):
     async def _speculation(self, session: DraftSession, done: anyio.Event) -> None:
         try:
             while not self._stop_speculating and await self.service.compute.run(session.speculate):
-                await anyio.lowlevel.checkpoint()  # computing on the loop, a Round can only arrive here
+                pass
         finally:
             done.set()
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import grpc
 from google.protobuf.message import DecodeError
 
-from specwire.compute import Compute
+from specwire.compute import ComputeThread
 from specwire.errors import (
     InvalidArgumentError,
     UnsupportedModelError,
@@ -47,7 +47,7 @@ class TensorService:
     """Serves the tensor executor for one model to many concurrent sessions."""
 
     def __init__(
-        self, model: LoadedModel, host: SessionHost, compute: Compute, pacer: Pacer | None = None
+        self, model: LoadedModel, host: SessionHost, compute: ComputeThread, pacer: Pacer | None = None
     ) -> None:
         self.model = model  # unpaced: the executor holds each call itself, for its share of a pass
         self.host = host

@@ -16,7 +16,7 @@ their state at the end of each forward pass (references, as
 ``specwire.rollback`` does for a local drafter), the last ``MAX_KEPT`` of
 them, and KV_TRIM rolls back to one of those.
 
-All methods run where the worker computes (its event loop or its compute thread).
+All methods run on the worker's compute thread (``specwire.compute``).
 """
 
 from __future__ import annotations

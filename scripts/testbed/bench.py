@@ -38,8 +38,7 @@ class Preset:
 def paced_preset(profile: str, topo: Topology) -> Preset:
     """The paper's set-up emulated: every host paced as the profile's machine of its name.
 
-    Workers serve ``tiny-draft`` (accepted as often as the paper's draft) on a
-    compute thread (so a pre-speculating worker answers a hit at once); the
+    Workers serve ``tiny-draft`` (accepted as often as the paper's draft); the
     coordinator's ``tiny`` target and local ``tiny-draft`` run paced as the
     target machine. k = 4, T = 0, the built-in prompts, 64 tokens; stream,
     stream with pre-speculation, the per-op baseline at op and token
@@ -50,7 +49,7 @@ def paced_preset(profile: str, topo: Topology) -> Preset:
     json_path = f"testbed-{Path(profile).stem}-bench.json"
     return Preset(
         worker_model="tiny-draft",
-        worker_flags={h.name: ["--pace", f"{profile}:{h.name}", "--compute", "thread"] for h in workers},
+        worker_flags={h.name: ["--pace", f"{profile}:{h.name}"] for h in workers},
         coordinator_flags=[],
         bench_flags=[
             *("--pace", f"{profile}:{coordinator.name}", "--target", "tiny", "--draft", "tiny-draft"),

@@ -28,7 +28,7 @@ PATH_PARTS = (
 
 
 def test_the_parts_of_a_round_add_up_to_the_round(tiny_worker: WorkerProcess, tmp_path: Path) -> None:
-    args = ["--worker", tiny_worker.address, "--compute", "", "--rounds", "40", "--warmup", "4"]
+    args = ["--worker", tiny_worker.address, "--rounds", "40", "--warmup", "4"]
     args += ["--max-tokens", "60", "--echoes", "20", "--echo-gap-ms", "5"]
     out = subprocess.run(
         [sys.executable, str(SCRIPT), *args, "--json", str(tmp_path / "breakdown.json")],
