@@ -18,7 +18,8 @@ TCP echo there, and ``--measure A,B`` (run alone) prints the median round
 trip of small messages echoed at each address, interleaved.
 
 SIGUSR1 turns it into a black hole (connections stay open, nothing passes,
-what arrives is dropped); SIGUSR2 lets traffic through again. It prints one
+what arrives is dropped); SIGUSR2 lets traffic through again; SIGHUP sets
+the delay to ``--then-delay-ms`` (a link that turns slow mid-run). It prints one
 JSON ready line with the listening ports, and runs until SIGINT or SIGTERM.
 
     python scripts/delay_relay.py --map 127.0.0.1:0=127.0.0.1:50051 --delay-ms 2
@@ -181,6 +182,8 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGUSR1, lambda *_: relay.black_hole.set())
     signal.signal(signal.SIGUSR2, lambda *_: relay.black_hole.clear())
+    then_s = (args.delay_ms if args.then_delay_ms is None else args.then_delay_ms) / 1000.0
+    signal.signal(signal.SIGHUP, lambda *_: setattr(relay, "delay_s", then_s))
     maps = []
     for (lh, lp), target in args.map:
         listener = socket.create_server((lh, lp))
@@ -206,4 +209,5 @@ if __name__ == "__main__":
         help="A,B,...: print the median round trip of small echoes at each address, and exit",
     )
     parser.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay added in each direction")
+    parser.add_argument("--then-delay-ms", type=float, help="the one-way delay after a SIGHUP")
     sys.exit(main(parser.parse_args()))

@@ -9,7 +9,7 @@
    accepted as often as the paper's draft); then the planner's prediction from
    the paper's profile alone beside every row.
 2. **This machine's real model**: two workers serving the default model, and
-   ``coordinator bench --backend stream,ggml-rpc`` at MLX-CPU speed.
+   ``coordinator bench --backend auto,stream,ggml-rpc`` at MLX-CPU speed.
 
 Bonjour stays on 127.0.0.1; workers and relays are stopped on the way out,
 whether the bench succeeded, failed or was interrupted. Extra arguments go
@@ -38,8 +38,8 @@ DELAY_MS = 0.15
 # Short enough to finish in minutes on a CPU; the paper used 200 tokens.
 REAL_BENCH = ["--max-tokens", "16", "--k", "4", "--plot", "demo-bench.png", "--json", "demo-bench.json"]
 PACED_BENCH = ["--pace", "paper:m2-ultra", "--target", "tiny", "--draft", "tiny-draft", "--max-tokens", "64"]
-PACED_BENCH += ["--backend", "stream,stream+prespec,ggml-rpc", "--granularity", "op,token"]
-PACED_BENCH += ["--multi-worker", "race", "--k", "4", "--json", "demo-paced-bench.json"]
+PACED_BENCH += ["--backend", "auto,stream,stream+prespec+fill+tree,ggml-rpc", "--granularity", "op,token"]
+PACED_BENCH += ["--k", "2", "--local-k", "4", "--json", "demo-paced-bench.json"]
 FAST_BENCH = ["--target", "tiny", "--draft", "tiny", "--granularity", "op,layer,token,round"]
 FAST_BENCH += ["--max-tokens", "64", "--k", "4", "--json", "demo-fast-bench.json"]
 READY_TIMEOUT_S = 300.0
@@ -160,7 +160,7 @@ def paced_workers(processes: list[subprocess.Popen[str]]) -> list[str]:
 
 def bench(workers: list[str], flags: list[str]) -> int:
     """``coordinator bench`` against ``workers`` with ``flags``."""
-    command = [sys.executable, "-m", "coordinator.cli", "bench", "--backend", "stream,ggml-rpc"]
+    command = [sys.executable, "-m", "coordinator.cli", "bench", "--backend", "auto,stream,ggml-rpc"]
     command += ["--workers", ",".join(workers), "--interface", "127.0.0.1", *flags]
     print("demo: " + " ".join(Path(a).name if i == 0 else a for i, a in enumerate(command)), flush=True)
     return subprocess.run(command, env=ENV, check=False).returncode

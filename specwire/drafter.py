@@ -149,32 +149,6 @@ class Drafting:
         self.forward_passes += n
         self.compute_ns += time.perf_counter_ns() - t0
 
-    def finish_with(self, tokens: Sequence[int], probe_size: int) -> SparseDistribution:
-        """Make ``tokens``, this block's drafts as another drafter finished them, its own; returns the
-        bonus probe (the ``probe_size`` most probable tokens after them).
-
-        This block's drafts are kept as far as they agree; one pass over the
-        rest gives each its candidates (its q when sampling) and the probe.
-        No randomness is drawn.
-        """
-        keep = shared_prefix(self.tokens, tokens)
-        del self.tokens[keep:], self.candidates[keep:], self.dists[keep:]
-        rest = list(tokens[keep:])
-        self.k, self.batch = len(tokens), None
-        t0 = time.perf_counter_ns()
-        size = max(self.alternatives, probe_size)
-        dists = self.drafter.distributions_after(self.prefix + self.tokens + rest, len(rest) + 1, size)
-        self.forward_passes += 1
-        self.compute_ns += time.perf_counter_ns() - t0
-        greedy = self.drafter.params.greedy
-        for token, dist in zip(rest, dists, strict=False):
-            if self.alternatives:
-                self.candidates.append(_first(dist, self.alternatives) if greedy else dist)
-            if not greedy:
-                self.dists.append(dist)
-            self.tokens.append(token)
-        return _first(dists[-1], probe_size)
-
     def block(self, k: int | None = None) -> DraftBlock:
         """The first ``k`` drafts (all by default) as a block."""
         k = self.k if k is None else k

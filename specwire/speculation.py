@@ -13,9 +13,7 @@ ones, one forward pass at a time, until the real verdict arrives:
   without d_{a+1} for a correction, and q_{k+1} (one extra pass, the
   "bonus probe") for the bonus. The top ``fanout`` tokens are candidates.
 * The budget (forward passes per round) goes to outcomes in order of
-  probability; the ``geometric`` allocation also halves the fan-out for
-  each draft fewer accepted (F for the bonus, F/2 after k - 1 accepted, and
-  so on, at least 1), after Saguaro's geometric fan-out.
+  probability.
 
 Branches are keyed by (accepted, token) and each remembers the full prefix
 it was drafted after; ``find`` serves a branch only when that prefix is the
@@ -33,9 +31,7 @@ from dataclasses import dataclass
 from specwire.branch_batch import BranchBatch, batchable
 from specwire.drafter import Drafter, Drafting
 from specwire.errors import InvalidArgumentError
-from specwire.sampling import SparseDistribution
 
-ALLOCATIONS = ("probability", "geometric")
 DEFAULT_FANOUT = 2
 PRIOR_ACCEPTED = 4.0  # the acceptance estimate starts at 4 / (4 + 1) = 0.8
 PRIOR_REJECTIONS = 1.0
@@ -54,13 +50,8 @@ class PrespecConfig:
 
     budget: int = 0  # 0: enough for the bonus probe and two branches (2k + 1)
     fanout: int = DEFAULT_FANOUT
-    allocation: str = "probability"
-    shard: int = 0  # with several workers: draft only branches of rank shard mod shards
-    shards: int = 1
-    min_drafts: int = 0  # serve a branch with this many drafts ready at once (0: only a whole one)
     batch: int = 1  # branches drafted side by side in one forward pass (specwire.branch_batch)
     fill: bool = False  # answer with the drafts ready at once; the coordinator drafts the rest itself
-    push: bool = False  # fill: the coordinator sends the rest (Filled); the worker waits for it
     tree: bool = False  # fill at T = 0: one tree of continuations across rounds (specwire.draft_tree)
     tree_rows: int = TREE_ROWS  # a worker's default batch for a tree session
 
@@ -71,22 +62,12 @@ class PrespecConfig:
             )
         if not 1 <= self.fanout <= MAX_FANOUT:
             raise InvalidArgumentError(f"pre-speculation fan-out must be within 1..{MAX_FANOUT}")
-        if not 0 <= self.min_drafts <= MAX_FANOUT:
-            raise InvalidArgumentError(f"pre-speculation min drafts must be within 0..{MAX_FANOUT}")
-        if not 0 <= self.shard < max(1, self.shards):
-            raise InvalidArgumentError(f"pre-speculation shard {self.shard} is outside 0..{self.shards - 1}")
         if not 1 <= self.batch <= MAX_BATCH:
             raise InvalidArgumentError(f"pre-speculation batch must be within 1..{MAX_BATCH} branches")
         if not 1 <= self.tree_rows <= MAX_BATCH:
             raise InvalidArgumentError(f"tree rows a pass must be within 1..{MAX_BATCH}")
         if self.tree and not self.fill:
             raise InvalidArgumentError("tree pre-speculation answers in fill mode: it needs fill")
-        if self.tree and self.push:
-            raise InvalidArgumentError("tree pre-speculation learns the filled drafts itself: drop push")
-        if self.allocation not in ALLOCATIONS:
-            raise InvalidArgumentError(
-                f"pre-speculation allocation {self.allocation!r} is not one of {', '.join(ALLOCATIONS)}"
-            )
 
     def passes(self, k: int) -> int:
         """The budget for a round of ``k`` drafts."""
@@ -142,24 +123,16 @@ class Speculator:
         self._index = 0
         self._budget = 0
         self._k = 0
-        self._ranked = [0, 0]  # branches ranked so far: after a rejection, after all accepted
         self._batch: BranchBatch | None = None
         self._probe: Drafting | None = None
-        self._probed = False  # the probe's distribution came with the plan: the cache holds all drafts
-        self._skipped: set[int] = set()
 
-    def plan(self, sent: Drafting, probe: SparseDistribution | None = None) -> None:
-        """Rank the outcomes of ``sent``, the block just adopted and sent; forgets earlier branches.
-
-        ``probe``: the bonus probe's distribution, when already computed (``Drafting.finish_with``).
-        """
+    def plan(self, sent: Drafting) -> None:
+        """Rank the outcomes of ``sent``, the block just adopted and sent; forgets earlier branches."""
         self.branches = {}
         self._queue = []
         self.passes = 0
-        self._ranked = [0, 0]
         self._batch = None
         self._probe = None
-        self._skipped = set()
         self._base = list(sent.prefix)
         self._k = len(self.drafter.last_drafts)
         self._drafts = list(self.drafter.last_drafts)
@@ -175,22 +148,9 @@ class Speculator:
                 picks = [
                     (int(t), float(q)) for t, q in zip(cand.ids, cand.probs, strict=True) if t != drafted
                 ]
-                for t, q in picks[: self._fanout(a)]:
+                for t, q in picks[: self.config.fanout]:
                     self._push(p_a * q / rest, Branch(a, t, p_a * q / rest))
-        self._probed = probe is not None
-        if probe is None:
-            self._push(alpha**self._k, None)  # the bonus probe: q_{k+1} after all k drafts
-            return
-        self.passes = 1  # the probe's pass (Drafting.finish_with) counts against the budget
-        size = self._fanout(self._k)
-        for t, q in zip(probe.ids[:size], probe.probs[:size], strict=True):
-            p = alpha**self._k * float(q)
-            self._push(p, Branch(self._k, int(t), p))
-
-    def _fanout(self, accepted: int) -> int:
-        if self.config.allocation == "geometric":
-            return max(1, self.config.fanout >> (self._k - accepted))
-        return self.config.fanout
+        self._push(alpha**self._k, None)  # the bonus probe: q_{k+1} after all k drafts
 
     def _push(self, probability: float, branch: Branch | None) -> None:
         heapq.heappush(self._queue, (-probability, next(self._order), branch))
@@ -199,13 +159,12 @@ class Speculator:
         """Run one speculative forward pass; False when the budget or the plan is spent."""
         if self.config.batch > 1 and batchable(self.drafter.cache):
             return self._batched_step()
-        self._skip_other_shards()
         if self.passes >= self._budget or not self._queue:
             return False
         probability, _, branch = self._queue[0]
         if branch is None:  # the bonus probe
             heapq.heappop(self._queue)
-            dist = self.drafter.distribution_after(self._base + self._drafts, self._fanout(self._k))
+            dist = self.drafter.distribution_after(self._base + self._drafts, self.config.fanout)
             for t, q in zip(dist.ids, dist.probs, strict=True):
                 p = -probability * float(q)
                 self._push(p, Branch(self._k, int(t), p))
@@ -234,19 +193,16 @@ class Speculator:
             if branch is None:
                 if self._probe is None:
                     self._probe = Drafting(
-                        self.drafter, self._base + self._drafts, 1, self._index, self._fanout(self._k)
+                        self.drafter, self._base + self._drafts, 1, self._index, self.config.fanout
                     )
                     trunk.append(self._probe)
                     room -= 1
-            elif branch.block is None and id(branch) not in self._skipped:
-                if not self._mine(branch):
-                    self._skipped.add(id(branch))
-                    continue
+            elif branch.block is None:
                 branch.block = self._start(branch)
                 (bonus if branch.accepted == self._k else trunk).append(branch.block)
                 room -= 1
         if trunk:
-            held = self._base + (self._drafts if self._probed else self._drafts[:-1])
+            held = self._base + self._drafts[:-1]
             batch.add(trunk, self.drafter.hold(held), held)
         if bonus:
             held = self._base + self._drafts
@@ -258,7 +214,7 @@ class Speculator:
         self.passes += 1
         if self._probe is not None and id(self._probe) in finished:
             probability = next(-p for p, _, b in self._queue if b is None)
-            cand, size = self._probe.candidates[0], self._fanout(self._k)
+            cand, size = self._probe.candidates[0], self.config.fanout
             for t, q in zip(cand.ids[:size], cand.probs[:size], strict=True):
                 self._push(probability * float(q), Branch(self._k, int(t), probability * float(q)))
         self._queue = [
@@ -266,34 +222,9 @@ class Speculator:
             for p, o, b in self._queue
             if not (b is None and self._probe is not None and self._probe.done)
             and not (b is not None and b.block is not None and id(b.block) in finished)
-            and id(b) not in self._skipped
         ]
         heapq.heapify(self._queue)
         return True
-
-    def _mine(self, branch: Branch) -> bool:
-        """Whether ``branch``, the next to start, is this worker's by its rank (``shard`` of ``shards``).
-
-        Bonus branches and the others are ranked apart, each most likely first: a worker whose
-        plan came with the bonus probe (``plan``) starts them in another order than one that
-        probes first, and every worker must give a branch the same rank.
-        """
-        bonus = branch.accepted == self._k
-        rank = self._ranked[bonus]
-        self._ranked[bonus] += 1
-        return rank % max(1, self.config.shards) == self.config.shard
-
-    def _skip_other_shards(self) -> None:
-        """Drop queued branches another worker drafts (rank mod shards != shard)."""
-        shards = max(1, self.config.shards)
-        while self._queue and shards > 1:
-            branch = self._queue[0][2]
-            if branch is None or branch.block is not None:
-                return
-            if self._mine(branch):
-                branch.block = self._start(branch)
-                return
-            heapq.heappop(self._queue)
 
     def _start(self, branch: Branch) -> Drafting:
         prefix = self._base + self._drafts[: branch.accepted] + [branch.token]

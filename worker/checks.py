@@ -20,13 +20,8 @@ def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecCo
     return PrespecConfig(
         budget=msg.budget or defaults.budget,
         fanout=msg.fanout or defaults.fanout,
-        allocation=msg.allocation or defaults.allocation,
-        shard=msg.shard,
-        shards=max(1, msg.shards),
-        min_drafts=msg.min_drafts or defaults.min_drafts,
         batch=msg.batch or (defaults.tree_rows if msg.tree else defaults.batch),
         fill=msg.fill,
-        push=msg.fill and msg.push,
         tree=msg.tree,
         tree_rows=defaults.tree_rows,
     )

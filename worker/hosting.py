@@ -49,6 +49,7 @@ class WorkerInfo:
     draft_tps: float
     max_sessions: int
     echo_port: int = 0
+    pass_curve: tuple[tuple[int, float], ...] = ()  # (rows, seconds) of a tree pass (worker.speed)
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])

@@ -40,13 +40,13 @@ from specwire.protocol import (
     SERVICE_NAME,
     TENSOR_SERVICE_NAME,
 )
-from specwire.speculation import ALLOCATIONS, DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
+from specwire.speculation import TREE_ROWS, PrespecConfig
 from specwire.warmup import warm_drafter
 from worker.advertise import Advertiser, advertised_addresses
 from worker.auth import AuthInterceptor
 from worker.echo import EchoServer
 from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
-from worker.speed import draft_speed
+from worker.speed import draft_speed, pass_curve
 from worker.stream_service import DraftService
 from worker.tensor_service import TensorService, walkable
 
@@ -125,57 +125,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "The worker says so in Bonjour, Hello and every reply",
     )
     p.add_argument(
-        "--prespec-budget",
-        type=int,
-        default=0,
-        help="pre-speculation: forward passes per round spent ahead (0 = 2k + 1); "
-        "a coordinator turns it on per session",
-    )
-    p.add_argument(
-        "--prespec-fanout",
-        type=int,
-        default=DEFAULT_FANOUT,
-        help="pre-speculation: candidate tokens per position (top-F of the draft's distribution)",
-    )
-    p.add_argument(
-        "--prespec-min-drafts",
-        type=int,
-        default=0,
-        help="pre-speculation: answer at once from a branch with this many drafts ready, "
-        "even if fewer than k (0 = only a whole branch)",
-    )
-    p.add_argument(
-        "--prespec-batch",
-        type=int,
-        default=1,
-        help="pre-speculation: branches drafted side by side in one forward pass (a batch of sequences; "
-        "on a GPU about the cost of one); 1 = one branch a pass",
-    )
-    p.add_argument(
         "--tree-rows",
         type=int,
         default=TREE_ROWS,
         help=f"tree pre-speculation: nodes expanded side by side in one forward pass, for a session that "
         f"does not ask for a number (its --prespec-batch); default {TREE_ROWS}",
     )
-    p.add_argument(
-        "--prespec-allocation",
-        default="probability",
-        choices=ALLOCATIONS,
-        help="pre-speculation: rank outcomes by estimated probability, or narrow the fan-out geometrically",
-    )
 
 
 def prespec_defaults(args: argparse.Namespace) -> PrespecConfig:
-    """The worker's pre-speculation defaults from its flags."""
-    return PrespecConfig(
-        args.prespec_budget,
-        args.prespec_fanout,
-        args.prespec_allocation,
-        min_drafts=args.prespec_min_drafts,
-        batch=args.prespec_batch,
-        tree_rows=args.tree_rows,
-    )
+    """The worker's pre-speculation defaults from its flags (a session's Open may ask for others)."""
+    return PrespecConfig(tree_rows=args.tree_rows)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -267,10 +227,19 @@ async def _serve(
     pacer = Pacer(pace.draft_curve(), pace.label) if pace is not None else None
     model = pace_model(raw, pacer) if pacer is not None else raw
     tps = await compute.run(draft_speed, model, args.warmup_tokens)
+    curve = await compute.run(pass_curve, model)
     echo = EchoServer(args.host, args.echo_port, ProofChecker(token) if token else None).start()
     try:
         advertised_echo = args.advertise_echo_port or echo.port
-        info = WorkerInfo("", args.label, backends, tps, args.max_sessions, echo_port=advertised_echo)
+        info = WorkerInfo(
+            "",
+            args.label,
+            backends,
+            tps,
+            args.max_sessions,
+            echo_port=advertised_echo,
+            pass_curve=tuple(curve),
+        )
         host = SessionHost(info, WorkerCounters(), idle_timeout_s=args.idle_timeout)
         prespec = prespec_defaults(args)
         server, health_servicer, services = _grpc_server(

@@ -37,7 +37,6 @@ from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.pace import Pacer
 from specwire.protocol import sampling_from_pb
-from specwire.sampling import SparseDistribution
 from specwire.speculation import PrespecConfig, Speculator
 from specwire.v1 import draft_pb2 as pb
 from worker.checks import check_k, check_open, check_token, check_tree, prespec_config
@@ -133,10 +132,6 @@ class DraftSession:
         self._sent_k = self.k  # drafts the coordinator verified last round (fill: some its own)
         self._pending: Drafting | None = None  # fill: the block being finished in the background
         self._pending_k = 0
-        self.push = self.fill and self.speculator is not None and self.speculator.config.push
-        self.filled_rounds = 0  # fill: Filled messages taken
-        self._fillable = 0  # fill: the k of the last round answered, until a Filled for it came (0: none)
-        self._probe: SparseDistribution | None = None  # the bonus probe a Filled's pass computed
 
     @property
     def speculates(self) -> bool:
@@ -209,13 +204,11 @@ class DraftSession:
         if self.speculator is None:
             return None
         branch = self.speculator.find(msg.accepted, msg.token, list(msg.appended))
-        ready = len(branch.tokens) if branch is not None else 0  # a pass in flight may add more
-        least = min(msg.k, self.speculator.config.min_drafts or msg.k)
-        if branch is None or ready < least:
+        if branch is None or len(branch.tokens) < msg.k:  # a pass in flight may add more
             return None
         now = time.perf_counter_ns()
         self._verdict(msg)
-        block = self.drafter.adopt(branch, min(msg.k, ready))
+        block = self.drafter.adopt(branch, msg.k)
         self.hits += 1
         self.totals.prespec_hits += 1
         self._sent = branch
@@ -240,7 +233,6 @@ class DraftSession:
             ready = min(msg.k, len(branch.tokens)) if branch is not None else 0
             block = branch.block(ready) if branch is not None else DraftBlock([], None, 0, 0)
         outcome = self._tally(ready, msg.k)
-        self._fillable = msg.k
         now = time.perf_counter_ns()
         computed = Computed(self._count(block), now, now, outcome, block.compute_ns)
         return Ready(msg, computed, branch, ready)
@@ -276,46 +268,6 @@ class DraftSession:
         self.drafter.adopt(block, answer.ready)
         self._sent, self._sent_k = block, msg.k
         self._pending, self._pending_k = (block, msg.k) if answer.ready < msg.k else (None, 0)
-
-    def check_filled(self, msg: pb.Filled) -> None:
-        """Raise ``InvalidArgumentError`` unless ``msg`` holds the k drafts of the round answered last,
-        and is the first Filled for it; then it is expected no more."""
-        if not self.fill or self.tree is not None:
-            raise InvalidArgumentError(
-                "Filled messages are for fill-mode sessions without a tree (PreSpeculation.fill, not tree)"
-            )
-        answered = self.next_seq - 1
-        if msg.seq != answered or not self._fillable:
-            raise InvalidArgumentError(
-                f"Filled for round {msg.seq}: only the round answered last ({answered}) may be filled, once"
-            )
-        if len(msg.tokens) != self._fillable:
-            raise InvalidArgumentError(
-                f"Filled for round {msg.seq} holds {len(msg.tokens)} drafts; its k is {self._fillable}"
-            )
-        check_token(self.model, max(msg.tokens), f"round {msg.seq} filled draft")
-        self._fillable = 0
-
-    @_tallied
-    def take_filled(self, msg: pb.Filled) -> bool:
-        """Fill mode: make the round's drafts as the coordinator finished them this session's own.
-
-        One pass over the drafts this worker lacks (``Drafting.finish_with``)
-        replaces drafting the block's rest here; the next branches are then
-        planned from it, its bonus probe done. Returns False when the block
-        was already finished here with the same drafts (the plan stands).
-        Compute thread only, with no speculative pass in flight.
-        """
-        assert self._sent is not None and self.speculator is not None
-        self.filled_rounds += 1
-        block, tokens = self._sent, list(msg.tokens)
-        if self._pending is None and block.tokens[: len(tokens)] == tokens:
-            return False
-        self._probe = block.finish_with(tokens, self.speculator.config.fanout)
-        self._pending, self._sent_k = None, len(tokens)
-        self.drafter.last_drafts = tokens
-        self._count_speculative_pass()
-        return True
 
     @_tallied
     def round(self, msg: pb.Round) -> Computed:
@@ -357,8 +309,6 @@ class DraftSession:
         elif self.speculator is None:
             return False
         elif self._pending is not None:
-            if self.push:  # the coordinator sends the rest (take_filled)
-                return False
             self._finish_pending()
         elif not self.speculator.step():
             return False
@@ -371,8 +321,7 @@ class DraftSession:
         In fill mode a block still being finished is planned from once it is done.
         """
         if self.speculator is not None and self._sent is not None and self._pending is None:
-            self.speculator.plan(self._sent, self._probe)
-            self._probe = None
+            self.speculator.plan(self._sent)
 
     def _finish_pending(self) -> None:
         """Fill mode: one more pass of the block the coordinator finished itself; plan once it is done."""

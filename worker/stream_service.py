@@ -8,12 +8,12 @@ back to the event loop, encode, previous send) and the session's counters.
 Pre-speculation: after each reply a background task of the session runs
 speculative passes one compute job at a time, so it can stop between any
 two. When the next Round arrives, a finished branch is answered at once,
-even while a pass is still in flight; otherwise speculation
-stops, the in-flight pass ends, and the round is drafted (finishing a
-branch under way when there is one). In fill mode every Round is answered
-at once with what is ready, and the rest of the block is drafted after the
-reply, as the first background passes (``worker.session``), or taken from the
-coordinator's Filled message when it pushes them (``DraftSession.take_filled``).
+even while a pass is still in flight; otherwise speculation stops, the
+in-flight pass ends, and the round is drafted (finishing a branch under way
+when there is one, or serving it whole if that pass finished it). In fill
+mode every Round is answered at once with what is ready, and the rest of the
+block is drafted after the reply, as the first background passes
+(``worker.session``).
 """
 
 from __future__ import annotations
@@ -116,6 +116,7 @@ class DraftService:
             auth_proof=worker_proof(self.token, caller_proof_of(context)) if self.token else "",
             pace=pace_to_pb(self.pace),
             compute="thread",
+            pass_curve=[pb.PassTime(rows=n, seconds=s) for n, s in info.pass_curve],
         )
 
     async def draft(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
@@ -146,15 +147,9 @@ class _DraftLoop(StreamLoop):
             if kind != "open":
                 raise InvalidArgumentError("the first message of a session must be Open")
             await self._open(request.open, deserialize_ns)
-        elif kind == "filled":
-            self.session.check_filled(request.filled)
-            await self._stop()
-            replan = await self.service.compute.run(self.session.take_filled, request.filled)
-            self._speculate(plan=replan)
-            return
         else:
             if kind != "round":
-                raise InvalidArgumentError("after Open, every message of a session must be a Round or Filled")
+                raise InvalidArgumentError("after Open, every message of a session must be a Round")
             msg = request.round
             if self.session.fill:
                 answer = self.session.answer_ready(msg)
@@ -165,20 +160,19 @@ class _DraftLoop(StreamLoop):
                 computed = self.session.serve_hit(msg)
                 if computed is None:
                     await self._stop()  # the pass in flight may finish the branch: then it is a hit
-                    computed = self.session.serve_hit(msg) or await self.service.compute.run(
-                        self.session.round, msg
-                    )
+                    computed = self.session.serve_hit(msg)
+                if computed is None:
+                    computed = await self.service.compute.run(self.session.round, msg)
                 await self._reply(computed, msg.seq, arrived_ns, deserialize_ns)
                 await self._stop()
         self._speculate()
 
-    def _speculate(self, plan: bool = True) -> None:
-        """Plan the next round's branches (unless the plan stands) and draft them in the background."""
+    def _speculate(self) -> None:
+        """Plan the next round's branches and draft them in the background."""
         session = self.session
         if session is None or not session.speculates or self.tasks is None:
             return
-        if plan:
-            session.plan_speculation()
+        session.plan_speculation()
         self._stop_speculating = False
         done = self._speculation_done = anyio.Event()
         self.tasks.start_soon(self._speculation, session, done)
@@ -228,7 +222,6 @@ class _DraftLoop(StreamLoop):
                 speculative_passes=s.speculative_passes,
                 paced_passes=s.paced_passes,
                 pace_overruns=s.pace_overruns,
-                filled_rounds=s.filled_rounds,
             )
         )
         if s.speculates:

@@ -56,19 +56,15 @@ class PaceFigures:
         )
 
 
-def pace_figures(
-    runs: Sequence[Any], counters: dict[str, Any], worker: str, multi: bool
-) -> PaceFigures | None:
-    """A row's figures from its runs (``Run.pace``) and its summed session counters; None if unpaced."""
+def pace_figures(runs: Sequence[Any], per_worker: dict[str, dict[str, Any]]) -> PaceFigures | None:
+    """A row's figures from its runs (``Run.pace``) and its summed session counters by worker; None if
+    unpaced."""
     coordinator: dict[str, Tally] = {}
     for run in runs:
         for role, counts in run.pace.items():
             t = coordinator.get(role, Tally())
             coordinator[role] = Tally(t.passes + int(counts["passes"]), t.overruns + int(counts["overruns"]))
     coordinator = {role: t for role, t in coordinator.items() if t.passes}
-    per_worker = {
-        name: c for name, c in (counters.items() if multi else [(worker, counters)]) if isinstance(c, dict)
-    }
     workers = {
         name: Tally(c["worker_paced_passes"], c.get("worker_pace_overruns", 0))
         for name, c in per_worker.items()

@@ -1,8 +1,10 @@
 """Which rows a bench measures, and the workers behind the remote ones.
 
-Rows: AR with the target only, local SD with the local draft model, then for
-every chosen worker one row per backend (and per granularity of the per-op
-backend; ``stream+prespec`` is the stream backend with pre-speculation).
+Rows: AR with the target only, local SD with the local draft model, ``auto``
+(the drafting policy over every chosen worker: what a user gets by
+default), then for every chosen worker one row per backend (and per
+granularity of the per-op backend; ``stream+prespec``, ``+fill`` and
+``+fill+tree`` are the stream protocol's modes, ``STREAM_MODES``).
 Each worker's link is probed first (raw TCP echo), so attribution has this
 path's network floor. ``row_draft`` says what each row drafts with; the
 draft-source factory (``coordinator.drafting.factory``) opens it.
@@ -18,16 +20,18 @@ from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
 from specwire.errors import BackendUnavailableError, InvalidArgumentError, NoWorkerError
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
-from specwire.v1 import draft_pb2 as pb
 
 PROBE_COUNT = 60
+BACKEND_AUTO = "auto"  # the drafting policy's row: every worker of the bench, the set-up it chooses
 BACKEND_PRESPEC = f"{BACKEND_STREAM}+prespec"  # bench row kinds, not backends a worker offers
-BACKEND_PRESPEC_READY = f"{BACKEND_PRESPEC}+ready"  # takes a branch's ready drafts at once (min_drafts 1)
 BACKEND_PRESPEC_FILL = f"{BACKEND_PRESPEC}+fill"  # the target's machine drafts what is not ready
-BACKEND_PRESPEC_PUSH = f"{BACKEND_PRESPEC_FILL}+push"  # ... and sends its drafts to the worker (Filled)
 BACKEND_PRESPEC_TREE = f"{BACKEND_PRESPEC_FILL}+tree"  # ... from a tree kept across rounds (T = 0)
-FILL_BACKENDS = (BACKEND_PRESPEC_FILL, BACKEND_PRESPEC_PUSH, BACKEND_PRESPEC_TREE)
-PRESPEC_BACKENDS = (BACKEND_PRESPEC, BACKEND_PRESPEC_READY, *FILL_BACKENDS)
+STREAM_MODES = {
+    BACKEND_STREAM: "stream",
+    BACKEND_PRESPEC: "prespec",
+    BACKEND_PRESPEC_FILL: "fill",
+    BACKEND_PRESPEC_TREE: "tree",
+}  # bench backend -> the stream protocol's mode (coordinator.drafting.factory.DraftSpec.mode)
 PROBE_BUDGET_S = 1.0
 
 
@@ -36,16 +40,27 @@ class RowSpec:
     """One configuration the bench measures."""
 
     label: str
-    kind: str  # "ar", "local" or "remote"
-    backend: str = ""
+    kind: str  # "ar", "local", "auto" or "remote"
+    backend: str = ""  # remote: stream or ggml-rpc
     granularity: str = ""
     worker: str = ""
-    prespec: bool = False
-    multi: str = ""  # "split" or "race": every bench worker at once (coordinator.drafting.multi)
-    min_drafts: int = 0  # pre-speculation: take a branch's ready drafts at once from this many
-    fill: bool = False  # the local draft model drafts what the workers have not (coordinator.drafting.fill)
-    push: bool = False  # fill: the local drafts are sent to the workers, which plan from them
-    tree: bool = False  # fill: the workers draft a tree of continuations across rounds (T = 0)
+    mode: str = ""  # remote stream rows: stream, prespec, fill or tree
+    k: int = 0  # drafts per round (0: the bench's --k)
+
+    @property
+    def prespec(self) -> bool:
+        """The worker drafts ahead (every stream mode but plain stream)."""
+        return self.mode in ("prespec", "fill", "tree")
+
+    @property
+    def fill(self) -> bool:
+        """The local draft model drafts what the worker has not (coordinator.drafting.fill)."""
+        return self.mode in ("fill", "tree")
+
+    @property
+    def tree(self) -> bool:
+        """The worker drafts a tree of continuations across rounds (T = 0)."""
+        return self.mode == "tree"
 
 
 @dataclass
@@ -68,7 +83,7 @@ class RemoteWorker:
 
 def wire_backend(backend: str) -> str:
     """The worker backend a bench backend runs on."""
-    return BACKEND_STREAM if backend in PRESPEC_BACKENDS else backend
+    return BACKEND_STREAM if backend in STREAM_MODES or backend == BACKEND_AUTO else backend
 
 
 def worker_label(worker: RemoteWorker) -> str:
@@ -85,12 +100,16 @@ def plan_rows(
     backends: list[str],
     granularities: list[str],
     with_local: bool,
-    multi_modes: Sequence[str] = (),
+    local_ks: Sequence[int] = (),
 ) -> list[RowSpec]:
-    """AR, local SD, every worker × backend (× granularity for the per-op backend), then multi-worker rows."""
+    """AR, local SD (at the bench's k, the baseline, then at each of ``local_ks``), auto (the drafting
+    policy over every worker), then every worker × backend (× granularity for the per-op backend)."""
     rows = [RowSpec("AR (target only)", "ar")]
     if with_local:
         rows.append(RowSpec("local SD", "local"))
+        rows += [RowSpec(f"local SD k={k}", "local", k=k) for k in local_ks]
+    if BACKEND_AUTO in backends:
+        rows.append(RowSpec("auto", "auto"))
     for worker in workers:
         label = worker_label(worker)
         for backend in backends:
@@ -99,34 +118,9 @@ def plan_rows(
                     RowSpec(f"{backend}/{g} → {label}", "remote", backend, g, worker.name)
                     for g in granularities
                 ]
-            elif backend in PRESPEC_BACKENDS:
-                ready = int(backend == BACKEND_PRESPEC_READY)
-                row = RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, True)
-                fill, push = backend in FILL_BACKENDS, backend == BACKEND_PRESPEC_PUSH
-                tree = backend == BACKEND_PRESPEC_TREE
-                rows.append(replace(row, min_drafts=ready, fill=fill, push=push, tree=tree))
-            else:
-                rows.append(RowSpec(f"{backend} → {label}", "remote", backend, "", worker.name))
-    if len(workers) >= 2:
-        paced = " [paced]" if any(w.connection.hello.HasField("pace") for w in workers) else ""
-        kinds = [b for b in (BACKEND_PRESPEC, *FILL_BACKENDS) if b in backends] or [BACKEND_PRESPEC]
-        rows += [
-            RowSpec(
-                f"{kind} ×{len(workers)} ({mode}){paced}",
-                "remote",
-                BACKEND_STREAM,
-                "",
-                workers[0].name,
-                True,
-                mode,
-                fill=kind in FILL_BACKENDS,
-                push=kind == BACKEND_PRESPEC_PUSH,
-                tree=kind == BACKEND_PRESPEC_TREE,
-            )
-            for kind in kinds
-            for mode in multi_modes
-            if not (kind == BACKEND_PRESPEC_TREE and mode == "split")  # a tree is not split over workers
-        ]
+            elif backend in STREAM_MODES:
+                mode = STREAM_MODES[backend]
+                rows.append(RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, mode))
     return rows
 
 
@@ -153,34 +147,25 @@ async def connect_workers(
 
 
 def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec, local: str) -> DraftSpec:
-    """What a row drafts with. ``remote`` holds the bench-wide remote settings (pre-speculation
-    overrides, worker-loss policy); ``local`` is the local draft model's spec."""
+    """What a row drafts with. ``remote`` holds the bench-wide remote settings (rows a pass, worker-loss
+    policy); ``local`` is the local draft model's spec."""
     if row.kind == "ar":
         return DraftSpec("none")
     if row.kind == "local":
         return DraftSpec("local", local=local)
-    prespec = None
-    if row.prespec:
-        prespec = pb.PreSpeculation()
-        prespec.CopyFrom(remote.prespec or pb.PreSpeculation(enabled=True))
-        prespec.min_drafts = row.min_drafts or prespec.min_drafts
-        prespec.push = row.push
-        prespec.tree = row.tree
-    chosen = (
-        [w.connection.address for w in workers.values()]
-        if row.multi
-        else [workers[row.worker].connection.address]
-    )
+    addresses = tuple(w.connection.address for w in workers.values())
+    if row.kind == "auto":
+        return replace(remote, kind="auto", local=local, workers=addresses or ("none",))
     if row.fill and not local:
         raise InvalidArgumentError(
             f"{BACKEND_PRESPEC_FILL} drafts on the local draft model: --draft none leaves none"
         )
     return replace(
         remote,
-        workers=tuple(chosen),
+        kind="remote",
+        local=local,
+        workers=(workers[row.worker].connection.address,),
         backend=row.backend,
         granularity=row.granularity or "op",
-        prespec=prespec,
-        multi=row.multi,
-        fill=local if row.fill else "",
+        mode=row.mode or "stream",
     )

@@ -81,7 +81,7 @@ def run_record(run: Run) -> dict[str, Any]:
         "verified": run.verified,
         "worker_identity": run.identity,
         "worker_losses": run.worker_losses,
-        "k_transitions": [asdict(t) for t in result.transitions],
+        "switches": [asdict(t) for t in result.transitions],
         "pace": run.pace,
     }
 
@@ -90,6 +90,9 @@ def row_record(s: RowSummary) -> dict[str, Any]:
     """One row's summary."""
     return {
         **asdict(s.spec),
+        "prespec": s.spec.prespec,
+        "fill": s.spec.fill,
+        "tree": s.spec.tree,
         "decode_tok_s": s.decode_tps,
         "tok_s_by_category": s.tps_by_category,
         "delta_vs_ar": s.delta_vs_ar,
@@ -108,7 +111,7 @@ def row_record(s: RowSummary) -> dict[str, Any]:
         "identity": s.identity,
         "attribution": s.attribution.to_dict() if s.attribution is not None else None,
         "worker_losses": s.worker_losses,
-        "k_transitions": s.k_transitions,
+        "switches": s.switches,
         "drafting": asdict(s.drafting) if s.drafting is not None else None,
         "pace": None if s.pace is None else {**asdict(s.pace), "held": s.pace.held},
         "rollback": asdict(s.rollback) if s.rollback is not None else None,

@@ -54,7 +54,7 @@ def throughput_table(rows: Sequence[RowSummary]) -> Table:
             f"{s.decode_tps:.2f}",
             _pct(s.delta_vs_ar),
             _pct(s.delta_vs_local)
-            if s.spec.kind == "remote"
+            if s.spec.kind in ("remote", "auto")
             else ("baseline" if s.spec.kind == "local" else "–"),
             _num(s.effective_draft_tps),
             _num(s.local_draft_tps),
@@ -85,30 +85,28 @@ def _counts(c: dict[str, Any]) -> str:
 
 
 def proof_lines(rows: Sequence[RowSummary]) -> list[str]:
-    """For every remote row: which process drafted, and whether its counters match the client's."""
+    """For every remote row: which process drafted, and whether its counters match the client's; for
+    the drafting policy's row, the workers its sessions ran on and whether each matched."""
     lines = []
     for s in rows:
-        if s.spec.kind != "remote":
+        if s.spec.kind not in ("remote", "auto"):
             continue
         ident, c = s.identity, s.counters
-        if s.spec.multi:
-            won = c.get("winners", {})
-            counts = "; ".join(
-                f"{name} ({won.get(name, 0)} rounds won) {_counts(per)}"
-                for name, per in c.items()
-                if isinstance(per, dict) and name != "winners"
-            )
-        else:
-            counts = _counts(c)
         verdict = "verified" if s.verified and ident.get("session_identities_match") else "NOT VERIFIED"
         if s.pace is not None and s.pace.workers:
             verdict += "; paced " + ", ".join(f"{n}: {t.text()}" for n, t in s.pace.workers.items())
         if s.worker_losses:
             verdict += f"; {s.worker_losses} worker loss(es), see the JSON"
+        if s.spec.kind == "auto":
+            workers = ", ".join(ident.get("workers", [])) or "none (it drafted here)"
+            lines.append(
+                f"{s.spec.label}: {ident.get('sessions', 0)} worker sessions on {workers}: {verdict}"
+            )
+            continue
         lines.append(
             f"{s.spec.label}: worker {ident.get('name')} at {ident.get('address')} "
             f"on host {ident.get('host')}, pid {ident.get('pid')}, boot {ident.get('boot_id')}; "
-            f"client/worker {counts}: {verdict}"
+            f"client/worker {_counts(c)}: {verdict}"
         )
     return lines
 
@@ -206,7 +204,9 @@ def report_sections(
         f"{settings['max_tokens']} tokens, T = {settings['temperature']}, {settings['prompts']} prompts × "
         f"{settings['repeats']} repeats (decode tok/s: median over repeats, mean over prompts)"
     )
+    answer = headline(rows)
     return [
+        *([(answer, [])] if answer else []),
         (title, throughput_table(rows)),
         ("† effective draft tok/s including transport (drafts over the engine's wait for them)", []),
         ("Proof of remote execution", proof_lines(rows)),
@@ -221,7 +221,7 @@ def report_sections(
             "(hit: drafts served from a branch drafted ahead)",
             critical_path_table(rows),
         ),
-        *fallback_section(rows),
+        *auto_section(rows),
         *rollback_section(rows),
     ]
 
@@ -269,12 +269,43 @@ def critical_path_table(rows: Sequence[RowSummary]) -> Table:
     return head, body
 
 
-def fallback_section(rows: Sequence[RowSummary]) -> list[tuple[str, Table | list[str]]]:
-    """k changes of the graded fallback, when it is on and changed anything."""
-    lines = [f"{s.spec.label}: {s.k_transitions} change(s) of k" for s in rows if s.k_transitions]
-    return (
-        [("Graded fallback (each change, with its time and reason, is in the JSON)", lines)] if lines else []
+def auto_section(rows: Sequence[RowSummary]) -> list[tuple[str, Table | list[str]]]:
+    """What the drafting policy ran, by set-up, and how often it moved (each reason is in the JSON)."""
+    lines = []
+    for s in rows:
+        if s.spec.kind != "auto":
+            continue
+        by_setup = s.counters.get("rounds_by_setup", {})
+        total = sum(by_setup.values()) or 1
+        ran = ", ".join(
+            f"{name} {n / total:.0%}" for name, n in sorted(by_setup.items(), key=lambda i: -i[1])
+        )
+        lines.append(f"{s.spec.label}: rounds on {ran}; {s.switches} switch(es) after the start")
+    return [("The drafting policy (auto): the set-ups it ran, by share of rounds", lines)] if lines else []
+
+
+def headline(rows: Sequence[RowSummary]) -> str | None:
+    """One sentence before the tables: what auto chose, at how many tok/s against AR and local SD, and
+    whether the workers pay (None without an auto row)."""
+    auto = next((s for s in rows if s.spec.kind == "auto"), None)
+    if auto is None:
+        return None
+    by_setup = auto.counters.get("rounds_by_setup", {})
+    chosen = max(by_setup, key=by_setup.get) if by_setup else "?"
+    ar = next(s for s in rows if s.spec.kind == "ar")
+    local = next((s for s in rows if s.spec.kind == "local"), None)
+    versus = f"{auto.decode_tps / ar.decode_tps:.2f}× AR ({ar.decode_tps:.1f})"
+    if local is not None:
+        versus += f" and {auto.decode_tps / local.decode_tps:.2f}× local SD ({local.decode_tps:.1f})"
+    remote = "→" in chosen
+    pays = (
+        "the workers pay"
+        if remote and (local is None or auto.decode_tps > local.decode_tps)
+        else "the workers do not pay on this set-up: it decodes on this machine alone"
+        if not remote
+        else "drafting on a worker did not beat local SD here"
     )
+    return f"auto chose {chosen} and made {auto.decode_tps:.1f} tok/s, {versus}; {pays}."
 
 
 def rollback_section(rows: Sequence[RowSummary]) -> list[tuple[str, Table | list[str]]]:

@@ -17,15 +17,14 @@ from typing import Any
 
 from coordinator.bench.plan import RowSpec
 from coordinator.bench.progress import Progress
-from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
-from coordinator.decoding.fallback import FallbackSettings
+from coordinator.decoding.engine import GenerationResult, RoundRecord, SpeculativeDecoder
 from coordinator.decoding.ties import tie_at
+from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
-from coordinator.drafting.multi import MultiWorkerDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.prompts import Prompt
@@ -59,30 +58,23 @@ class Settings:
     k: int
     max_tokens: int
     params: SamplingParams
-    fallback: FallbackSettings | None = None
-    adaptive_k: bool = False
     rollback: str = "auto"
-    prespec_k: int = 0  # k of the pre-speculation rows (0: k)
-
-    def row_k(self, prespec: bool) -> int:
-        """The k a row drafts with."""
-        return self.prespec_k if prespec and self.prespec_k else self.k
 
 
 def verify(
-    source: DraftSource | None, result: GenerationResult, own_tallies: bool = False
+    source: DraftSource | None, result: GenerationResult
 ) -> tuple[bool, dict[str, Any], dict[str, Any]]:
     """Compare the worker's counters with the client's; returns (match, counters, session identity).
 
     After a worker loss only the session that finished can be checked: the
-    lost one's last messages never arrived; the run records the loss. With
-    several workers racing (``own_tallies``), each worker is checked against
-    what its own session received, not against the rounds the engine used:
-    a worker that lost a round may have drafted a different number of
-    tokens for it, and which worker hit is not the engine's business.
+    lost one's last messages never arrived; the run records the loss. The
+    drafting policy's sessions are each checked against the rounds they
+    served (``verify_auto``).
     """
+    if isinstance(source, AutoDraftSource):
+        return verify_auto(source, result)
     if isinstance(source, FilledDraftSource):
-        ok, counters, identity = verify(source.remote, result, own_tallies)
+        ok, counters, identity = verify(source.remote, result)
         return ok, {**counters, "coordinator_filled": source.filled}, identity
     if isinstance(source, FailoverDraftSource):
         if source.losses:
@@ -90,30 +82,15 @@ def verify(
             rounds = [r for r in result.rounds if r.end_ns > source.losses[-1].at_ns]
             if inner is None:
                 return True, {"worker_losses": len(source.losses)}, {}
-            ok, counters, identity = verify(inner, GenerationResult(0, [], "", 0, 0, 0, rounds=rounds))
+            ok, counters, identity = verify(inner, _served(rounds))
             return ok, {**counters, "worker_losses": len(source.losses)}, identity
         return verify(source.current, result)
-    if isinstance(source, MultiWorkerDraftSource):
-        checks = [verify(s, result, own_tallies=True) for s in source.live]
-        hellos = [s.connection.hello.identity for s in source.live]
-        same = all(
-            c[2].get("pid") == h.pid and c[2].get("boot_id") == h.boot_id
-            for c, h in zip(checks, hellos, strict=True)
-        )
-        ok = bool(checks) and all(c[0] for c in checks) and same  # every live worker, counters and process
-        counters = {s.worker: c[1] for s, c in zip(source.live, checks, strict=True)}
-        counters["winners"] = {w: source.winners.count(w) for w in set(source.winners)}
-        counters["dropped"] = source.dropped
-        return ok, counters, checks[0][2] if checks else {}
     if isinstance(source, StreamDraftSource):
         w = source.worker_counters
         drafted = sum(r.drafted - r.draft.filled for r in result.rounds)  # filled: drafted here
         asked = sum(1 for r in result.rounds if r.draft.calls)  # the last round may not ask the worker
-        if own_tallies:
-            drafted, asked = source.drafts_received, source.rounds_received
-        reported = source.sent - source.unreported  # a Filled after the last reply is in no reply's counts
         counters = {
-            "client_messages_sent": reported,
+            "client_messages_sent": source.sent,
             "worker_messages_received": w.messages_received,
             "client_messages_received": source.received,
             "worker_messages_sent": w.messages_sent + 1,
@@ -134,19 +111,13 @@ def verify(
                 "worker_prespec_partial": w.prespec_partial,
                 "worker_speculative_passes": w.speculative_passes,
             }
-            if source.prespec.fill:
-                filled = source.filled_sent - source.unreported
-                counters |= {"client_filled": filled, "worker_filled_rounds": w.filled_rounds}
         ok = (
-            reported == w.messages_received
+            source.sent == w.messages_received
             and source.received == w.messages_sent + 1
             and asked == w.rounds
             and drafted == w.draft_tokens
-            and source.filled_sent - source.unreported == w.filled_rounds
-            and (
-                own_tallies
-                or (served.count("hit") == w.prespec_hits and served.count("miss") == w.prespec_misses)
-            )
+            and served.count("hit") == w.prespec_hits
+            and served.count("miss") == w.prespec_misses
         )
         ident = source.opened.identity if source.opened is not None else None
     elif isinstance(source, PerOpDraftSource) and source.client is not None:
@@ -168,6 +139,46 @@ def verify(
         {"name": ident.name, "host": ident.host, "pid": ident.pid, "boot_id": ident.boot_id} if ident else {}
     )
     return ok, counters, identity
+
+
+def verify_auto(
+    source: AutoDraftSource, result: GenerationResult
+) -> tuple[bool, dict[str, Any], dict[str, Any]]:
+    """Each of the drafting policy's sessions against the rounds it served; a lost one is counted, not
+    checked. Counters and identities by session, with the rounds each set-up served."""
+    ok, sessions = True, []
+    rounds_by_setup: dict[str, int] = {}
+    by_worker: dict[str, dict[str, Any]] = {}
+    for segment in source.segments:
+        served = result.rounds[segment.first_round : segment.last_round + 1]
+        label = segment.setup.label
+        rounds_by_setup[label] = rounds_by_setup.get(label, 0) + len(served)
+        if not segment.setup.remote:
+            continue
+        if segment.lost:
+            sessions.append({"setup": label, "lost": True, "rounds": len(served)})
+            continue
+        good, counters, identity = verify(segment.source, _served(served))
+        ok = ok and good and bool(identity)
+        _add(by_worker.setdefault(identity.get("name", "?"), {}), counters)
+        sessions.append({"setup": label, "rounds": len(served), "counters": counters, "identity": identity})
+    counters = {
+        "rounds_by_setup": rounds_by_setup,
+        "switches": len(source.switches) - 1,
+        "workers": by_worker,
+    }
+    return ok, counters, {"sessions": sessions}
+
+
+def _add(total: dict[str, Any], counters: dict[str, Any]) -> None:
+    for key, value in counters.items():
+        if isinstance(value, (int, float)):
+            total[key] = total.get(key, 0) + value
+
+
+def _served(rounds: list[RoundRecord]) -> GenerationResult:
+    """A result holding only ``rounds`` (the ones one session served)."""
+    return GenerationResult(0, [], "", 0, 0, 0, rounds=rounds)
 
 
 def _paced(counters: Any) -> dict[str, int]:
@@ -214,10 +225,8 @@ async def run_bench(
                 for r, row in enumerate(rows):
                     progress.step(f"{row.label} · {prompt.category} #{p + 1} · repeat {repeat + 1}")
                     source = await sources.open(drafts[r])
-                    decoder = SpeculativeDecoder(
-                        target, source, settings.fallback, settings.adaptive_k, settings.rollback
-                    )
-                    k = settings.row_k(row.prespec) if source is not None else 0
+                    decoder = SpeculativeDecoder(target, source, settings.rollback)
+                    k = 0 if source is None else AUTO_K if row.kind == "auto" else row.k or settings.k
                     before = pace.snapshot() if pace is not None else {}
                     result = await runtime.compute.run(
                         decoder.generate, ids, max_tokens=settings.max_tokens, k=k, params=settings.params

@@ -48,7 +48,7 @@ class RowSummary:
     delta_vs_ar: float | None = None
     delta_vs_local: float | None = None
     worker_losses: int = 0
-    k_transitions: int = 0
+    switches: int = 0  # the drafting policy's moves (auto rows), over every run
     drafting: DraftingFigures | None = None
     pace: PaceFigures | None = None
     rollback: RollbackFigures | None = None
@@ -63,7 +63,7 @@ class DraftingFigures:
     ``partial_rate`` are shares of the rounds a pre-speculating worker was
     asked for after the first; ``saved_ms`` is the compute those rounds got
     done ahead, off the critical path. ``k_mean`` is the mean k asked, and
-    ``k_counts`` how many rounds asked for each k (adaptive k varies it).
+    ``k_counts`` how many rounds asked for each k (the drafting policy varies it).
     """
 
     rounds: int
@@ -226,12 +226,24 @@ def summarize_row(
         mismatches=mismatches,
         ties=ties,
         worker_losses=sum(len(run.worker_losses) for run in runs),
-        k_transitions=sum(len(run.result.transitions) for run in runs),
+        switches=sum(max(0, len(run.result.transitions) - 1) for run in runs),
         drafting=drafting_figures(runs),
         rollback=rollback_figures(runs),
     )
     counters = _sum_counters(runs)
-    summary.pace = pace_figures(runs, counters, spec.worker, bool(spec.multi))
+    per_worker = counters.get("workers", {}) if spec.kind == "auto" else {spec.worker: counters}
+    summary.pace = pace_figures(runs, per_worker)
+    if spec.kind == "auto":
+        sessions = [
+            s["identity"] for run in runs for s in run.identity.get("sessions", []) if "identity" in s
+        ]
+        summary.verified = all(run.verified for run in runs)
+        summary.counters = counters
+        summary.identity = {
+            "workers": sorted({s.get("name", "") for s in sessions}),
+            "sessions": len(sessions),
+            "session_identities_match": all(_served_by_hello(s, workers) for s in sessions),
+        }
     if worker is not None:
         summary.local_draft_tps = worker.connection.hello.draft_tokens_per_second
         summary.verified = all(run.verified for run in runs)
@@ -259,19 +271,20 @@ def summarize_row(
 def _same_process(runs: list[Run], workers: dict[str, RemoteWorker]) -> bool:
     """Every session was served by the process its worker's Hello described (same pid and boot id).
 
-    A run's session identity names its worker: with several workers at once
-    it is whichever was still drafting at the end, not necessarily the row's
-    first worker.
+    A run's session identity names its worker: after a loss, whichever was
+    still drafting at the end, not necessarily the row's first worker.
     """
 
-    def served_by_hello(identity: dict[str, Any]) -> bool:
-        worker = workers.get(identity.get("name", ""))
-        if worker is None:
-            return False
-        hello = worker.connection.hello.identity
-        return identity.get("pid") == hello.pid and identity.get("boot_id") == hello.boot_id
+    return all(_served_by_hello(run.identity, workers) for run in runs)
 
-    return all(served_by_hello(run.identity) for run in runs)
+
+def _served_by_hello(identity: dict[str, Any], workers: dict[str, RemoteWorker]) -> bool:
+    """The session was served by the process its worker's Hello described (same pid and boot id)."""
+    worker = workers.get(identity.get("name", ""))
+    if worker is None:
+        return False
+    hello = worker.connection.hello.identity
+    return identity.get("pid") == hello.pid and identity.get("boot_id") == hello.boot_id
 
 
 def summarize(
@@ -285,9 +298,9 @@ def summarize(
         for i, row in enumerate(rows)
     ]
     ar_tps = out[ar_index].decode_tps
-    local = next((s for s in out if s.spec.kind == "local"), None)
+    local = next((s for s in out if s.spec.kind == "local"), None)  # the first: at the bench's k
     for s in out:
         s.delta_vs_ar = s.decode_tps / ar_tps - 1 if s.spec.kind != "ar" else None
-        if local is not None and s.spec.kind == "remote":
+        if local is not None and s.spec.kind in ("remote", "auto"):
             s.delta_vs_local = s.decode_tps / local.decode_tps - 1
     return out

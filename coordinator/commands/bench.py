@@ -19,8 +19,9 @@ from typing import Any
 import anyio
 
 from coordinator.bench.plan import (
+    BACKEND_AUTO,
     BACKEND_PRESPEC_TREE,
-    PRESPEC_BACKENDS,
+    STREAM_MODES,
     RemoteWorker,
     connect_workers,
     plan_rows,
@@ -32,23 +33,19 @@ from coordinator.bench.report import render, report_sections
 from coordinator.bench.runner import Settings, excuse_ties, run_bench
 from coordinator.bench.summary import RowSummary, summarize
 from coordinator.commands.options import (
-    add_adaptive_k_argument,
     add_credential_arguments,
-    add_fallback_arguments,
     add_interface_argument,
     add_pace_argument,
-    add_prespec_arguments,
     add_rollback_argument,
     add_worker_loss_arguments,
-    fallback_settings,
     pace_of,
-    prespec_request,
     worker_access,
 )
 from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.drafting.auto import AUTO_K
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
-from coordinator.drafting.multi import DEFAULT_MODE, MODES
+from coordinator.planning.setups import FILL_ROWS
 from coordinator.prompts import Prompt, encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import refresh_hello
@@ -58,6 +55,7 @@ from specwire.memory import peak_rss_bytes
 from specwire.models import load_model
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 from specwire.sampling import SamplingParams
+from specwire.speculation import TREE_ROWS
 
 NAME = "bench"
 HELP = "Measure AR, local SD and remote SD per backend and worker in one run, with latency attribution."
@@ -67,13 +65,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``coordinator bench``."""
     p.add_argument(
         "--backend",
-        default=f"{BACKEND_STREAM},{BACKEND_PER_OP}",
-        help="remote backends, comma-separated: stream, stream+prespec (with pre-speculation), "
-        "stream+prespec+ready (taking a branch's ready drafts at once), stream+prespec+fill (the worker "
-        "answers at once with the drafts it has ready; the local draft model drafts the rest), "
-        "stream+prespec+fill+push (the same, and the local drafts go to the worker, which plans from "
-        "them rather than drafting them again), stream+prespec+fill+tree (fill, the worker drafting a "
-        "tree of likely continuations across rounds; temperature 0), ggml-rpc",
+        default=f"{BACKEND_AUTO},{BACKEND_STREAM},{BACKEND_PER_OP}",
+        help="rows beside AR and local SD, comma-separated: auto (the set-up the drafting policy chooses, "
+        "over every worker), and per worker stream, stream+prespec (the worker drafts ahead while the "
+        "target verifies), stream+prespec+fill (it answers at once with what it has ready; the local "
+        "draft model drafts the rest), stream+prespec+fill+tree (fill, the worker keeping a tree of "
+        "likely continuations across rounds; temperature 0), ggml-rpc (the per-op baseline)",
     )
     p.add_argument(
         "--granularity",
@@ -93,7 +90,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--draft", default="default", help="local draft model spec for the local SD row (none: no such row)"
     )
-    p.add_argument("--k", type=int, default=4, help="draft tokens per round")
+    p.add_argument("--k", type=int, default=4, help="draft tokens per round of the hand-picked rows")
+    p.add_argument(
+        "--local-k",
+        default="",
+        help="more local SD rows, at each of these k (comma-separated); the first local SD row, at --k, "
+        "stays the baseline",
+    )
     p.add_argument(
         "--max-tokens", type=int, default=200, help="tokens generated per prompt (the paper's 200)"
     )
@@ -112,58 +115,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="write every raw figure here")
     p.add_argument("--plot", type=Path, help="write a PNG of the attribution and throughput here")
     p.add_argument("--markdown", type=Path, help="write the tables in Markdown here")
-    add_worker_loss_arguments(p)
     add_credential_arguments(p)
-    add_fallback_arguments(p)
-    add_adaptive_k_argument(p)
     add_rollback_argument(p)
-    add_prespec_arguments(p)
-    p.add_argument(
-        "--prespec-k",
-        type=int,
-        default=0,
-        help="k of the pre-speculation rows (default --k): drafts a worker can have ready within one "
-        "verification",
-    )
     add_pace_argument(p)
     p.add_argument(
         "--allow-overruns",
         action="store_true",
         help="with paced compute: report a row whose pace was not held instead of failing the bench",
     )
-    p.add_argument(
-        "--multi-worker",
-        nargs="?",
-        const=DEFAULT_MODE,
-        default="",
-        help="with two or more workers, add rows drafting on all of them at once, pre-speculating: "
-        "race (all draft the same branches; the default when no mode is given), split (the fan-out "
-        "split over workers), or split,race",
+    advanced = p.add_argument_group("advanced (the hand-picked rows; auto chooses its own)")
+    advanced.add_argument(
+        "--rows",
+        type=int,
+        default=0,
+        help="the fill and tree rows: nodes drafted side by side in a worker's pass (0: fill 8, tree "
+        "the worker's --tree-rows)",
     )
+    add_worker_loss_arguments(advanced)
 
 
 def checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The backends and granularities the flags name, once every flag is checked."""
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     granularities = [g.strip() for g in args.granularity.split(",") if g.strip()]
-    known = (BACKEND_STREAM, *PRESPEC_BACKENDS, BACKEND_PER_OP)
+    known = (BACKEND_AUTO, *STREAM_MODES, BACKEND_PER_OP)
     if not backends or set(backends) - set(known):
         raise InvalidArgumentError(f"--backend {args.backend!r}: use any of {', '.join(known)}")
     if set(granularities) - set(GRANULARITIES) or not granularities:
         raise InvalidArgumentError(
             f"--granularity {args.granularity!r}: use any of {', '.join(GRANULARITIES)}"
         )
-    modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]
-    if set(modes) - set(MODES):
-        raise InvalidArgumentError(f"--multi-worker {args.multi_worker!r}: use split, race, or split,race")
     if BACKEND_PRESPEC_TREE in backends and args.temperature > 0:
         raise InvalidArgumentError(f"{BACKEND_PRESPEC_TREE} drafts first choices: it needs --temperature 0")
-    fallback_settings(args)  # refuses --fallback with --adaptive-k
     pace_of(args)  # a bad --pace is refused before any model loads
-    if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32 or not 0 <= args.prespec_k <= 32:
-        raise InvalidArgumentError(
-            "--repeats and --max-tokens must be >= 1, --k within 1..32, --prespec-k within 0..32"
-        )
+    if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32 or args.rows < 0:
+        raise InvalidArgumentError("--repeats and --max-tokens must be >= 1, --k within 1..32, --rows >= 0")
     return backends, granularities
 
 
@@ -204,9 +190,7 @@ async def measure(
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     access = worker_access(args)
     local = "" if args.draft == "none" else args.draft
-    remote = DraftSpec(
-        "remote", prespec=prespec_request(args), on_loss=args.on_worker_loss, fallback_draft=local
-    )
+    remote = DraftSpec("remote", local=local, rows=args.rows, on_loss=args.on_worker_loss)
     pace = pace_of(args)
     async with coordinator_runtime() as runtime:
         target = await runtime.compute.run(load_model, args.target)
@@ -228,8 +212,8 @@ async def measure(
                 )
             )
             workers = await connect_workers(addresses, backends, sources)
-            modes = [m.strip() for m in args.multi_worker.split(",") if m.strip()]
-            rows = plan_rows(workers, backends, granularities, bool(local), modes)
+            local_ks = [int(k) for k in args.local_k.split(",") if k.strip()]
+            rows = plan_rows(workers, backends, granularities, bool(local), local_ks)
             if raw_prompt is not None:
                 prompts = [(Prompt("text", raw_prompt), encode_prompt(target, raw_prompt, chat=False))]
             else:
@@ -237,18 +221,10 @@ async def measure(
                 prompts = [(p, encode_prompt(target, p.text, chat)) for p in load_prompts(args.prompts)]
             by_name = {w.name: w for w in workers}
             drafts = [row_draft(row, by_name, remote, local) for row in rows]
-            run_settings = Settings(
-                args.k,
-                args.max_tokens,
-                params,
-                fallback_settings(args),
-                args.adaptive_k,
-                args.rollback,
-                args.prespec_k,
-            )
+            run_settings = Settings(args.k, args.max_tokens, params, args.rollback)
             local_drafts = [await sources.local_model(local)] if local else []
             warmup_s = await runtime.compute.run(
-                SpeculativeDecoder(target).warm_up, args.k, params, local_drafts
+                SpeculativeDecoder(target).warm_up, max(args.k, AUTO_K), params, local_drafts
             )
             print(
                 f"bench: warm-up {warmup_s:.2f} s (every pass a round uses, before any row)", file=sys.stderr
@@ -280,15 +256,8 @@ def _settings(
         "top_p": args.top_p,
         "seed": args.seed,
         "repeats": args.repeats,
-        "adaptive_k": args.adaptive_k,
         "rollback": args.rollback,
-        "prespec": {
-            "budget": args.prespec_budget,
-            "fanout": args.prespec_fanout,
-            "min_drafts": args.prespec_min_drafts,
-            "batch": args.prespec_batch,
-            "k": args.prespec_k or args.k,
-        },
+        "prespec": {"fill_rows": args.rows or FILL_ROWS, "tree_rows": args.rows or TREE_ROWS, "k": args.k},
         "backends": backends,
         "granularities": granularities,
         "chat_template": not args.no_chat,
@@ -315,7 +284,8 @@ def _verdict(summaries: list[RowSummary], allow_overruns: bool = False) -> int:
     unverified = [
         s
         for s in summaries
-        if s.spec.kind == "remote" and not (s.verified and s.identity.get("session_identities_match"))
+        if s.spec.kind in ("remote", "auto")
+        and not (s.verified and s.identity.get("session_identities_match"))
     ]
     problems = [f"{s.spec.label}: output differs from AR ({'; '.join(s.mismatches[:3])})" for s in broken]
     problems += [f"{s.spec.label}: worker counters or identity do not match the client's" for s in unverified]

@@ -12,22 +12,18 @@ import anyio
 import numpy as np
 
 from coordinator.commands.options import (
-    add_adaptive_k_argument,
-    add_fallback_arguments,
+    add_drafting_arguments,
     add_pace_argument,
     add_rollback_argument,
-    add_worker_arguments,
     draft_spec,
-    fallback_settings,
     pace_of,
     worker_access,
 )
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.detokenizer import TextDecoder
+from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
-from coordinator.drafting.fill import FilledDraftSource
-from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.provenance import drafted_by
 from coordinator.pacing import CoordinatorPace
 from coordinator.prompts import encode_prompt
@@ -39,9 +35,8 @@ from specwire.pace import PaceCounts
 from specwire.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
 
 NAME = "generate"
-HELP = "Generate text from a prompt, drafting locally or on a worker, and print tok/s and acceptance."
+HELP = "Generate text from a prompt with speculative decoding, and print tok/s, acceptance and the set-up."
 DEFAULT_TARGET = "default@float32"
-DEFAULT_DRAFT = "local:default"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,12 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_TARGET,
         help="target model spec: default, FILE.gguf, DIR or HF id, optionally @float32/@float16",
     )
-    p.add_argument(
-        "--draft",
-        default=DEFAULT_DRAFT,
-        help="draft source: local:SPEC, remote (a worker, see --worker), or none (autoregressive)",
-    )
-    p.add_argument("--k", type=int, default=4, help="draft tokens per round (0 = autoregressive)")
     p.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold of the target")
@@ -71,9 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed for sampling")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
-    add_worker_arguments(p)
-    add_fallback_arguments(p)
-    add_adaptive_k_argument(p)
+    add_drafting_arguments(p)
     add_rollback_argument(p)
     add_pace_argument(p)
 
@@ -136,11 +123,31 @@ def stats_line(stats: dict[str, Any]) -> str:
     if rollback and rollback["rounds"]:
         spent = rollback["rollback_ns"] / 1e6
         rolled = f", {rollback['rounds']} rollbacks ({rollback['strategy']}, {spent:.1f} ms)"
-    return (
+    drafting = stats.get("drafting")
+    k_text = f" (k={stats['k']})" if not drafting else ""
+    line = (
         f"[specwire] {stats['tokens']} tokens, {stats['decode_tok_s']:.2f} tok/s, "
-        f"acceptance {acc_text} (k={stats['k']}), TTFT {stats['ttft_s']:.3f} s, "
+        f"acceptance {acc_text}{k_text}, TTFT {stats['ttft_s']:.3f} s, "
         f"finish={stats['finish_reason']}{paced}{rolled}"
     )
+    return line + ("\n" + drafting_line(drafting) if drafting else "")
+
+
+def drafting_line(report: dict[str, Any]) -> str:
+    """What auto chose and why, and every switch with its reason, in a few lines."""
+    chosen = report["chosen"]
+    best, *rest = chosen["predicted"]
+    nexts = ", ".join(f"{p['setup']} {p['tok_s']:.1f}" for p in rest)
+    lines = [
+        f"[specwire] drafting: {chosen['setup']}, predicted {best['tok_s']:.1f} tok/s"
+        + (f" (next: {nexts})" if nexts else "")
+    ]
+    for switch in report["switches"][1:]:
+        lines.append(
+            f"[specwire]   round {switch['round']}: {switch['from_setup']} -> {switch['to_setup']}: "
+            f"{switch['reason']}"
+        )
+    return "\n".join(lines)
 
 
 def pace_stats(pace: CoordinatorPace, before: dict[str, PaceCounts]) -> dict[str, Any]:
@@ -172,7 +179,8 @@ async def _generate(
             target = pace.target_model(target)
         async with DraftSources(runtime, target, worker_access(args), pace) as sources:
             source = await sources.open(spec)
-            return await _generate_with(args, params, text, runtime, target, source, pace)
+            local = sources.local_models
+            return await _generate_with(args, params, text, runtime, target, source, local, pace)
 
 
 async def _generate_with(
@@ -182,19 +190,19 @@ async def _generate_with(
     runtime: Runtime,
     target: LoadedModel,
     source: DraftSource | None,
+    local: list[LoadedModel],
     pace: CoordinatorPace | None = None,
 ) -> int:
     """Generate with ``source`` and print the text (streamed) or JSON, and the stats."""
     prompt = encode_prompt(target, text, args.chat)
-    k = args.k if source is not None else 0
+    k = (AUTO_K if isinstance(source, AutoDraftSource) else args.k) if source is not None else 0
     text_out = TextDecoder(target.tokenizer)
 
     def stream(tokens: list[int]) -> None:
         sys.stdout.write("".join(text_out.add(t) for t in tokens))
         sys.stdout.flush()
 
-    decoder = SpeculativeDecoder(target, source, fallback_settings(args), args.adaptive_k, args.rollback)
-    local = [source.draft] if isinstance(source, (LocalDraftSource, FilledDraftSource)) else []
+    decoder = SpeculativeDecoder(target, source, args.rollback)
     warmup_s = await runtime.compute.run(decoder.warm_up, k, params, local)
     if not args.json:
         print(f"[specwire] warm-up: {warmup_s:.2f} s (kernels of every pass a round uses)", file=sys.stderr)
@@ -207,11 +215,12 @@ async def _generate_with(
         params=params,
         on_tokens=None if args.json else stream,
     )
-    stats = {**stats_of(result, k), **drafted_by(source), "warmup_s": warmup_s}
+    final_k = source.current.k if isinstance(source, AutoDraftSource) else k
+    stats = {**stats_of(result, final_k), **drafted_by(source), "warmup_s": warmup_s}
     if pace is not None:
         stats["pace"] = pace_stats(pace, before)
-    if result.transitions:
-        stats["k_transitions"] = [asdict(t) for t in result.transitions]
+    if isinstance(source, AutoDraftSource):
+        stats["drafting"] = source.report()
     if args.json:
         clean = strict_json(stats)
         out = {

@@ -1,12 +1,11 @@
 """``coordinator plan``: predict decode tok/s per machine and backend, and check the model.
 
-Without a profile it measures this set-up: a short calibration bench (one
-raw prompt, ``--max-tokens`` tokens: AR, local SD, and per discovered
-worker the stream backend and the per-op baseline at op and token
-granularity; with ``--prespec`` also pre-speculation), then predicts every backend
-on every worker at each k from what it measured, and says which backend
-and k to use. The model's error on the calibration rows themselves is
-printed beside it.
+Without a profile it measures this set-up as ``--draft auto`` does (the
+target's verification curve, the local draft's pass, the pair's agreement
+on a calibration text, each worker's advertised pass curve and its link,
+``coordinator.planning.measured``), then predicts every set-up auto chooses
+from (AR, local SD, and per worker the stream protocol, pre-speculation,
+fill and trees, each at its best k) and says which auto would take.
 
 ``--profile paper`` projects the paper's machines (M2 Ultra target, M1 Max
 and M2 Pro drafting) for every backend, with the model's error on the
@@ -27,17 +26,25 @@ from typing import Any
 
 import anyio
 
-from coordinator.commands import bench
-from coordinator.commands.bench import measure
-from coordinator.commands.options import add_credential_arguments, add_interface_argument
+from coordinator.commands.options import (
+    add_credential_arguments,
+    add_interface_argument,
+    pace_of,
+    worker_access,
+)
+from coordinator.drafting.auto import Planner
+from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, DraftSources, DraftSpec
 from coordinator.planning import paper
 from coordinator.planning import profile as planned
 from coordinator.planning.against_profile import load_checked
 from coordinator.planning.from_bench import check_bench
+from coordinator.planning.measured import MeasuredSetup
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
-from coordinator.planning.projection import project
+from coordinator.planning.setups import best_per_mode
+from coordinator.runtime import coordinator_runtime
 from specwire.errors import InvalidArgumentError
-from specwire.profile import Machine, Profile, load_profile
+from specwire.models import load_model
+from specwire.profile import Machine, PassCurve, Profile, load_profile
 from specwire.speculation import TREE_ROWS
 
 CALIBRATION_BACKENDS = ("stream", "ggml-rpc")
@@ -75,19 +82,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --profile: rounds of the ceiling's Monte Carlo (planning/ceiling.py); 0 skips it",
     )
     p.add_argument("--json", type=Path, help="write every input and prediction here")
-    live = p.add_argument_group("measuring this set-up (no --profile or --from-bench)")
+    live = p.add_argument_group("measuring this set-up (no --profile or --from-bench), as --draft auto does")
     live.add_argument("--target", default="default@float32", help="target model spec")
-    live.add_argument("--draft", default="default", help="local draft model for local SD (none: skip it)")
-    live.add_argument("--workers", default="all", help="worker names or HOST:PORT (comma-separated), or all")
-    live.add_argument("--k", type=int, default=4, help="k of the calibration rounds")
-    live.add_argument("--max-tokens", type=int, default=8, help="tokens per calibration row")
+    live.add_argument("--draft", default="default", help="local draft model (none: no local drafting)")
     live.add_argument(
-        "--prespec",
-        action="store_true",
-        help="also calibrate pre-speculation (its hit rate needs 5+ rounds: give --max-tokens 32 or more)",
+        "--workers", default="all", help="worker names or HOST:PORT (comma-separated), all, or none"
     )
-    live.add_argument("--acceptance", type=float, help="per-draft acceptance rate to plan with (0..1)")
-    live.add_argument("--discover-timeout", type=float, default=3.0, help="seconds to wait for workers")
+    live.add_argument("--temperature", type=float, default=0.0, help="the sampling temperature to plan for")
+    live.add_argument(
+        "--acceptance",
+        type=float,
+        help="per-draft acceptance to plan with (0..1; default: the pair's, measured on a calibration text)",
+    )
+    live.add_argument(
+        "--discover-timeout",
+        type=float,
+        default=DEFAULT_DISCOVER_TIMEOUT_S,
+        help="seconds to wait for workers on Bonjour",
+    )
     live.add_argument(
         "--pace",
         metavar="PROFILE:MACHINE",
@@ -342,54 +354,93 @@ def checked_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def plan_here(args: argparse.Namespace) -> dict[str, Any]:
-    """Calibrate on this target and these workers, then project every backend at every k."""
-    bench_args = _calibration_args(args)
-    backends, granularities = bench.checked(bench_args)  # the bench's own checks apply (k, max tokens, ...)
+    """Measure this machine and its workers as ``--draft auto`` does, then predict every set-up it chooses
+    from (its best k each) and say which it would take."""
     started = time.perf_counter()
-    print(f"calibrating: {args.max_tokens} tokens per row, k = {args.k}, on {args.workers} workers ...")
-    measured = anyio.run(measure, bench_args, backends, granularities, CALIBRATION_PROMPT)
-    record = measured.record()
-    print(f"calibrated in {time.perf_counter() - started:.0f} s; the model on the calibration rows:")
-    checks = checked_rows(record)
-    out = project(record, args.hit_rate, args.acceptance)
-    local = out["local_sd_tok_s"]
-    print(
-        f"\nPredicted decode tok/s (AR {out['ar_tok_s']:.1f}"
-        + (f", local SD {local:.1f}" if local else "")
-        + "):"
-    )
-    at_k = f"k={args.k}"
-    print(f"{'worker':<16}{'backend':<34}{at_k:>8}{'best k':>8}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}")
-    for r in out["rows"]:
-        delta_local = "" if r["delta_vs_local"] is None else f"{r['delta_vs_local']:+.0%}"
-        print(
-            f"{r['worker'] or '(this machine)':<16}{r['backend']:<34}{r['tok_s']:>8.1f}{r['best_k']:>8}"
-            f"{r['best_tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}{delta_local:>9}"
+    print(f"measuring this machine and the workers ({args.workers}) ...", flush=True)
+    planner = anyio.run(_measure, args)
+    alpha = args.acceptance if args.acceptance is not None else planner.prior(args.temperature)
+    ranking = planner.ranking(args.temperature, alpha)
+    print(f"measured in {time.perf_counter() - started:.0f} s:")
+    for line in measured_lines(planner, args.temperature):
+        print(f"  {line}")
+    best = best_per_mode(ranking)
+    ar = next(p.tok_s for p in ranking if p.setup.mode == "ar")
+    local = next((p.tok_s for p in best if p.setup.mode == "local"), None)
+    print(f"\nPredicted decode tok/s at T = {args.temperature:g}, acceptance {alpha:.2f} (best k of each):")
+    print(f"{'set-up':<40}{'k':>4}{'tok/s':>9}{'Δ AR':>8}{'Δ local':>9}")
+    rows = []
+    for p in best:
+        title = p.setup.label.rsplit(" k=", 1)[0]
+        delta_local = "" if local is None else f"{p.tok_s / local - 1:+.0%}"
+        print(f"{title:<40}{p.setup.k:>4}{p.tok_s:>9.1f}{p.tok_s / ar - 1:>+8.0%}{delta_local:>9}")
+        rows.append({"setup": title, "mode": p.setup.mode, "worker": p.setup.worker, "k": p.setup.k})
+        rows[-1] |= {"tok_s": p.tok_s, "delta_vs_ar": p.tok_s / ar - 1}
+    chosen = ranking[0]
+    pays = "a worker pays" if chosen.setup.remote else "no worker pays here"
+    print(f"\nauto would choose {chosen.setup.label} ({chosen.tok_s:.1f} tok/s): {pays}")
+    return {
+        "temperature": args.temperature,
+        "acceptance": alpha,
+        "measured": measured_record(planner.measured),
+        "rows": rows,
+        "auto": {"setup": chosen.setup.label, "tok_s": chosen.tok_s},
+    }
+
+
+async def _measure(args: argparse.Namespace) -> Planner:
+    """This machine (paced, with --pace) and the workers, measured as auto measures them."""
+    pace = pace_of(args)
+    access = worker_access(args)
+    names = [w.strip() for w in args.workers.split(",") if w.strip()]
+    selectors = () if names == ["all"] else tuple(names)
+    async with coordinator_runtime() as runtime:
+        target = await runtime.compute.run(load_model, args.target)
+        if pace is not None:
+            target = pace.target_model(target)
+        async with DraftSources(runtime, target, access, pace) as sources:
+            local = "" if args.draft == "none" else args.draft
+            planner, _ = await sources.auto(DraftSpec("auto", local=local, workers=selectors))
+            return planner
+
+
+def measured_lines(planner: Planner, temperature: float) -> list[str]:
+    """What was measured, a line each: the target's curve, the local draft, the pair, each worker."""
+    m = planner.measured
+    lines = [
+        f"target: {1e3 / m.target.decode_tok_s:.2f} ms a pass, +{m.target.per_position_s * 1e3:.2f} ms a "
+        "position verified"
+    ]
+    if m.local_draft is not None:
+        lines.append(f"local draft: {1e3 / m.local_draft.decode_tok_s:.2f} ms a pass")
+    if m.agreement is not None:
+        a = m.agreement
+        lines.append(
+            f"the pair: top-1/2/4 agreement {a.top1:.2f}/{a.top2:.2f}/{a.top4:.2f}; acceptance at "
+            f"T = {temperature:g}: {planner.prior(temperature):.2f}"
         )
-    print()
-    for worker, best in out["best"].items():
-        verdict = "pays" if best["tok_s"] > out["ar_tok_s"] else "does not pay (AR is faster)"
-        print(f"{worker}: use {best['backend']} with k = {best['k']}: {best['tok_s']:.1f} tok/s, {verdict}")
-    return {"calibration": record, "calibration_check": checks, **out}
+    for w in m.workers:
+        lines.append(
+            f"worker {w.title} ({w.address}, {w.model}): {1e3 / w.curve.decode_tok_s:.2f} ms a pass, "
+            f"+{w.curve.per_position_s * 1e3:.2f} ms a row; link {w.link_rtt_s * 1e3:.2f} ms round trip"
+            + ("" if w.tree else "; no trees (recurrent layers)")
+        )
+    return lines
 
 
-def _calibration_args(args: argparse.Namespace) -> argparse.Namespace:
-    """The bench flags of the calibration run."""
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    argv = ["--target", args.target, "--draft", args.draft, "--workers", args.workers]
-    argv += ["--k", str(args.k), "--max-tokens", str(args.max_tokens)]
-    argv += ["--discover-timeout", str(args.discover_timeout)]
-    argv += ["--backend", ",".join([*CALIBRATION_BACKENDS, *(["stream+prespec"] if args.prespec else [])])]
-    argv += ["--granularity", ",".join(CALIBRATION_GRANULARITIES)]
-    if args.interface:
-        argv += ["--interface", args.interface]
-    if args.pace:
-        argv += ["--pace", args.pace]
-    if args.token_file:
-        argv += ["--token-file", str(args.token_file)]
-    if args.insecure:
-        argv.append("--insecure")
-    if args.tls_ca:
-        argv += ["--tls-ca", str(args.tls_ca)]
-    return parser.parse_args(argv)
+def measured_record(m: MeasuredSetup) -> dict[str, Any]:
+    """The measured inputs as plain data."""
+    return {
+        "target": _curve(m.target),
+        "local_draft": _curve(m.local_draft),
+        "agreement": m.agreement.greedy() if m.agreement is not None else None,
+        "workers": [
+            {"name": w.name, "title": w.title, "address": w.address, "model": w.model, "tree": w.tree}
+            | {"curve": _curve(w.curve), "link_rtt_ms": w.link_rtt_s * 1e3}
+            for w in m.workers
+        ],
+    }
+
+
+def _curve(c: PassCurve | None) -> dict[str, float] | None:
+    return None if c is None else {"pass_ms": 1e3 / c.decode_tok_s, "per_position_ms": c.per_position_s * 1e3}

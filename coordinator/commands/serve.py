@@ -1,9 +1,10 @@
 """``coordinator serve``: an OpenAI-compatible HTTP endpoint over the speculative decoding engine.
 
 The target is loaded once; each request gets a draft source built the way
-``generate`` builds one (``--draft``, ``--worker``, ``--backend``,
-``--prespec``, ``--on-worker-loss``), from a Bonjour directory kept open for
-the server's life, so workers that appear later are used. Requests are
+``generate`` builds one (``--draft``, by default auto: the set-up predicted
+fastest for the request's temperature, re-decided as it runs), from a
+Bonjour directory kept open for the server's life, so workers that appear
+later are used. Requests are
 served one at a time, in order, from a bounded queue
 (``coordinator.serving.scheduler``). uvicorn runs in this process's event
 loop, next to the gRPC channels; model compute stays on the compute thread.
@@ -26,17 +27,15 @@ import anyio
 import uvicorn
 
 from coordinator.commands.options import (
-    add_adaptive_k_argument,
-    add_fallback_arguments,
+    add_drafting_arguments,
     add_pace_argument,
-    add_worker_arguments,
     draft_spec,
-    fallback_settings,
     pace_of,
     worker_access,
 )
 from coordinator.decoding.engine import MAX_K, SpeculativeDecoder
-from coordinator.drafting.factory import DraftSources, WorkerAccess
+from coordinator.drafting.auto import AUTO_K
+from coordinator.drafting.factory import FILLED, DraftSources, WorkerAccess
 from coordinator.pacing import CoordinatorPace
 from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
@@ -56,12 +55,6 @@ DEFAULT_PORT = 8080
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``coordinator serve``."""
     p.add_argument("--target", default="default@float32", help="target model spec (as generate takes it)")
-    p.add_argument(
-        "--draft",
-        default="remote",
-        help="draft source: remote (workers on Bonjour, see --worker), local:SPEC, or none",
-    )
-    p.add_argument("--k", type=int, default=4, help="draft tokens per round")
     p.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (beyond loopback needs --api-key)"
     )
@@ -83,9 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="largest request body in bytes; a larger one gets HTTP 413 before it is read whole",
     )
     p.add_argument("--json", action="store_true", help="print the ready line as JSON")
-    add_worker_arguments(p)
-    add_fallback_arguments(p)
-    add_adaptive_k_argument(p)
+    add_drafting_arguments(p)
     add_pace_argument(p)
 
 
@@ -110,14 +101,14 @@ def run(args: argparse.Namespace) -> int:
             f"--max-queue must be >= 0, --default-max-tokens >= 1, --max-body >= 1 and --k within 0..{MAX_K}"
         )
     # Checked before the model loads.
-    drafting = Drafting(draft_spec(args), args.k, fallback_settings(args), args.adaptive_k)
+    drafting = Drafting(draft_spec(args), args.k)
     return anyio.run(_serve, args, drafting, worker_access(args), pace_of(args))
 
 
 async def _serve(
     args: argparse.Namespace, drafting: Drafting, access: WorkerAccess, pace: CoordinatorPace | None
 ) -> int:
-    remote = drafting.spec.kind == "remote"
+    remote = drafting.spec.kind in ("remote", "auto")
     async with coordinator_runtime() as runtime, _directory(access, remote) as live:
         target = await runtime.compute.run(load_model, args.target)
         if pace is not None:
@@ -125,11 +116,14 @@ async def _serve(
         access = dataclasses.replace(access, live=live)
         async with DraftSources(runtime, target, access, pace) as sources:
             spec = drafting.spec
-            local_spec = spec.local if spec.kind == "local" else spec.fill
-            local = [await sources.local_model(local_spec)] if local_spec else []
+            if spec.kind == "auto":  # this machine measured, and the workers found by now, before any request
+                await sources.auto(spec)
+            elif spec.local and (spec.kind == "local" or spec.mode in FILLED):
+                await sources.local_model(spec.local)
             # Requests may be greedy or sampled: warm both paths before the first one is timed.
+            k = AUTO_K if spec.kind == "auto" else args.k
             warmup_s = await runtime.compute.run(
-                SpeculativeDecoder(target).warm_up, args.k, SamplingParams(temperature=1.0), local
+                SpeculativeDecoder(target).warm_up, k, SamplingParams(temperature=1.0), sources.local_models
             )
             scheduler = Scheduler(runtime, sources, drafting, args.max_queue)
             served = ServedModel(

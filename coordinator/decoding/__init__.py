@@ -1,8 +1,8 @@
-"""Speculative decoding on the target: the engine, acceptance, and the choice of k.
+"""Speculative decoding on the target: the engine, acceptance, and rolling back.
 
-``engine`` runs rounds (draft, verify, accept) against any draft source;
+``engine`` runs rounds (draft, verify, accept) against any draft source (a
+steering one, the drafting policy, also chooses each round's k);
 ``acceptance`` holds the greedy and exact rejection-sampling rules;
-``results`` the records of a generation; ``fallback`` and ``adaptive_k``
-choose k from what the rounds measured. Nothing here knows about workers
-or command lines.
+``results`` the records of a generation; ``rollback`` drops rejected drafts
+from the target's caches. Nothing here knows about workers or command lines.
 """

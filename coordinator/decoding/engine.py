@@ -18,6 +18,10 @@ when the caller sets ``halt`` (checked before each round; the server sets it
 when a stop sequence matched or the client left).
 The engine keeps a record per round for the benchmarks.
 
+A draft source that steers (``Steering``: the drafting policy,
+``coordinator.drafting.auto``) says each round's k, 0 for an autoregressive
+round in which it is not asked, and learns from every round's record.
+
 Model compute runs on the calling thread; callers keep all MLX work of a
 process on one thread.
 """
@@ -27,14 +31,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
 from coordinator.decoding.acceptance import accept_greedy, accept_sampled
-from coordinator.decoding.adaptive_k import AdaptiveK
-from coordinator.decoding.fallback import FallbackSettings, GradedFallback
 from coordinator.decoding.results import GenerationResult, RoundRecord
 from coordinator.decoding.rollback import Rollback
 from coordinator.drafting.base import DraftSource, Outcome
@@ -48,7 +51,20 @@ MAX_K = 32
 VERIFY_STREAM = 1  # the acceptance test's random stream; draft blocks use 2 (specwire.drafter)
 
 
-__all__ = ["GenerationResult", "RoundRecord", "SpeculativeDecoder"]
+__all__ = ["GenerationResult", "RoundRecord", "SpeculativeDecoder", "Steering"]
+
+
+@runtime_checkable
+class Steering(Protocol):
+    """A draft source that chooses each round's k (0: the round is autoregressive) and learns from it."""
+
+    def k_now(self) -> int:
+        """Drafts the next round asks for."""
+        ...
+
+    def record(self, record: RoundRecord) -> None:
+        """Learn from one finished round."""
+        ...
 
 
 def _check_k(k: int) -> None:
@@ -59,29 +75,15 @@ def _check_k(k: int) -> None:
 class SpeculativeDecoder:
     """Generates with a target model, drafting through an optional draft source.
 
-    With ``fallback`` settings, a graded fallback chooses k each round
-    (``coordinator.decoding.fallback``); with ``adaptive_k``, the TPS model of
-    ``coordinator.decoding.adaptive_k`` chooses it, up to the k asked for; otherwise
-    every round asks for the same k.
+    Every round asks for the same k, unless the source steers (``Steering``).
     """
 
     def __init__(
-        self,
-        target: LoadedModel,
-        source: DraftSource | None = None,
-        fallback: FallbackSettings | None = None,
-        adaptive_k: bool = False,
-        rollback: str = "auto",
+        self, target: LoadedModel, source: DraftSource | None = None, rollback: str = "auto"
     ) -> None:
-        if fallback is not None and adaptive_k:
-            raise InvalidArgumentError("graded fallback and adaptive k both choose k: use one")
         self.target = target
         self.source = source
-        self.fallback = fallback
-        self.adaptive_k = adaptive_k
         self.rollback = rollback
-        self._single_pass_s: float | None = None
-        self._verify_prior: dict[int, tuple[float, float]] = {}
 
     def generate(
         self,
@@ -97,11 +99,7 @@ class SpeculativeDecoder:
         self._check(prompt, k)
         max_tokens = min(max_tokens, self.target.context_length - len(prompt))
         source = self.source if k > 0 and max_tokens > 1 else None
-        policy: GradedFallback | AdaptiveK | None = None
-        if self.fallback is not None and source is not None:
-            policy = GradedFallback(k, self.fallback, self.single_pass_s())
-        elif self.adaptive_k and source is not None:
-            policy = AdaptiveK(k, self.verify_prior(k))
+        policy = source if isinstance(source, Steering) else None
         start = time.perf_counter_ns()
         try:
             if source is not None:
@@ -131,7 +129,7 @@ class SpeculativeDecoder:
         source: DraftSource | None,
         start: int,
         on_tokens: Callable[[list[int]], None] | None,
-        policy: GradedFallback | AdaptiveK | None,
+        policy: Steering | None,
         halt: threading.Event | None,
     ) -> GenerationResult:
         model = self.target.model
@@ -173,7 +171,7 @@ class SpeculativeDecoder:
                 break
             pending, outcome = token, Outcome(accepted, token)
         result.end_ns = time.perf_counter_ns()
-        result.transitions = list(policy.transitions) if policy else []
+        result.transitions = list(getattr(policy, "switches", []))
         return result
 
     def warm_up(self, k: int, params: SamplingParams, local_drafts: Sequence[LoadedModel] = ()) -> float:
@@ -189,29 +187,6 @@ class SpeculativeDecoder:
         if k > 0:
             seconds += sum(warm_drafter(d.model, sampled=not params.greedy) for d in local_drafts)
         return seconds
-
-    def single_pass_s(self) -> float:
-        """Seconds of one single-token target pass (measured once, after a short context)."""
-        if self._single_pass_s is None:
-            self._single_pass_s = self._pass_s(1)
-        return self._single_pass_s
-
-    def verify_prior(self, k: int) -> tuple[float, float]:
-        """Seconds of a target pass over 1 and over k + 1 positions (measured once per k)."""
-        if k not in self._verify_prior:
-            self._verify_prior[k] = (self.single_pass_s(), self._pass_s(k + 1))
-        return self._verify_prior[k]
-
-    def _pass_s(self, positions: int) -> float:
-        """The faster of two target passes over ``positions`` tokens, after a short context."""
-        samples = []
-        for _ in range(2):
-            cache = make_prompt_cache(self.target.model)
-            prefill(self.target.model, cache, [0] * 8)
-            t0 = time.perf_counter()
-            mx.eval(self.target.model(mx.array([[0] * positions]), cache=cache))
-            samples.append(time.perf_counter() - t0)
-        return min(samples)
 
     def _verify(
         self,

@@ -1,7 +1,7 @@
 """What a generation produced and measured: one record per round, and the whole result.
 
 Times are ``perf_counter_ns`` on the coordinator. The engine writes these;
-the generate command, the bench and the graded fallback read them.
+the generate command, the bench and the drafting policy read them.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class GenerationResult:
     end_ns: int
     token_ns: list[int] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
-    transitions: list[Any] = field(default_factory=list)  # coordinator.decoding.fallback.Transition
+    transitions: list[Any] = field(default_factory=list)  # coordinator.drafting.auto.Switch
     rollback: RollbackStats | None = None
 
     @property

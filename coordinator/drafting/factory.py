@@ -1,14 +1,16 @@
 """The one way to build a draft source: what to draft with, and ``DraftSources``, which opens it.
 
 A ``DraftSpec`` says what to draft with: nothing (autoregressive), a local
-draft model, or remote workers over a backend (granularity, pre-speculation,
-several workers at once, what to do when a worker is lost). ``DraftSources``
-opens specs against one target: it keeps the connections to workers and the
-local draft models it has loaded, so a command that opens many sources
-(the bench, one per row and prompt; the server, one per request) connects
-and loads once. Every remote source is wrapped for worker loss
+draft model, a worker in one of the stream protocol's modes or over the
+per-op backend (and what to do when it is lost), or ``auto``: the drafting
+policy, which chooses among all of these (``coordinator.drafting.auto``).
+``DraftSources`` opens specs against one target: it keeps the connections
+to workers, the local draft models it has loaded and, for auto, this
+machine's measurements, so a command that opens many sources (the bench, one
+per row and prompt; the server, one per request) connects, loads and
+measures once. A remote source of one mode is wrapped for worker loss
 (``FailoverDraftSource``): the next compatible worker is found on Bonjour,
-or a local draft model is loaded on demand.
+or a local draft model is loaded on demand; auto recovers by itself.
 
 Every command (generate, bench, serve) builds its draft sources here and
 nowhere else.
@@ -17,73 +19,85 @@ nowhere else.
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from coordinator.drafting.auto import AutoDraftSource, Planner
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.failover import POLICIES, FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
-from coordinator.drafting.multi import MODES, MultiWorkerDraftSource
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
+from coordinator.planning.measured import MeasuredSetup, measure_here, titled
+from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, REMOTE_MODES, Setup
 from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
-from specwire.errors import InvalidArgumentError, NoWorkerError, RemoteWorkerError
+from coordinator.workers.speed import worker_speed
+from specwire.errors import InvalidArgumentError, NoWorkerError, RemoteWorkerError, SpecwireError
 from specwire.models import LoadedModel, load_model
 from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 from specwire.v1 import draft_pb2 as pb
 from specwire.vocab import ensure_same_vocabulary
 
+log = logging.getLogger(__name__)
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
-KINDS = ("none", "local", "remote")
+KINDS = ("none", "local", "remote", "auto")
+MODES = REMOTE_MODES
+FILLED = ("fill", "tree")  # the remote modes whose short answers the local draft model finishes
 
 
 @dataclass(frozen=True)
 class DraftSpec:
     """What to draft with.
 
-    ``workers`` selects remote workers: Bonjour names or HOST:PORT; empty
-    means the fastest compatible worker discovered (with ``multi``: every
-    one). ``prespec`` (stream backend only) is the PreSpeculation message to
-    open sessions with; ``multi`` ("race" or "split") drafts on all chosen
-    workers at once. ``fallback_draft`` is the local model used when a
-    worker is lost under the ``local`` policy. ``fill`` (with ``prespec``)
-    names a local draft model that drafts whatever the workers have not
-    drafted ahead (``coordinator.drafting.fill``).
+    ``kind``: ``none`` (autoregressive), ``local`` (the ``local`` draft model
+    here), ``remote`` (a worker, in ``mode``: ``stream``, ``prespec``, ``fill``
+    or ``tree``; or over the per-op ``backend``), or ``auto`` (the drafting
+    policy, ``coordinator.drafting.auto``, which chooses among all of them).
+    ``workers`` selects workers: Bonjour names or HOST:PORT; empty means
+    every compatible worker discovered (``remote``: the fastest of them).
+    ``local`` is the local draft model: local SD's, the one fill and trees
+    draft the rest on, and the one ``on_loss`` ``local`` falls back to.
+    ``rows``: nodes or branches a worker drafts side by side in a pass, for
+    fill and tree (0: the mode's default).
     """
 
     kind: str = "none"
     local: str = ""
     workers: tuple[str, ...] = ()
+    mode: str = "stream"
     backend: str = BACKEND_STREAM
     granularity: str = "op"
-    prespec: pb.PreSpeculation | None = None
-    multi: str = ""
+    rows: int = 0
     on_loss: str = "failover"
-    fallback_draft: str = ""
-    fill: str = ""
 
     @classmethod
-    def parse(cls, text: str, **remote: object) -> DraftSpec:
-        """The spec a ``--draft`` value names: ``none``, ``local:SPEC``, or ``remote`` with ``remote``."""
+    def parse(cls, text: str, local: str = "", **remote: object) -> DraftSpec:
+        """The spec a ``--draft`` value names: ``auto``, ``none``, ``local[:SPEC]`` or ``remote[:MODE]``."""
         kind, _, rest = text.partition(":")
-        if text == "none":
-            return cls("none")
-        if kind == "local" and rest:
-            return cls("local", local=rest)
-        if text == "remote":
-            return cls("remote", **remote).checked()  # type: ignore[arg-type]
-        raise InvalidArgumentError(f"--draft {text!r}: expected local:SPEC, remote, or none")
+        if text in ("none", "auto"):
+            return cls(text, local=local, **(remote if text == "auto" else {})).checked()  # type: ignore[arg-type]
+        if kind == "local":
+            return cls("local", local=rest or local).checked()
+        if kind == "remote":
+            return cls("remote", local=local, mode=rest or "stream", **remote).checked()  # type: ignore[arg-type]
+        raise InvalidArgumentError(
+            f"--draft {text!r}: expected auto, local[:SPEC], remote[:MODE] (MODE: {', '.join(MODES)}) or none"
+        )
 
     def checked(self) -> DraftSpec:
         """This spec, or ``InvalidArgumentError`` naming what does not fit together."""
         if self.kind not in KINDS:
             raise InvalidArgumentError(f"draft kind {self.kind!r}: expected one of {', '.join(KINDS)}")
+        if self.kind == "local" and not self.local:
+            raise InvalidArgumentError("--draft local needs a draft model: local:SPEC or --local-draft SPEC")
         if self.backend not in (BACKEND_STREAM, BACKEND_PER_OP):
             raise InvalidArgumentError(
                 f"backend {self.backend!r}: expected {BACKEND_STREAM} or {BACKEND_PER_OP}"
@@ -92,27 +106,40 @@ class DraftSpec:
             raise InvalidArgumentError(
                 f"granularity {self.granularity!r}: expected one of {', '.join(GRANULARITIES)}"
             )
-        if (self.prespec is not None or self.multi) and self.backend != BACKEND_STREAM:
-            raise InvalidArgumentError("--prespec and --multi-worker need the stream backend")
-        if self.fill and self.prespec is None:
-            raise InvalidArgumentError("--fill drafts what pre-speculation has not: it needs --prespec")
-        if self.prespec is not None and self.prespec.push and not (self.fill or self.prespec.fill):
-            raise InvalidArgumentError("--fill-push sends the drafts --fill makes: it needs --fill")
-        if self.prespec is not None and self.prespec.tree and not (self.fill or self.prespec.fill):
-            raise InvalidArgumentError("--fill-tree answers with what the tree has ready: it needs --fill")
-        if self.prespec is not None and self.prespec.tree and self.multi == "split":
-            raise InvalidArgumentError("--fill-tree is not split over workers: use --multi-worker race")
-        if self.prespec is not None and self.prespec.tree and self.prespec.push:
-            raise InvalidArgumentError("--fill-tree learns the drafts made here itself: drop --fill-push")
-        if self.multi and self.multi not in MODES:
+        if self.mode not in MODES:
+            raise InvalidArgumentError(f"remote mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        if self.mode != "stream" and self.backend != BACKEND_STREAM:
             raise InvalidArgumentError(
-                f"multi-worker mode {self.multi!r}: expected one of {', '.join(MODES)}"
+                f"remote:{self.mode} is a mode of the stream backend, not {self.backend}"
+            )
+        if self.mode in FILLED and not self.local:
+            raise InvalidArgumentError(f"remote:{self.mode} drafts what the worker has not on --local-draft")
+        if self.kind == "remote" and len(self.workers) > 1:
+            raise InvalidArgumentError(
+                "--draft remote drafts on one worker; with several, --draft auto picks the fastest"
             )
         if self.on_loss not in POLICIES:
             raise InvalidArgumentError(
                 f"--on-worker-loss {self.on_loss!r}: expected one of {', '.join(POLICIES)}"
             )
         return self
+
+    @property
+    def prespec(self) -> pb.PreSpeculation | None:
+        """The PreSpeculation message a remote session opens with (None: drafting on demand)."""
+        return prespec_for(self.mode, self.rows)
+
+
+def prespec_for(mode: str, rows: int = 0) -> pb.PreSpeculation | None:
+    """A remote mode's PreSpeculation: ``prespec`` one branch a pass; ``fill`` eight branches a pass,
+    three candidates a position (``planning.setups``); ``tree`` the worker's tree rows; ``rows`` (> 0)
+    replaces the rows a pass of fill and tree."""
+    if mode == "stream":
+        return None
+    if mode == "prespec":
+        return pb.PreSpeculation(enabled=True)
+    rows = rows or (FILL_ROWS if mode == "fill" else 0)
+    return pb.PreSpeculation(enabled=True, fill=True, tree=mode == "tree", batch=rows, fanout=FILL_FANOUT)
 
 
 @dataclass(frozen=True)
@@ -148,6 +175,8 @@ class DraftSources:
         self.connections: dict[str, WorkerConnection] = {}
         self._replacements: list[WorkerConnection] = []  # opened after a loss, never shared
         self._models: dict[str, LoadedModel] = {}
+        self._measured: MeasuredSetup | None = None  # this machine, measured once (auto)
+        self._planner: tuple[tuple[str, ...], Planner] | None = None  # auto's, for the workers it knows
 
     async def __aenter__(self) -> DraftSources:
         return self
@@ -171,40 +200,94 @@ class DraftSources:
             return None
         if spec.kind == "local":
             return LocalDraftSource(await self.local_model(spec.local))
-        if spec.fill:
-            filler = await self.local_model(spec.fill)
-            prespec = pb.PreSpeculation()
-            prespec.CopyFrom(spec.prespec)
-            prespec.fill = True  # push: as the spec says (generate and serve --fill push)
-            remote = await self.open(replace(spec, prespec=prespec, fill=""))
-            assert remote is not None
+        if spec.kind == "auto":
+            planner, build = await self.auto(spec)
+            return AutoDraftSource(planner, build)
+        if spec.mode in FILLED:
+            filler = await self.local_model(spec.local)
+            remote = await self._failover(spec)
             return FilledDraftSource(remote, filler)
-        first: DraftSource
-        if spec.multi:
-            addresses = await find_addresses(
-                list(spec.workers or ("all",)),
-                self.target.fingerprint,
-                self.access.interfaces,  # type: ignore[arg-type]
-                self.access.discover_timeout,
-                self.access.credentials,
-                live=self.access.live,
-            )
-            first = await self._multi([await self.connection(a, spec.backend) for a in addresses], spec)
-        else:
-            if len(spec.workers) > 1:
-                raise InvalidArgumentError("several workers draft together only with --multi-worker")
-            address = await find_worker(
-                spec.workers[0] if spec.workers else None,
-                self.target.fingerprint,
-                spec.backend,
-                self.access.interfaces,  # type: ignore[arg-type]
-                self.access.discover_timeout,
-                self.access.credentials,
-                live=self.access.live,
-            )
-            first = self._remote(await self.connection(address, spec.backend), spec, spec.prespec)
-        local = functools.partial(self._local_now, spec.fallback_draft) if spec.fallback_draft else None
+        return await self._failover(spec)
+
+    async def _failover(self, spec: DraftSpec) -> FailoverDraftSource:
+        """A remote source on the fastest compatible worker (or the one named), wrapped for its loss."""
+        address = await find_worker(
+            spec.workers[0] if spec.workers else None,
+            self.target.fingerprint,
+            spec.backend,
+            self.access.interfaces,  # type: ignore[arg-type]
+            self.access.discover_timeout,
+            self.access.credentials,
+            live=self.access.live,
+        )
+        first = self._remote(await self.connection(address, spec.backend), spec)
+        local = functools.partial(self._local_now, spec.local) if spec.local else None
         return FailoverDraftSource(first, spec.on_loss, functools.partial(self._replacement, spec), local)
+
+    async def auto(self, spec: DraftSpec) -> tuple[Planner, Callable[[Setup], DraftSource | None]]:
+        """The drafting policy's planner for this machine and the workers ``spec`` allows, and the
+        builder of each set-up's source. This machine is measured once; the workers each time they
+        change (a server's directory may gain or lose some)."""
+        local = await self.local_model(spec.local) if spec.local else None
+        connections = await self._auto_workers(spec)
+        key = tuple(sorted(c.address for c in connections))
+        if self._planner is None or self._planner[0] != key:
+            if self._measured is None:
+                self._measured = await self.runtime.compute.run(measure_here, self.target, local)
+            speeds = [await worker_speed(c) for c in connections]
+            measured = replace(self._measured, workers=tuple(titled(speeds)))
+            self._planner = (key, Planner(measured))
+        planner = self._planner[1]
+        by_title = dict(zip((w.title for w in planner.measured.workers), connections, strict=True))
+        return planner, functools.partial(self._build, by_title, local)
+
+    async def _auto_workers(self, spec: DraftSpec) -> list[WorkerConnection]:
+        """Connections to the workers auto may draft on: those named, else every compatible one found
+        (none is no error: auto then chooses between this machine's own set-ups)."""
+        access = self.access
+        if spec.workers == ("none",):  # this machine's own set-ups only
+            return []
+        if spec.workers:
+            addresses = await find_addresses(
+                list(spec.workers),
+                self.target.fingerprint,
+                access.interfaces,  # type: ignore[arg-type]
+                access.discover_timeout,
+                access.credentials,
+                live=access.live,
+            )
+        else:
+            found, _ = await ranked_workers(
+                self.target.fingerprint,
+                BACKEND_STREAM,
+                access.interfaces,  # type: ignore[arg-type]
+                access.discover_timeout,
+                access.credentials,
+                live=access.live,
+            )
+            addresses = [w.address for w in found]
+        connections = []
+        for address in addresses:
+            try:
+                connections.append(await self.connection(address))
+            except SpecwireError as err:  # unreachable or unfit: auto plans without it
+                log.warning("auto: leaving out the worker at %s: %s", address, err)
+        return connections
+
+    def _build(
+        self, by_title: dict[str, WorkerConnection], local: LoadedModel | None, setup: Setup
+    ) -> DraftSource | None:
+        """The source of one of auto's set-ups (None: AR); compute thread, no network until started."""
+        if setup.mode == "ar":
+            return None
+        if setup.mode == "local":
+            assert local is not None
+            return LocalDraftSource(local)
+        stream = self._stream(by_title[setup.worker], prespec_for(setup.mode))
+        if setup.mode in FILLED:
+            assert local is not None
+            return FilledDraftSource(stream, local)
+        return stream
 
     async def connection(self, address: str, backend: str = BACKEND_STREAM) -> WorkerConnection:
         """An open connection to the worker at ``address``, checked for this target and ``backend``."""
@@ -233,6 +316,11 @@ class DraftSources:
             self._replacements.append(connection)  # closed with the rest
             return None
 
+    @property
+    def local_models(self) -> list[LoadedModel]:
+        """The local draft models loaded so far (to warm before timing)."""
+        return list(self._models.values())
+
     async def local_model(self, spec: str) -> LoadedModel:
         """The local draft model ``spec`` names (loaded once), checked against the target's vocabulary."""
         return await self.runtime.compute.run(self._load_local, spec)
@@ -247,31 +335,15 @@ class DraftSources:
 
     # The builders: the only place remote draft sources are constructed.
 
-    def _remote(
-        self, connection: WorkerConnection, spec: DraftSpec, prespec: pb.PreSpeculation | None
-    ) -> DraftSource:
+    def _remote(self, connection: WorkerConnection, spec: DraftSpec) -> DraftSource:
         if spec.backend == BACKEND_PER_OP:
             fp, timeout = self.target.fingerprint, self.access.round_timeout
             return PerOpDraftSource(self.runtime.portal, connection, fp, spec.granularity, timeout)
-        return self._stream(connection, prespec)
+        return self._stream(connection, spec.prespec)
 
     def _stream(self, connection: WorkerConnection, prespec: pb.PreSpeculation | None) -> StreamDraftSource:
         fp, timeout = self.target.fingerprint, self.access.round_timeout
         return StreamDraftSource(self.runtime.portal, connection, fp, timeout, prespec)
-
-    async def _multi(self, connections: list[WorkerConnection], spec: DraftSpec) -> MultiWorkerDraftSource:
-        """Stream sessions on every connection, raced; in ``split`` mode each pre-speculates its shard."""
-        shards = len(connections) if spec.multi == "split" else 1
-        sources = []
-        for i, connection in enumerate(connections):
-            prespec = None
-            if spec.prespec is not None:
-                prespec = pb.PreSpeculation()
-                prespec.CopyFrom(spec.prespec)
-                prespec.shard, prespec.shards = i % shards, shards
-            sources.append(self._stream(connection, prespec))
-        fill = spec.prespec is not None and spec.prespec.fill
-        return MultiWorkerDraftSource(self.runtime.portal, sources, spec.multi, fill)
 
     # Recovery from worker loss; called from the compute thread.
 
@@ -305,5 +377,5 @@ class DraftSources:
             except Exception:  # unfit: try the next one
                 lost.add(advert.name)
                 continue
-            return self._remote(connection, spec, spec.prespec)
+            return self._remote(connection, spec)
         raise NoWorkerError("no other compatible worker answered on Bonjour")

@@ -91,12 +91,6 @@ class FailoverDraftSource:
         self._last = []
         return DraftBlock([], None, 0, 0)
 
-    def push_filled(self, tokens: Sequence[int]) -> None:
-        """Fill mode: pass the round's drafts on to the current source."""
-        push = getattr(self.current, "push_filled", None)
-        if push is not None:
-            push(tokens)
-
     def _start_current(self, k: int) -> None:
         """Open a session on the current source with the accepted context, recovering from losses."""
         while self.current is not None:
@@ -117,7 +111,7 @@ class FailoverDraftSource:
         lost = self.current
         worker = getattr(lost, "worker", lost.name)
         self._failed.add(worker)
-        _abandon(lost)
+        abandon(lost)
         self.retired.append(lost)
         if self.policy == "fail":
             raise err
@@ -140,8 +134,10 @@ class FailoverDraftSource:
         return None
 
 
-def _abandon(source: DraftSource) -> None:
+def abandon(source: DraftSource | None) -> None:
     """Drop a failed session without waiting on a worker that may not answer."""
+    if source is None:
+        return
     abort = getattr(source, "abort", None)
     with contextlib.suppress(SpecwireError):
         abort() if abort is not None else source.close()

@@ -6,10 +6,8 @@ drafted ahead (a hit), the first few of a branch under way (partial), or none
 (a miss). This source drafts the rest of the block with the coordinator's own
 copy of the draft model, so a round never waits for the worker's slower
 passes: a hit costs the link and the protocol, a miss a local round plus
-them. The drafts then go to the worker as they will be verified (a Filled
-message, before the target verifies): one pass over the ones it lacks gives
-it their candidates and the bonus probe, and it plans the next round's
-branches from there, rather than drafting the rest itself at its slower pace.
+them. The worker drafts the rest of the block itself after answering, off
+the critical path, and plans the next round's branches from it.
 
 The block is one block wherever its drafts are made: the local part resumes
 it after the worker's drafts (same prefix, same block index, the generator
@@ -25,12 +23,11 @@ passes, as local SD's does: the two share the machine's GPU.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 
 from coordinator.drafting.base import DraftSource, Outcome
 from specwire.drafter import DraftBlock, Drafter, Drafting
-from specwire.errors import InvalidArgumentError, RemoteWorkerError
+from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
 
@@ -87,10 +84,6 @@ class FilledDraftSource:
             )
             self.filled += k - ready
         self._last = block.tokens
-        push = getattr(self.remote, "push_filled", None)
-        if push is not None:
-            with contextlib.suppress(RemoteWorkerError):  # its next round reports the loss
-                push(block.tokens)
         return block
 
     def close(self) -> None:

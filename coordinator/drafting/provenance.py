@@ -13,7 +13,6 @@ from typing import Any
 
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
-from coordinator.drafting.multi import MultiWorkerDraftSource
 
 
 def drafted_by(source: object) -> dict[str, Any]:
@@ -24,10 +23,5 @@ def drafted_by(source: object) -> dict[str, Any]:
         return {}
     current = source.current
     report: dict[str, Any] = {"worker_losses": [asdict(loss) for loss in source.losses]}
-    if isinstance(current, MultiWorkerDraftSource):
-        report["workers"] = [s.connection.identity() for s in current.live]
-        report["rounds_won"] = {w: current.winners.count(w) for w in sorted(set(current.winners))}
-        report["workers_dropped"] = [{"worker": w, "reason": r} for w, r in current.dropped]
-        return report
     connection = getattr(current, "connection", None)
     return {"worker": connection.identity() if connection is not None else None, **report}

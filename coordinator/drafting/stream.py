@@ -76,10 +76,6 @@ class StreamDraftSource:
         self._open_k = 0
         self._early: dict[int, tuple[pb.Drafts, int, int, int, int]] = {}
         self._open_record: tuple[int, int, int, int] = (0, 0, 0, 0)
-        self.filled_sent = 0  # Filled messages (fill mode), checked against the worker's filled_rounds
-        self.unreported = 0  # messages sent since the last Round: no reply has counted them yet
-        self._answered: tuple[int, list[int]] = (0, [])  # the latest round answered, and its drafts
-        self._filled_seq = 0
 
     @property
     def worker(self) -> str:
@@ -101,20 +97,10 @@ class StreamDraftSource:
         block.calls[0] = replace(record, requested_ns=requested, returned_ns=time.perf_counter_ns())
         return block
 
-    def push_filled(self, tokens: Sequence[int]) -> None:
-        """Fill mode with push: send the drafts of the round just answered as they will be verified."""
-        if self.pushes and list(tokens) != self._answered[1]:
-            self.portal.call(self.send_filled, list(tokens), self._seq)
-
     @property
     def seq(self) -> int:
         """The latest round asked for (0: the Open's)."""
         return self._seq
-
-    @property
-    def pushes(self) -> bool:
-        """Whether this session sends Filled messages (``PreSpeculation.push``)."""
-        return self.prespec is not None and self.prespec.fill and self.prespec.push
 
     def close(self) -> None:
         """End the session; the worker frees its KV cache."""
@@ -172,7 +158,6 @@ class StreamDraftSource:
                 seq=seq, accepted=outcome.accepted, token=outcome.token, k=k, appended=appended or []
             )
             sent = await self._send(pb.DraftRequest(round=round_msg), f"round {seq}")
-            self.unreported = 0
         drafts, raw_len, deserialize_ns, read_at, received_at = await self._receive_drafts(seq)
         send_ns, serialize_ns, bytes_sent, written_at = sent
         record = CallRecord(
@@ -190,7 +175,6 @@ class StreamDraftSource:
         )
         dists = dists_from_pb(drafts)
         tokens = list(drafts.tokens)[:k]
-        self._answered = (seq, tokens)
         return DraftBlock(
             tokens=tokens,
             dists=dists[:k] if dists is not None else None,
@@ -200,20 +184,6 @@ class StreamDraftSource:
             speculation=SPECULATION_NAMES.get(drafts.speculation.outcome, ""),
             saved_ns=drafts.speculation.saved_ns,
         )
-
-    async def send_filled(self, tokens: list[int], seq: int) -> bool:
-        """Send a Filled for round ``seq`` if this worker has answered it, with other drafts, and it is
-        the latest round (event loop); False when there is nothing to send. Once per round."""
-        answered, drafts = self._answered
-        if not self.pushes or not seq or seq != answered or seq != self._seq or self._filled_seq >= seq:
-            return False
-        if drafts == tokens:
-            return False
-        self._filled_seq = seq  # before the write, so no other task sends it too
-        await self._send(pb.DraftRequest(filled=pb.Filled(seq=seq, tokens=tokens)), f"filling round {seq}")
-        self.filled_sent += 1
-        self.unreported += 1
-        return True
 
     async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int, int]:
         """Encode and write one message; returns (send time, encode ns, bytes, when gRPC took it)."""

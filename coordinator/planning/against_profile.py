@@ -25,9 +25,11 @@ from typing import Any
 
 from coordinator.planning import profile as planned
 from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, predict
+from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, candidates, ranked
 from specwire import paper
 from specwire.errors import InvalidArgumentError
 from specwire.profile import Profile
+from specwire.speculation import TREE_ROWS
 
 LOGIT_BYTES = 4  # float32
 TREE_ROUNDS = 4000  # the tree's Monte Carlo (planning.ceiling), seeded: the same figure every time
@@ -92,7 +94,7 @@ def _row(
         return _predicted(
             target, 1 / profile.local_draft.decode_tok_s, acceptance, k, link, Transport("local")
         )
-    names = list(workers) if row["multi"] else [row["worker"]]
+    names = list(workers) if row.get("multi") or row["kind"] == "auto" else [row["worker"]]
     options = []
     for name in names:
         option = (
@@ -133,31 +135,25 @@ def _remote(
         else:
             return None
         return _predicted(target, draft_s, acceptance, k, link, transport)
+    if row["kind"] == "auto":  # the drafting policy: the best set-up the profile predicts on this worker
+        best = ranked(profile, [s for s in candidates(profile, True) if s.worker in ("", machine.name)])[0]
+        return best.tok_s, {}
     if row["prespec"]:
         k = int(prespec.get("k") or k)
         acceptance = planned.acceptance(profile) if k == profile.k else _acceptance_at(profile, k)
-        thread = worker.get("compute", "thread") == "thread"
-        batch = max(1, int(prespec.get("batch") or 1))
         if row.get("tree"):
             if profile.local_draft is None:
                 return None
-            c = planned.tree(profile, machine, k, batch, TREE_ROUNDS)
+            rows = int(prespec.get("tree_rows") or prespec.get("batch") or TREE_ROWS)
+            c = planned.tree(profile, machine, k, rows, TREE_ROUNDS)
             filled = sum((k - ready) * share for ready, share in c.ready.items())
             return c.tok_s, {"local drafts": filled / profile.local_draft.decode_tok_s * 1e3}
         if row.get("fill"):
-            fanout = int(prespec.get("fanout") or 0)
-            batch_s = machine.draft.pass_s(1, batch)
-            transport = planned.fill(profile, draft_s, k, batch, batch_s, fanout, answers_during_pass=thread)
+            rows = int(prespec.get("fill_rows") or prespec.get("batch") or FILL_ROWS)
+            rows_s = machine.draft.pass_s(1, rows)
+            transport = planned.fill(profile, draft_s, k, rows, rows_s, FILL_FANOUT)
             return _predicted(target, draft_s, acceptance, k, link, transport)
-        transport = planned.prespec(
-            profile,
-            draft_s,
-            k,
-            thread,
-            batch,
-            machine.draft.pass_s(1, batch),
-            int(prespec.get("fanout") or 0),
-        )
+        transport = planned.prespec(profile, draft_s, k)
     else:
         transport = planned.stream(profile)
     return _predicted(target, draft_s, acceptance, k, link, transport)
@@ -176,7 +172,7 @@ def _papers(profile: Profile, row: dict[str, Any], workers: dict[str, dict[str, 
         return None
     if row["kind"] == "local":
         return paper.TABLE11["local SD"]
-    if row["kind"] == "remote" and row["backend"] == "ggml-rpc" and not row["multi"]:
+    if row["kind"] == "remote" and row["backend"] == "ggml-rpc" and not row.get("multi"):
         pace = (workers.get(row["worker"]) or {}).get("pace") or {}
         name = pace.get("machine_name")
         return paper.TABLE11.get(f"ggml-rpc → {name}")

@@ -223,7 +223,7 @@ def calibrate(bench: dict[str, Any]) -> Calibration:
     floors = worker_floors(bench)
     rows = []
     for i, row in enumerate(bench["rows"]):
-        if not by_row[i] or row["multi"]:
+        if not by_row[i] or row.get("multi") or row["kind"] == "auto":
             continue
         inputs = None
         if row["kind"] != "ar":

@@ -33,6 +33,7 @@ drafting with verification.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 BACKENDS = ("local", "stream", "stream+prespec", "stream+prespec+fill", "ggml-rpc")
@@ -80,14 +81,19 @@ class Acceptance:
     @classmethod
     def constant_for(cls, mean_accepted: float, k: int) -> Acceptance:
         """The constant rate alpha whose E[accepted | k] equals ``mean_accepted`` (bisection)."""
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if cls((mid,)).expected_accepted(k) < mean_accepted:
-                lo = mid
-            else:
-                hi = mid
-        return cls(((lo + hi) / 2,), mean_accepted, k)
+        return cls((_rate_for(mean_accepted, k),), mean_accepted, k)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rate_for(mean_accepted: float, k: int) -> float:
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if Acceptance((mid,)).expected_accepted(k) < mean_accepted:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 @dataclass(frozen=True)

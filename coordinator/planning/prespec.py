@@ -223,7 +223,11 @@ def fill_schedule(
         moves.append(row)
     share = [1.0 / (k + 1)] * (k + 1)
     for _ in range(200):  # the chain's long-run shares (it mixes in a few steps)
-        share = [sum(share[i] * moves[i][j] for i in range(k + 1)) for j in range(k + 1)]
+        nxt = [sum(share[i] * moves[i][j] for i in range(k + 1)) for j in range(k + 1)]
+        settled = max(abs(a - b) for a, b in zip(nxt, share, strict=True)) < 1e-12
+        share = nxt
+        if settled:
+            break
     return FillSchedule(
         hit=share[k],
         partial=sum(share[1:k]),

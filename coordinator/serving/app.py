@@ -133,8 +133,11 @@ class Api:
             "model": self.served.name,
             "pending_requests": self.scheduler.pending,
         }
-        if self.directory is not None and self._key_given(request):  # who drafts is not for strangers
-            body["workers"] = [{"name": w.name, "address": w.address} for w in self.directory.workers()]
+        if self._key_given(request):  # who drafts, and how, is not for strangers
+            if self.directory is not None:
+                body["workers"] = [{"name": w.name, "address": w.address} for w in self.directory.workers()]
+            if self.scheduler.last_drafting is not None:
+                body["drafting"] = self.scheduler.last_drafting
         return JSONResponse(body)
 
     async def models(self, request: Request) -> Response:

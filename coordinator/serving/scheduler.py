@@ -30,7 +30,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
-from coordinator.decoding.fallback import FallbackSettings
+from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.provenance import drafted_by
@@ -63,12 +63,10 @@ class Generation:
 
 @dataclass(frozen=True)
 class Drafting:
-    """How every request is drafted: the source, k, and the k policies (as ``generate`` takes them)."""
+    """How every request is drafted: the source, and for a fixed set-up its k (as ``generate`` has them)."""
 
     spec: DraftSpec
     k: int
-    fallback: FallbackSettings | None
-    adaptive_k: bool
 
 
 class Scheduler:
@@ -83,9 +81,10 @@ class Scheduler:
         self._lock = anyio.Lock()
         self._durations: deque[float] = deque(maxlen=RECENT)
         self._tg: TaskGroup | None = None
-        # One engine for the server's life, so the k policies time the target once, not per request;
-        # each generation (one at a time, under the lock) sets its own draft source on it.
-        self._decoder = SpeculativeDecoder(sources.target, None, drafting.fallback, drafting.adaptive_k)
+        # One engine for the server's life; each generation (one at a time, under the lock) sets its own
+        # draft source on it.
+        self._decoder = SpeculativeDecoder(sources.target, None)
+        self.last_drafting: dict[str, Any] | None = None  # the drafting policy's report of the last request
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Scheduler]:
@@ -147,7 +146,7 @@ class Scheduler:
             loop.call_soon_threadsafe(_send_quietly, send, list(tokens))
 
         request, drafting = generation.request, self.drafting
-        k = drafting.k if source is not None else 0
+        k = 0 if source is None else AUTO_K if isinstance(source, AutoDraftSource) else drafting.k
         generation.source["k"] = k
         decoder = self._decoder
         decoder.source = source
@@ -161,6 +160,8 @@ class Scheduler:
             halt=generation.halt,
         )
         generation.source.update(drafted_by(source))
+        if isinstance(source, AutoDraftSource):
+            self.last_drafting = generation.source["drafting"] = source.report()
 
     async def _open(self) -> tuple[DraftSource | None, dict[str, Any]]:
         """This request's draft source; with no worker to be had, what ``--on-worker-loss`` says."""
@@ -174,8 +175,8 @@ class Scheduler:
             if spec.kind != "remote" or spec.on_loss == "fail":
                 raise
             described["draft_unavailable"] = str(err)
-            if spec.on_loss == "local" and spec.fallback_draft:
-                local = DraftSpec("local", local=spec.fallback_draft)
+            if spec.on_loss == "local" and spec.local:
+                local = DraftSpec("local", local=spec.local)
                 return await self.sources.open(local), {**described, "draft": f"local:{local.local}"}
             return None, {**described, "draft": "none"}
 

@@ -40,10 +40,12 @@ def paced_preset(profile: str, topo: Topology) -> Preset:
 
     Workers serve ``tiny-draft`` (accepted as often as the paper's draft); the
     coordinator's ``tiny`` target and local ``tiny-draft`` run paced as the
-    target machine. k = 4, T = 0, the built-in prompts, 64 tokens; stream,
-    stream with pre-speculation, the per-op baseline at op and token
-    granularity, and both workers racing. The planner then predicts every row
-    from the profile alone (``coordinator plan --profile --check-bench``).
+    target machine. T = 0, the built-in prompts, 128 tokens, 2 repeats; AR,
+    local SD at k = 2 (its best on these machines) and at the paper's k = 4,
+    auto (the drafting policy with both workers), and per worker, at k = 2, the
+    stream protocol, tree pre-speculation (the best hand-picked set-up) and
+    the per-op baseline at op granularity. The planner then predicts every
+    row from the profile alone (``coordinator plan --profile --check-bench``).
     """
     coordinator, *workers = topo.hosts
     json_path = f"testbed-{Path(profile).stem}-bench.json"
@@ -53,8 +55,8 @@ def paced_preset(profile: str, topo: Topology) -> Preset:
         coordinator_flags=[],
         bench_flags=[
             *("--pace", f"{profile}:{coordinator.name}", "--target", "tiny", "--draft", "tiny-draft"),
-            *("--backend", "stream,stream+prespec,ggml-rpc", "--granularity", "op,token"),
-            *("--multi-worker", "race", "--max-tokens", "64"),
+            *("--backend", "auto,stream,stream+prespec+fill+tree,ggml-rpc", "--granularity", "op"),
+            *("--k", "2", "--local-k", "4", "--max-tokens", "128", "--repeats", "2"),
             "--allow-overruns",  # a row whose pace was not held is marked and shown, then the preset fails
         ],
         json=json_path,
@@ -122,7 +124,7 @@ def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], preset: P
             )
         for process in workers:
             _wait_ready(process)
-        bench = [sys.executable, "-m", "coordinator.cli", "bench", "--backend", "stream,ggml-rpc"]
+        bench = [sys.executable, "-m", "coordinator.cli", "bench", "--backend", "auto,stream,ggml-rpc"]
         bench += ["--workers", ",".join(h.name for h in topo.hosts[1:]), "--k", "4", "--max-tokens", "200"]
         bench += ["--temperature", "0", "--plot", preset.plot, "--json", preset.json]
         bench += [*preset.bench_flags, *bench_args]

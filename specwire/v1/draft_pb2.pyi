@@ -147,8 +147,16 @@ class Pace(_message.Message):
     draft_tokens_per_second: float
     def __init__(self, profile: _Optional[str] = ..., machine: _Optional[str] = ..., machine_name: _Optional[str] = ..., draft_tokens_per_second: _Optional[float] = ...) -> None: ...
 
+class PassTime(_message.Message):
+    __slots__ = ("rows", "seconds")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    seconds: float
+    def __init__(self, rows: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+
 class HelloReply(_message.Message):
-    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port", "auth_proof", "pace", "compute")
+    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port", "auth_proof", "pace", "compute", "pass_curve")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +168,7 @@ class HelloReply(_message.Message):
     AUTH_PROOF_FIELD_NUMBER: _ClassVar[int]
     PACE_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_FIELD_NUMBER: _ClassVar[int]
+    PASS_CURVE_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     identity: WorkerIdentity
     model: ModelInfo
@@ -171,7 +180,8 @@ class HelloReply(_message.Message):
     auth_proof: str
     pace: Pace
     compute: str
-    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ..., echo_port: _Optional[int] = ..., auth_proof: _Optional[str] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ..., compute: _Optional[str] = ...) -> None: ...
+    pass_curve: _containers.RepeatedCompositeFieldContainer[PassTime]
+    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ..., echo_port: _Optional[int] = ..., auth_proof: _Optional[str] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ..., compute: _Optional[str] = ..., pass_curve: _Optional[_Iterable[_Union[PassTime, _Mapping]]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "draft_top_k", "seed")
@@ -188,14 +198,12 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., draft_top_k: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class DraftRequest(_message.Message):
-    __slots__ = ("open", "round", "filled")
+    __slots__ = ("open", "round")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
-    FILLED_FIELD_NUMBER: _ClassVar[int]
     open: Open
     round: Round
-    filled: Filled
-    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ..., filled: _Optional[_Union[Filled, _Mapping]] = ...) -> None: ...
+    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ...) -> None: ...
 
 class Open(_message.Message):
     __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint", "prespec")
@@ -214,30 +222,20 @@ class Open(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ...) -> None: ...
 
 class PreSpeculation(_message.Message):
-    __slots__ = ("enabled", "budget", "fanout", "allocation", "shard", "shards", "min_drafts", "batch", "fill", "push", "tree")
+    __slots__ = ("enabled", "budget", "fanout", "batch", "fill", "tree")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
-    ALLOCATION_FIELD_NUMBER: _ClassVar[int]
-    SHARD_FIELD_NUMBER: _ClassVar[int]
-    SHARDS_FIELD_NUMBER: _ClassVar[int]
-    MIN_DRAFTS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     FILL_FIELD_NUMBER: _ClassVar[int]
-    PUSH_FIELD_NUMBER: _ClassVar[int]
     TREE_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     budget: int
     fanout: int
-    allocation: str
-    shard: int
-    shards: int
-    min_drafts: int
     batch: int
     fill: bool
-    push: bool
     tree: bool
-    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., allocation: _Optional[str] = ..., shard: _Optional[int] = ..., shards: _Optional[int] = ..., min_drafts: _Optional[int] = ..., batch: _Optional[int] = ..., fill: _Optional[bool] = ..., push: _Optional[bool] = ..., tree: _Optional[bool] = ...) -> None: ...
+    def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., batch: _Optional[int] = ..., fill: _Optional[bool] = ..., tree: _Optional[bool] = ...) -> None: ...
 
 class Round(_message.Message):
     __slots__ = ("seq", "accepted", "token", "k", "appended")
@@ -252,14 +250,6 @@ class Round(_message.Message):
     k: int
     appended: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ..., appended: _Optional[_Iterable[int]] = ...) -> None: ...
-
-class Filled(_message.Message):
-    __slots__ = ("seq", "tokens")
-    SEQ_FIELD_NUMBER: _ClassVar[int]
-    TOKENS_FIELD_NUMBER: _ClassVar[int]
-    seq: int
-    tokens: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, seq: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DraftReply(_message.Message):
     __slots__ = ("opened", "drafts")
@@ -298,7 +288,7 @@ class ServerTiming(_message.Message):
     def __init__(self, deserialize_ns: _Optional[int] = ..., receive_to_start_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., compute_to_reply_ns: _Optional[int] = ..., serialize_ns: _Optional[int] = ..., previous_send_ns: _Optional[int] = ..., arrived_at_ns: _Optional[int] = ..., encoded_at_ns: _Optional[int] = ...) -> None: ...
 
 class SessionCounters(_message.Message):
-    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes", "paced_passes", "pace_overruns", "filled_rounds")
+    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes", "paced_passes", "pace_overruns")
     MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
@@ -310,7 +300,6 @@ class SessionCounters(_message.Message):
     SPECULATIVE_PASSES_FIELD_NUMBER: _ClassVar[int]
     PACED_PASSES_FIELD_NUMBER: _ClassVar[int]
     PACE_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
-    FILLED_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     messages_received: int
     messages_sent: int
     rounds: int
@@ -322,8 +311,7 @@ class SessionCounters(_message.Message):
     speculative_passes: int
     paced_passes: int
     pace_overruns: int
-    filled_rounds: int
-    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ..., filled_rounds: _Optional[int] = ...) -> None: ...
+    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ...) -> None: ...
 
 class Speculation(_message.Message):
     __slots__ = ("outcome", "saved_ns", "speculative_passes", "branches")

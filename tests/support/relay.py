@@ -22,9 +22,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def delay_relay(delay_ms: float, maps: list[tuple[int, int]]) -> Iterator[subprocess.Popen[str]]:
-    """Relay 127.0.0.1:listen -> 127.0.0.1:target for each pair, adding ``delay_ms`` each way."""
+def delay_relay(
+    delay_ms: float, maps: list[tuple[int, int]], then_delay_ms: float | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """Relay 127.0.0.1:listen -> 127.0.0.1:target for each pair, adding ``delay_ms`` each way (after a
+    SIGHUP, ``then_delay_ms``)."""
     command = [sys.executable, str(RELAY), "--delay-ms", str(delay_ms)]
+    if then_delay_ms is not None:
+        command += ["--then-delay-ms", str(then_delay_ms)]
     for listen, target in maps:
         command += ["--map", f"127.0.0.1:{listen}=127.0.0.1:{target}"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

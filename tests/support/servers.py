@@ -39,9 +39,11 @@ class ServerProcess:
         options.setdefault("timeout", 120.0)
         return openai.OpenAI(base_url=self.url, api_key=api_key, **options)  # type: ignore[arg-type]
 
-    def health(self) -> dict:
-        """GET /health."""
-        with urllib.request.urlopen(self.root + "/health", timeout=10) as reply:
+    def health(self, api_key: str | None = None) -> dict:
+        """GET /health (with the API key: the workers, and how the last request was drafted)."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        request = urllib.request.Request(self.root + "/health", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as reply:
             return dict(json.loads(reply.read()))
 
 

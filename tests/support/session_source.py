@@ -7,9 +7,7 @@ the next round is asked for (on a worker it runs while the target verifies;
 the branches are the same, since every block draws from its own random
 stream). After the last round of a generation it is never run. In fill mode
 (``PreSpeculation.fill``) each round is answered with what is ready, as a
-worker answers, and the rest of the block is drafted by the next speculation,
-or, when the coordinator pushes it (``push_filled``), taken as a worker takes
-a Filled message.
+worker answers, and the rest of the block is drafted by the next speculation.
 """
 
 from __future__ import annotations
@@ -39,8 +37,6 @@ class SessionSource:
         self._first: DraftBlock | None = None
         self._seq = 0
         self._planned = False
-        self._answered: list[int] = []
-        self.filled_sent = 0
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         msg = pb.Open(
@@ -73,20 +69,8 @@ class SessionSource:
         else:
             computed = self._session.serve_hit(msg) or self._session.round(msg)
         self.outcomes.append(computed.outcome)
-        self._answered = computed.block.tokens
         self._plan()
         return computed.block
-
-    def push_filled(self, tokens: Sequence[int]) -> None:
-        """Fill mode: the round's drafts as the coordinator finished them, taken as a worker takes them."""
-        assert self._session is not None
-        if not self._session.push or not self._seq or list(tokens) == self._answered:
-            return
-        msg = pb.Filled(seq=self._seq, tokens=list(tokens))
-        self._session.check_filled(msg)
-        self.filled_sent += 1
-        if self._session.take_filled(msg):
-            self._plan()
 
     def _plan(self) -> None:
         assert self._session is not None

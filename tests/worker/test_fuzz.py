@@ -124,15 +124,15 @@ def open_message(
     ).SerializeToString()
 
 
-# Sessions with pre-speculation, fill mode (answers at once, appended required; pushed drafts) and batched
+# Sessions with pre-speculation, fill mode (answers at once, appended required), trees and batched
 # branches too.
 prespecs = st.sampled_from(
     [
         None,
         pb.PreSpeculation(enabled=True),
         pb.PreSpeculation(enabled=True, fill=True),
-        pb.PreSpeculation(enabled=True, fill=True, batch=4, min_drafts=1),
-        pb.PreSpeculation(enabled=True, fill=True, push=True, batch=4),
+        pb.PreSpeculation(enabled=True, fill=True, batch=4),
+        pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=4),
     ]
 )
 
@@ -156,22 +156,15 @@ valid_sampling = st.fixed_dictionaries(
     }
 )
 tokens = st.one_of(st.integers(0, 49151), u32)
-rounds = st.one_of(
-    st.builds(
-        lambda seq, acc, tok, k, appended: pb.DraftRequest(
-            round=pb.Round(seq=seq, accepted=acc, token=tok, k=k, appended=appended)
-        ).SerializeToString(),
-        small,
-        small,
-        tokens,
-        small,
-        st.lists(tokens, max_size=6),
-    ),
-    st.builds(  # fill mode's pushed drafts, for any round
-        lambda seq, drafts: pb.DraftRequest(filled=pb.Filled(seq=seq, tokens=drafts)).SerializeToString(),
-        small,
-        st.lists(tokens, max_size=6),
-    ),
+rounds = st.builds(
+    lambda seq, acc, tok, k, appended: pb.DraftRequest(
+        round=pb.Round(seq=seq, accepted=acc, token=tok, k=k, appended=appended)
+    ).SerializeToString(),
+    small,
+    small,
+    tokens,
+    small,
+    st.lists(tokens, max_size=6),
 )
 
 

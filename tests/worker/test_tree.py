@@ -92,21 +92,13 @@ def test_each_round_is_answered_with_the_greedy_drafts_for_its_verdict(
         assert session.misses == ROUNDS
 
 
-def test_a_tree_needs_greedy_fill_mode_and_kv_caches_and_takes_no_filled_drafts(
-    pair: tuple[LoadedModel, LoadedModel],
-) -> None:
-    session = _open(pair[1])
-    session.first_drafts()
-    with pytest.raises(InvalidArgumentError, match="without a tree"):
-        session.check_filled(pb.Filled(seq=0, tokens=[1, 2, 3]))
+def test_a_tree_needs_greedy_fill_mode_and_kv_caches(pair: tuple[LoadedModel, LoadedModel]) -> None:
     with pytest.raises(InvalidArgumentError, match="needs temperature 0"):
         _open(pair[1], SamplingParams(temperature=0.8, seed=1))
     with pytest.raises(InvalidArgumentError, match="recurrent or windowed"):
         _open(hybrid_pair()[1])
     with pytest.raises(InvalidArgumentError, match="it needs fill"):
         PrespecConfig(tree=True)
-    with pytest.raises(InvalidArgumentError, match="drop push"):
-        PrespecConfig(fill=True, push=True, tree=True)
 
 
 def test_a_tree_that_names_no_batch_takes_the_workers_tree_rows() -> None:

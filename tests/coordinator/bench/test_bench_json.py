@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from coordinator.planning.projection import project
 from tests.support.cli import run_cli
 from tests.support.workers import WorkerProcess
 
@@ -100,7 +99,7 @@ def bench(tiny_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) 
         "--workers",
         tiny_worker.address,
         "--backend",
-        "stream,stream+prespec,ggml-rpc",
+        "auto,stream,stream+prespec,ggml-rpc",
         "--granularity",
         "op,round",
         "--target",
@@ -144,7 +143,7 @@ def test_schema(bench: tuple[dict, str, Path]) -> None:
     } <= set(w)
     assert w["peak_rss_bytes"] > 0 and len(w["probe_tcp"]) == 5
     kinds = [r["kind"] for r in data["rows"]]
-    assert kinds == ["ar", "local", "remote", "remote", "remote", "remote"]
+    assert kinds == ["ar", "local", "auto", "remote", "remote", "remote", "remote"]
     for row in data["rows"]:
         check_fields(row, ROW_FIELDS)
     assert len(data["runs"]) == 2 * len(data["rows"])
@@ -194,6 +193,22 @@ def test_lossless_for_both_backends_and_counters_match(
     assert calls(round_row) == calls(stream_row) > 0
 
 
+def test_the_auto_row_is_lossless_says_what_it_ran_and_comes_first_in_the_report(
+    bench: tuple[dict, str, Path],
+) -> None:
+    data, stdout, _ = bench
+    (auto,) = [r for r in data["rows"] if r["kind"] == "auto"]
+    assert auto["lossless"] is True and auto["verified"] is True
+    assert auto["identity"]["session_identities_match"] is True
+    by_setup = auto["counters"]["rounds_by_setup"]
+    assert sum(by_setup.values()) == sum(len(run["rounds"]["k"]) for run in data["runs"] if run["row"] == 2)
+    runs = [run for run in data["runs"] if run["row"] == 2]
+    assert all(run["switches"][0]["reason"] == "predicted fastest" for run in runs)
+    chosen = max(by_setup, key=by_setup.get)
+    assert stdout.splitlines()[0].startswith(f"auto chose {chosen} and made ")
+    assert "The drafting policy (auto)" in stdout
+
+
 def test_tables_markdown_and_plot(bench: tuple[dict, str, Path]) -> None:
     _, stdout, tmp = bench
     assert "Table 1." in stdout and "Table 2." in stdout and "Table 3." in stdout and "Table 4." in stdout
@@ -225,45 +240,19 @@ def test_plan_refuses_a_file_that_is_not_a_bench(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "cannot read the bench JSON" in missing.stderr
 
 
-def test_projection_with_no_acceptance_never_drafts_more_than_one(bench: tuple[dict, str, Path]) -> None:
-    data, _, _ = bench
-    out = project(data, acceptance=0.0)
-    backends = {r["backend"].split(" (")[0] for r in out["rows"]}
-    assert backends == {"local SD", "stream", "stream+prespec", "ggml-rpc/op", "ggml-rpc/round"}
-    for row in out["rows"]:  # every draft is rejected: each one only costs, and AR is faster
-        assert row["best_k"] == 1 and row["best_tok_s"] < out["ar_tok_s"], row
-    measured = project(data)
-    prespec = [r for r in measured["rows"] if r["backend"].startswith("stream+prespec")]
-    assert len(prespec) == 1 and "measured" in prespec[0]["backend"]
-    for row in measured["rows"]:
-        assert row["best_tok_s"] >= row["tok_s"] > 0 and 1 <= row["best_k"] <= 8
-
-
-def test_plan_measures_this_set_up_and_names_a_backend_and_k(
+def test_plan_measures_this_set_up_and_predicts_what_auto_chooses_from(
     tiny_worker: WorkerProcess, tmp_path: Path
 ) -> None:
-    out = run_cli(
-        "coordinator",
-        "plan",
-        "--target",
-        "tiny",
-        "--draft",
-        "tiny",
-        "--workers",
-        tiny_worker.address,
-        "--max-tokens",
-        "8",
-        "--json",
-        str(tmp_path / "plan.json"),
-    )
+    args = ["plan", "--target", "tiny", "--draft", "tiny", "--workers", tiny_worker.address]
+    out = run_cli("coordinator", *args, "--json", str(tmp_path / "plan.json"))
     assert out.returncode == 0, out.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())
-    worker = plan["calibration"]["workers"][0]["name"]
-    assert worker == tiny_worker.name
-    labels = {r["label"] for r in plan["calibration_check"]}
-    assert len(labels) == 1 + 1 + 3  # AR, local SD; stream, ggml-rpc op and token
-    assert any(r["backend"] == "stream+prespec (50% hits, assumed)" for r in plan["rows"])
-    best = plan["best"][worker]
-    measured = [r for r in plan["rows"] if r["worker"] == worker and not r["assumed"]]
-    assert best["tok_s"] == max(r["best_tok_s"] for r in measured)  # an assumed rate is never advised
-    assert f"{worker}: use {best['backend']} with k = {best['k']}" in out.stdout
+    (worker,) = plan["measured"]["workers"]
+    assert worker["name"] == tiny_worker.name and worker["tree"] is True
+    assert worker["curve"]["pass_ms"] > 0 and worker["link_rtt_ms"] > 0
+    modes = {(r["mode"], r["worker"]) for r in plan["rows"]}
+    title = worker["title"]
+    assert {("ar", ""), ("local", "")} | {(m, title) for m in ("stream", "prespec", "fill", "tree")} == modes
+    best = max(plan["rows"], key=lambda r: r["tok_s"])
+    assert plan["auto"]["tok_s"] == pytest.approx(best["tok_s"])
+    assert f"auto would choose {plan['auto']['setup']}" in out.stdout

@@ -59,11 +59,9 @@ def bench(
         "--workers",
         f"{a.address},{b.address}",
         "--backend",
-        "stream,stream+prespec,ggml-rpc",
+        "auto,stream,stream+prespec,ggml-rpc",
         "--granularity",
         "op",
-        "--multi-worker",
-        "race",
         "--max-tokens",
         "16",
         "--k",
@@ -86,11 +84,12 @@ def bench(
 def test_bench_rows_with_hybrid_models_are_lossless_and_verified(bench: dict) -> None:
     data = bench["data"]
     assert data["lossless"] is True
-    kinds = {(r["kind"], r["backend"], r["granularity"], bool(r["multi"])) for r in data["rows"]}
-    assert ("remote", "ggml-rpc", "op", False) in kinds and ("remote", "stream", "", True) in kinds
+    kinds = {(r["kind"], r["backend"], r["granularity"], r["mode"]) for r in data["rows"]}
+    assert ("remote", "ggml-rpc", "op", "") in kinds and ("remote", "stream", "", "prespec") in kinds
+    assert ("auto", "", "", "") in kinds
     for row in data["rows"]:
         assert row["lossless"] is True, row["label"]
-        if row["kind"] == "remote":
+        if row["kind"] in ("remote", "auto"):
             assert row["verified"] is True and row["identity"]["session_identities_match"] is True
         if row["kind"] != "ar":  # the target rolled its recurrent state back without a second pass
             assert row["rollback"]["strategy"] == "states" and row["rollback"]["rounds"] > 0

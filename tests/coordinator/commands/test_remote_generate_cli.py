@@ -77,28 +77,22 @@ async def test_four_concurrent_sessions_match_their_solo_runs(
         assert json.loads(stdout)["token_ids"] == alone.result.tokens
 
 
-def test_prespec_needs_the_stream_backend() -> None:
-    assert "--prespec and --multi-worker need the stream backend" in _refused(
-        "--backend", "ggml-rpc", "--prespec"
+def test_a_stream_mode_needs_the_stream_backend() -> None:
+    out = run_cli(
+        "coordinator", "generate", "--prompt", "hi", "--target", "tiny", "--draft", "remote:prespec",
+        "--backend", "ggml-rpc",
+    )  # fmt: skip
+    assert out.returncode == 1 and "remote:prespec is a mode of the stream backend" in one_error_line(
+        out.stderr
     )
 
 
-def test_fill_with_pushed_drafts_is_lossless(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
-    args = ["--prompt", PROMPTS[2], "--target", "tiny", "--max-tokens", str(MAX_TOKENS), "--json"]
-    args += ["--worker", tiny_worker.address, "--prespec", "--fill", "--fill-push", "--local-draft", "tiny"]
-    out = run_cli("coordinator", "generate", "--draft", "remote", *args)
+@pytest.mark.parametrize(("mode", "prompt"), [("fill", 2), ("tree", 1)])
+def test_fill_and_tree_are_lossless(
+    tiny_worker: WorkerProcess, tiny: LoadedModel, mode: str, prompt: int
+) -> None:
+    args = ["--prompt", PROMPTS[prompt], "--target", "tiny", "--max-tokens", str(MAX_TOKENS), "--json"]
+    args += ["--worker", tiny_worker.address, "--local-draft", "tiny", "--rows", "4"]
+    out = run_cli("coordinator", "generate", "--draft", f"remote:{mode}", *args)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["token_ids"] == text_ar_tokens(tiny, PROMPTS[2], MAX_TOKENS)
-
-
-def test_fill_tree_is_lossless(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
-    args = ["--prompt", PROMPTS[1], "--target", "tiny", "--max-tokens", str(MAX_TOKENS), "--json"]
-    args += ["--worker", tiny_worker.address, "--prespec", "--fill", "--fill-tree", "--local-draft", "tiny"]
-    out = run_cli("coordinator", "generate", "--draft", "remote", *args, "--prespec-batch", "4")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["token_ids"] == text_ar_tokens(tiny, PROMPTS[1], MAX_TOKENS)
-
-
-def test_fill_push_needs_fill() -> None:
-    message = _refused("--prespec", "--fill-push", "--worker", "127.0.0.1:1")
-    assert "--fill-push sends the drafts --fill makes: it needs --fill" in message
+    assert json.loads(out.stdout)["token_ids"] == text_ar_tokens(tiny, PROMPTS[prompt], MAX_TOKENS)

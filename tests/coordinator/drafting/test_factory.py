@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
-from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
+from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess, prespec_for
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
@@ -18,7 +18,6 @@ from coordinator.runtime import coordinator_runtime
 from specwire.errors import InvalidArgumentError, NoWorkerError, VocabularyMismatchError
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
-from specwire.v1 import draft_pb2 as pb
 from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.tiny_models import disagreeing_pair
@@ -31,37 +30,36 @@ def access() -> WorkerAccess:
 
 def test_parse_names_every_kind() -> None:
     assert DraftSpec.parse("none") == DraftSpec("none")
+    assert DraftSpec.parse("auto", local="tiny") == DraftSpec("auto", local="tiny")
     assert DraftSpec.parse("local:default@float16") == DraftSpec("local", local="default@float16")
+    assert DraftSpec.parse("local", local="tiny") == DraftSpec("local", local="tiny")
     remote = DraftSpec.parse("remote", workers=("m1-max",), backend="ggml-rpc", granularity="layer")
-    assert (remote.kind, remote.workers, remote.backend, remote.granularity) == (
+    assert (remote.kind, remote.mode, remote.workers, remote.backend, remote.granularity) == (
         "remote",
+        "stream",
         ("m1-max",),
         "ggml-rpc",
         "layer",
     )
+    tree = DraftSpec.parse("remote:tree", local="tiny")
+    assert tree.mode == "tree" and tree.prespec == prespec_for("tree")
+    assert tree.prespec is not None and tree.prespec.fill and tree.prespec.tree
+    assert DraftSpec.parse("remote:fill", local="tiny", rows=4).prespec.batch == 4  # type: ignore[union-attr]
+    assert DraftSpec.parse("remote").prespec is None
 
 
 @pytest.mark.parametrize(
     ("text", "remote", "message"),
     [
-        ("local:", {}, "expected local:SPEC, remote, or none"),
-        ("worker", {}, "expected local:SPEC, remote, or none"),
-        (
-            "remote",
-            {"backend": "ggml-rpc", "prespec": pb.PreSpeculation(enabled=True)},
-            "need the stream backend",
-        ),
-        ("remote", {"backend": "ggml-rpc", "multi": "race"}, "need the stream backend"),
+        ("local", {}, "needs a draft model"),
+        ("worker", {}, "expected auto, local"),
+        ("remote:race", {}, "remote mode 'race'"),
+        ("remote:prespec", {"backend": "ggml-rpc"}, "a mode of the stream backend"),
         ("remote", {"backend": "grpc"}, "backend 'grpc'"),
         ("remote", {"granularity": "block"}, "granularity 'block'"),
         ("remote", {"on_loss": "retry"}, "--on-worker-loss 'retry'"),
-        ("remote", {"multi": "all"}, "multi-worker mode 'all'"),
-        ("remote", {"prespec": pb.PreSpeculation(enabled=True, tree=True)}, "--fill-tree answers with what"),
-        (
-            "remote",
-            {"prespec": pb.PreSpeculation(enabled=True, tree=True), "fill": "tiny", "multi": "split"},
-            "--fill-tree is not split over workers",
-        ),
+        ("remote:tree", {}, "drafts what the worker has not on --local-draft"),
+        ("remote", {"workers": ("a", "b")}, "with several, --draft auto picks"),
     ],
 )
 def test_specs_that_do_not_fit_are_refused_with_a_clear_message(

@@ -31,7 +31,7 @@ from tests.support.workers import WorkerProcess
 from tests.worker.test_prespec import PROMPT, SAMPLED, STAT_RUNS, _exact_joint3
 
 # Three passes ahead (the bonus probe and two of a branch): rounds served whole, in part and not at all.
-FILL = pb.PreSpeculation(enabled=True, fill=True, push=True, budget=3)
+FILL = pb.PreSpeculation(enabled=True, fill=True, budget=3)
 
 
 @pytest.fixture(scope="module")
@@ -39,57 +39,42 @@ def pair() -> tuple[LoadedModel, LoadedModel]:
     return disagreeing_pair()
 
 
-def _filled_counts(
-    pair: tuple[LoadedModel, LoadedModel], runs: int
-) -> tuple[np.ndarray, list[int], int, int]:
-    """Outputs over ``runs`` seeds, the odd ones with the drafts made here pushed to the worker."""
+def _filled_counts(pair: tuple[LoadedModel, LoadedModel], runs: int) -> tuple[np.ndarray, list[int], int]:
+    """Outputs over ``runs`` seeds."""
     target, draft = pair
     counts = np.zeros((target.vocab_size,) * 3)
-    outcomes: list[int] = []
-    filled = pushed = 0
-    decoders = []
-    for push in (False, True):
-        # Eight passes ahead: about half the second rounds find their branch, the rest are drafted here.
-        prespec = pb.PreSpeculation(enabled=True, fill=True, push=push, budget=8, fanout=4)
-        worker = SessionSource(draft, prespec)
-        source = FilledDraftSource(worker, draft)
-        decoders.append((worker, source, SpeculativeDecoder(target, source)))
+    filled = 0
+    # Eight passes ahead: about half the second rounds find their branch, the rest are drafted here.
+    worker = SessionSource(draft, pb.PreSpeculation(enabled=True, fill=True, budget=8, fanout=4))
+    source = FilledDraftSource(worker, draft)
+    decoder = SpeculativeDecoder(target, source)
     for seed in range(runs):
-        worker, source, decoder = decoders[seed % 2]
         params = SamplingParams(seed=seed, **SAMPLED)
         tokens = decoder.generate(PROMPT, max_tokens=3, k=2, params=params).tokens
         counts[tokens[0], tokens[1], tokens[2]] += 1
         filled += source.filled
-    for worker, _, _ in decoders:
-        outcomes += worker.outcomes
-        pushed += worker.filled_sent
-    return counts, outcomes, filled, pushed
+    return counts, worker.outcomes, filled
 
 
 def test_filled_output_is_distributed_as_target(pair: tuple[LoadedModel, LoadedModel]) -> None:
-    counts, outcomes, filled, pushed = _filled_counts(pair, STAT_RUNS)
-    assert {pb.SPECULATION_HIT, pb.SPECULATION_MISS} <= set(outcomes) and filled > 0 and pushed > 0
+    counts, outcomes, filled = _filled_counts(pair, STAT_RUNS)
+    assert {pb.SPECULATION_HIT, pb.SPECULATION_MISS} <= set(outcomes) and filled > 0
     assert chi_square_p(counts, _exact_joint3(pair[0], SamplingParams(**SAMPLED))) >= P_VALUE_FLOOR
 
 
-@pytest.mark.parametrize("push", [False, True], ids=["drafted-by-worker", "pushed"])
-def test_filled_drafts_are_the_ones_drafting_on_demand_gives(
-    pair: tuple[LoadedModel, LoadedModel], push: bool
-) -> None:
-    # The local rest of a block resumes the worker's block (its generator past the worker's draws);
-    # pushed to the worker, the rest is its own for planning, and the next blocks are the same.
+def test_filled_drafts_are_the_ones_drafting_on_demand_gives(pair: tuple[LoadedModel, LoadedModel]) -> None:
+    # The local rest of a block resumes the worker's block (its generator past the worker's draws).
     target, draft = pair
     params = SamplingParams(seed=11, **SAMPLED)
     local = SpeculativeDecoder(target, LocalDraftSource(draft))
     plain = local.generate(PROMPT, max_tokens=24, k=3, params=params)
-    worker = SessionSource(draft, pb.PreSpeculation(enabled=True, fill=True, push=push, budget=4, fanout=3))
+    worker = SessionSource(draft, pb.PreSpeculation(enabled=True, fill=True, budget=4, fanout=3))
     source = FilledDraftSource(worker, draft)
     filled = SpeculativeDecoder(target, source).generate(PROMPT, max_tokens=24, k=3, params=params)
     assert [r.draft.tokens for r in filled.rounds] == [r.draft.tokens for r in plain.rounds]
     assert filled.tokens == plain.tokens
     kinds = {r.draft.filled for r in filled.rounds}
     assert 0 in kinds and kinds - {0}, f"rounds must be served whole and filled here: {kinds}"
-    assert (worker.filled_sent > 0) == push
 
 
 @pytest.mark.anyio
@@ -117,29 +102,9 @@ async def test_fill_through_a_worker_is_lossless_and_the_worker_counts_its_own_d
                 assert counters.prespec_misses == served.count("miss")
                 assert source.filled == sum(r.draft.filled for r in result.rounds) > 0
                 assert counters.prespec_hits + counters.prespec_partial > 0
-                assert counters.filled_rounds == remote.filled_sent - remote.unreported > 0  # pushed, taken
                 print(
                     f"hits {served.count('hit')}, partial {served.count('partial')}, misses "
                     f"{served.count('miss')}; {source.filled} of {result.drafted} drafts filled here"
                 )
         finally:
             await connection.close()
-
-
-@pytest.mark.anyio
-async def test_fill_without_push_sends_nothing_back(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
-    prompt = tiny.tokenizer.encode(PROMPTS[0])
-    async with coordinator_runtime() as runtime:
-        connection = await connect(tiny_worker.address, credentials())
-        try:
-            prespec = pb.PreSpeculation(enabled=True, fill=True, budget=3)
-            remote = StreamDraftSource(runtime.portal, connection, tiny.fingerprint, prespec=prespec)
-            source = FilledDraftSource(remote, tiny)
-            decoder = SpeculativeDecoder(tiny, source)
-            result = await runtime.compute.run(
-                decoder.generate, prompt, max_tokens=24, k=3, params=SamplingParams()
-            )
-        finally:
-            await connection.close()
-    assert result.tokens == ar_tokens(tiny, prompt, 24)
-    assert source.filled > 0 and remote.filled_sent == 0 == remote.worker_counters.filled_rounds

@@ -19,7 +19,6 @@ from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.runtime import coordinator_runtime
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
-from specwire.v1 import draft_pb2 as pb
 from tests.support.cli import run_cli
 from tests.support.credentials import credentials
 from tests.support.prompts import ar_tokens
@@ -39,7 +38,7 @@ async def generate_through(
     on_tokens_after: int,
     harm: object,
     round_timeout: float = 20.0,
-    prespec: pb.PreSpeculation | None = None,
+    mode: str = "stream",
 ) -> tuple[GenerationResult, FailoverDraftSource, int]:
     """Generate via the worker at ``address``; call ``harm()`` once enough tokens are out."""
     prompt = target.tokenizer.encode(PROMPT)
@@ -53,7 +52,7 @@ async def generate_through(
             harmed_at[0] = time.perf_counter_ns()
 
     access = WorkerAccess(credentials(), ["127.0.0.1"], 3.0, round_timeout)
-    spec = DraftSpec("remote", workers=(address,), prespec=prespec, on_loss=policy)
+    spec = DraftSpec("remote", workers=(address,), mode=mode, on_loss=policy)
     async with coordinator_runtime() as runtime, DraftSources(runtime, target, access) as sources:
         source = await sources.open(spec)
         assert isinstance(source, FailoverDraftSource)
@@ -109,7 +108,7 @@ async def test_sigkill_of_a_prespeculating_worker_fails_over_losslessly(
         "failover",
         KILL_AFTER_TOKENS,
         lambda: os.kill(doomed.pid, signal.SIGKILL),
-        prespec=pb.PreSpeculation(enabled=True),
+        mode="prespec",
     )
     assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     assert [loss.worker for loss in source.losses] == [doomed.name]

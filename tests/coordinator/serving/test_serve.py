@@ -334,9 +334,27 @@ def test_listening_beyond_loopback_needs_a_key() -> None:
     assert out.returncode == 1 and "--api-key" in one_error_line(out.stderr)
 
 
-def test_two_k_policies_are_refused_before_the_server_starts() -> None:
-    out = run_cli("coordinator", "serve", "--target", "tiny", "--port", "0", "--fallback", "--adaptive-k")
-    assert out.returncode == 1 and "--fallback and --adaptive-k" in one_error_line(out.stderr)
+def test_a_draft_the_server_cannot_build_is_refused_before_it_starts() -> None:
+    out = run_cli("coordinator", "serve", "--target", "tiny", "--port", "0", "--draft", "remote:race")
+    assert out.returncode == 1 and "remote mode 'race'" in one_error_line(out.stderr)
+
+
+def test_auto_serves_the_target_alone_and_says_what_it_chose(
+    alone: dict[str, dict], tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    with running_server(
+        *TINY, "--local-draft", "tiny", "--worker", tiny_worker.name, "--api-key", "k"
+    ) as server:
+        client = server.client(api_key="k")
+        whole = chat(client)
+        assert_target_alone(tiny, alone, "chat", whole)
+        figures = whole.model_extra["specwire"]  # type: ignore[attr-defined]
+        assert figures["draft"] == "auto"
+        chosen = figures["drafting"]["chosen"]
+        assert len(chosen["predicted"]) == 3 and chosen["setup"] == chosen["predicted"][0]["setup"]
+        assert figures["drafting"]["switches"][0]["reason"] == "predicted fastest"
+        assert server.health(api_key="k")["drafting"] == figures["drafting"]
+        assert "drafting" not in server.health()  # not for callers without the key
 
 
 async def sessions_active(worker: WorkerProcess) -> int:

@@ -1,0 +1,390 @@
+"""``--draft auto``: decode with the set-up the performance model predicts fastest, and re-decide as
+rounds are measured.
+
+``Planner`` holds what the coordinator knows across generations: this set-up
+as measured at warm-up (``coordinator.planning.measured``: the target's
+verification curve, the local draft's pass, the pair's agreement, each
+worker's advertised pass curve and measured link), and the predictions of
+every set-up it could run (``coordinator.planning.setups``), cached by
+temperature and acceptance.
+
+``AutoDraftSource`` is the draft source of one generation. It starts on the
+fastest predicted set-up (AR, local SD or a worker in one of the stream
+protocol's modes, with its k) and tells the engine each round's k (0 for an
+autoregressive round). After every round it learns:
+
+* the pair's acceptance (a moving average of accepted per drafted), which
+  moves every prediction;
+* the current set-up's measured tok/s over its last ``WINDOW`` rounds.
+
+It moves to another set-up when the current one measures ``MARGIN`` below
+what the best other one is expected to give (its prediction, or what it
+measured when it was left, until ``FORGET_ROUNDS`` have passed; a worker
+whose set-up measured below its prediction has every set-up of its own
+scaled down as much, for as long, since what slowed one, its link or its
+compute, slows all); when a worker is lost (at once, never to it again in
+this generation); or when the best k of the current mode changes. In AR, the acceptance estimate drifts
+back to the calibrated one, so drafting is tried again. Every move is kept
+with its reason. Switching opens the new set-up's session from the whole
+context so far; the target never notices, so the output is what the
+target's own decoding gives (T = 0: token for token; T > 0: the same
+distribution, each round's rejection sampling being exact whatever drafted).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from coordinator.decoding.results import RoundRecord
+from coordinator.drafting.base import DraftSource, Outcome
+from coordinator.drafting.failover import abandon
+from coordinator.planning.measured import MeasuredSetup, WorkerSpeed
+from coordinator.planning.setups import CHAIN_KS, MODES, Predicted, Setup, candidates, predict_setup, ranked
+from specwire.drafter import DraftBlock
+from specwire.errors import RemoteWorkerError, SpecwireError
+from specwire.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+
+AUTO_K = max(CHAIN_KS)  # the most drafts a round of auto's asks for (what the engine warms for)
+WINDOW = 8  # rounds the current set-up's tok/s is measured over
+SETTLE = 2  # rounds after a switch before its window counts (the session's start overlaps them)
+MARGIN = 0.10  # the current set-up must measure this far below the best other before a move
+FORGET_ROUNDS = 64  # a set-up left for what it measured is judged by its prediction again after this
+ALPHA_DECAY = 0.95  # per round, of the acceptance estimate's counts (accepted drafts, rejections)
+PRIOR_REJECTIONS = 3.0  # the calibrated acceptance weighs as much as this many rounds' rejections
+K_GAIN = 0.02  # a k predicted at least this much faster than the current one replaces it
+ALPHA_STEP = 0.02  # predictions are cached at this resolution of acceptance
+AR_DRIFT = 1 / 32  # per AR round, the acceptance estimate moves this share back to the calibrated one
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One move of the policy: when (round, seconds in, wall clock), from what, to what, and why."""
+
+    round: int
+    after_s: float
+    wall_time: float
+    from_setup: str
+    to_setup: str
+    reason: str
+
+
+class Planner:
+    """The measured set-up and the predictions the policy chooses by, kept across generations."""
+
+    def __init__(self, measured: MeasuredSetup, modes: Sequence[str] | None = None) -> None:
+        self.measured = measured
+        self.modes = tuple(modes) if modes is not None else None
+        self._ranking: dict[tuple[bool, float, float, frozenset[str]], list[Predicted]] = {}
+        self._prior: dict[float, float] = {}
+        self._trees: dict[tuple[float, Setup], float] = {}
+
+    def prior(self, temperature: float) -> float:
+        """The calibrated per-draft acceptance at ``temperature``."""
+        key = round(max(0.0, temperature), 2)
+        if key not in self._prior:
+            self._prior[key] = self.measured.alpha(key)
+        return self._prior[key]
+
+    def ranking(
+        self, temperature: float, alpha: float, lost: frozenset[str] = frozenset()
+    ) -> list[Predicted]:
+        """Every set-up this machine and its workers (but ``lost``) can run, predicted, fastest first."""
+        greedy = temperature <= 0
+        a = round(min(0.99, max(0.01, alpha)) / ALPHA_STEP) * ALPHA_STEP
+        key = (greedy, round(max(0.0, temperature), 2), round(a, 4), lost)
+        if key not in self._ranking:
+            self._ranking[key] = self._rank(temperature, a, lost)
+        return self._ranking[key]
+
+    def _rank(self, temperature: float, alpha: float, lost: frozenset[str]) -> list[Predicted]:
+        base = self.measured.profile(temperature, alpha)
+        modes = self.modes if self.modes is not None else MODES
+        here = [m for m in modes if m in ("ar", "local")]
+        out = ranked(base, [s for s in candidates(base, temperature <= 0, here) if not s.remote])
+        for worker in self.measured.workers:
+            if worker.title in lost:
+                continue
+            profile = self.measured.profile_for(worker, base)
+            no_tree = () if worker.tree else (worker.title,)
+            setups = [s for s in candidates(profile, temperature <= 0, modes, no_tree) if s.remote]
+            out += ranked(profile, [s for s in setups if s.mode != "tree"])
+            out += [
+                Predicted(s, self._tree(temperature, alpha, s, worker)) for s in setups if s.mode == "tree"
+            ]
+        return sorted(out, key=lambda p: -p.tok_s)
+
+    def _tree(self, temperature: float, alpha: float, setup: Setup, worker: WorkerSpeed) -> float:
+        """A tree set-up's tok/s: its Monte Carlo at the calibrated acceptance (once per process), moved
+        to ``alpha`` as fill at the same k moves (the Monte Carlo is too slow to run between rounds)."""
+        prior = self.prior(temperature)
+        at_prior = self.measured.profile_for(worker, self.measured.profile(temperature, prior))
+        key = (round(temperature, 2), setup)
+        if key not in self._trees:
+            self._trees[key] = predict_setup(at_prior, setup)
+        now = self.measured.profile_for(worker, self.measured.profile(temperature, alpha))
+        fill = replace(setup, mode="fill")
+        return self._trees[key] * predict_setup(now, fill) / predict_setup(at_prior, fill)
+
+
+@dataclass
+class _Seen:
+    """What a set-up measured when it was left, and at which round."""
+
+    tok_s: float
+    round: int
+
+
+@dataclass
+class Segment:
+    """A stretch of the generation on one set-up: its source (None: AR) and the rounds it served."""
+
+    setup: Setup
+    source: DraftSource | None
+    first_round: int
+    last_round: int = -1
+    lost: bool = False
+
+
+@dataclass
+class Decision:
+    """Why the generation started where it did: the set-up and the two predicted next to it."""
+
+    setup: str
+    predicted: list[tuple[str, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form: the set-up, and each of the three with its predicted tok/s."""
+        return {"setup": self.setup, "predicted": [{"setup": s, "tok_s": t} for s, t in self.predicted]}
+
+
+class AutoDraftSource:
+    """The drafting policy's source for one generation at a time (module docstring)."""
+
+    name = "auto"
+
+    def __init__(self, planner: Planner, build: Callable[[Setup], DraftSource | None]) -> None:
+        self.planner = planner
+        self.build = build
+        self.current = Setup("ar")
+        self.source: DraftSource | None = None
+        self.switches: list[Switch] = []
+        self.segments: list[Segment] = []
+        self.decision = Decision("AR")
+        self._accepted = self._rejections = 0.0
+        self._prior = (0.0, PRIOR_REJECTIONS)
+        self._temperature = 0.0
+        self._params = SamplingParams()
+        self._context: list[int] = []
+        self._last: list[int] = []
+        self._fresh = True
+        self._round = 0
+        self._since_switch = 0
+        self._window: deque[tuple[int, int]] = deque(maxlen=WINDOW + 1)  # (tokens, end_ns)
+        self._seen: dict[tuple[str, str], _Seen] = {}
+        self._slow: dict[str, _Seen] = {}  # by worker: measured over predicted when it was left
+        self._lost: set[str] = set()
+        self._started = time.perf_counter()
+
+    # The engine's side: a draft source that also says each round's k.
+
+    def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
+        """Choose the set-up for this generation and open it with the prompt."""
+        self._params, self._temperature = params, 0.0 if params.greedy else params.temperature
+        self._context, self._last, self._round = list(prompt), [], 0
+        self.switches, self.segments, self._seen, self._lost, self._slow = [], [], {}, set(), {}
+        self._started = time.perf_counter()
+        alpha = self.planner.prior(self._temperature)
+        self._prior = (PRIOR_REJECTIONS * alpha / max(1e-3, 1 - alpha), PRIOR_REJECTIONS)
+        self._accepted, self._rejections = self._prior
+        ranking = self._ranking()
+        self.decision = Decision(
+            ranking[0].setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in _distinct(ranking)[:3]]
+        )
+        self.current, self.source = Setup("ar"), None
+        self._enter(ranking[0].setup, "predicted fastest")
+
+    def k_now(self) -> int:
+        """Drafts this round asks for (0: an autoregressive round)."""
+        return self.current.k if self.source is not None else 0
+
+    def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
+        """Draft on the current set-up; a worker lost on the way costs its set-up, never the round."""
+        while self.source is not None:
+            if self._fresh:  # a new session starts from the whole context: no verdict to apply
+                outcome, self._fresh = None, False
+            try:
+                block = self.source.propose(k, outcome)
+                self._last = block.tokens
+                return block
+            except RemoteWorkerError as err:
+                self._lose(err)
+        self._last = []
+        return DraftBlock([], None, 0, 0)
+
+    def record(self, r: RoundRecord) -> None:
+        """Learn from one finished round, then maybe move to another set-up."""
+        self._context += r.tokens
+        self._round += 1
+        self._since_switch += 1
+        if r.drafted:
+            self._accepted = ALPHA_DECAY * self._accepted + r.accepted
+            self._rejections = ALPHA_DECAY * self._rejections + (r.accepted < r.drafted)
+        elif self.source is None:  # drafting is tried again once the estimate drifts back
+            self._accepted += AR_DRIFT * (self._prior[0] - self._accepted)
+            self._rejections += AR_DRIFT * (self._prior[1] - self._rejections)
+        if self._since_switch > SETTLE:
+            self._window.append((len(r.tokens), r.end_ns))
+        self._decide()
+
+    def close(self) -> None:
+        """End the current session."""
+        self._leave()
+
+    # The policy.
+
+    @property
+    def alpha(self) -> float:
+        """The per-draft acceptance estimate: decayed accepted drafts over accepted plus rejections."""
+        total = self._accepted + self._rejections
+        return self._accepted / total if total > 0 else 0.0
+
+    def measured_tok_s(self) -> float | None:
+        """The current set-up's tok/s over its window, once the window is full."""
+        if len(self._window) <= WINDOW:
+            return None
+        tokens = sum(t for t, _ in list(self._window)[1:])
+        seconds = (self._window[-1][1] - self._window[0][1]) / 1e9
+        return tokens / seconds if seconds > 0 else None
+
+    def _ranking(self) -> list[Predicted]:
+        return self.planner.ranking(self._temperature, self.alpha, frozenset(self._lost))
+
+    def _expected(self, p: Predicted) -> float:
+        seen = self._seen.get(_key(p.setup))
+        if seen is not None and self._round - seen.round < FORGET_ROUNDS:
+            return seen.tok_s
+        slow = self._slow.get(p.setup.worker)
+        if slow is not None and self._round - slow.round < FORGET_ROUNDS:
+            return p.tok_s * slow.tok_s
+        return p.tok_s
+
+    def _expected_best(self, predictions: list[Predicted]) -> float:
+        return max(self._expected(p) for p in predictions)
+
+    def _decide(self) -> None:
+        ranking = self._ranking()
+        measured = self.measured_tok_s()
+        others = [p for p in ranking if _key(p.setup) != _key(self.current)]
+        if measured is not None and others and measured < self._expected_best(others) * (1 - MARGIN):
+            self._seen[_key(self.current)] = _Seen(measured, self._round)
+            predicted = next((p.tok_s for p in ranking if p.setup == self.current), 0.0)
+            if self.current.remote and predicted > measured:
+                self._slow[self.current.worker] = _Seen(measured / predicted, self._round)
+            best = max(others, key=self._expected)  # the slow worker's other set-ups now scaled down
+            self._enter(
+                best.setup,
+                f"{self.current.label} measured {measured:.1f} tok/s over {WINDOW} rounds; "
+                f"{best.setup.label} expected {self._expected(best):.1f} (acceptance {self.alpha:.2f})",
+            )
+            return
+        same = [p for p in ranking if _key(p.setup) == _key(self.current)]  # fastest first
+        now = next((p.tok_s for p in same if p.setup == self.current), 0.0)
+        if self.source is not None and same and same[0].tok_s > now * (1 + K_GAIN):
+            self._switch_k(same[0].setup)
+
+    def _switch_k(self, setup: Setup) -> None:
+        """The same session at another k: nothing to reopen."""
+        reason = f"acceptance {self.alpha:.2f}: k={setup.k} predicted faster"
+        self._note(setup, reason)
+        self.current = setup
+
+    def _enter(self, setup: Setup, reason: str) -> None:
+        """Close the current session and open ``setup``'s from the whole context; a worker that fails to
+        open costs its set-ups, and the next best is opened instead."""
+        while True:
+            self._leave()
+            self._note(setup, reason)
+            self.current, self._since_switch, self._fresh = setup, 0, True
+            self._window.clear()
+            segment = Segment(setup, None, self._round)
+            self.segments.append(segment)
+            source = None
+            try:
+                source = self.build(setup)
+                if source is not None:
+                    source.start(self._context, self._params, setup.k)
+            except RemoteWorkerError as err:
+                segment.lost, segment.source = True, source
+                abandon(source)
+                self._lost.add(setup.worker)
+                log.warning("lost worker %s (%s): %s", setup.worker, err.code, err)
+                setup, reason = self._ranking()[0].setup, f"worker {setup.worker} lost ({err.code}: {err})"
+                continue
+            segment.source = self.source = source
+            return
+
+    def _lose(self, err: RemoteWorkerError) -> None:
+        """The current worker failed mid-round: drop it and move to the best set-up without it."""
+        lost = self.current
+        self.segments[-1].lost = True
+        self.segments[-1].source = self.source
+        abandon(self.source)
+        self.source = None
+        self._lost.add(lost.worker)
+        log.warning("lost worker %s (%s): %s", lost.worker, err.code, err)
+        self._enter(self._ranking()[0].setup, f"worker {lost.worker} lost ({err.code}: {err})")
+
+    def _leave(self) -> None:
+        if self.segments:
+            self.segments[-1].last_round = self._round - 1
+        if self.source is not None:
+            source, self.source = self.source, None
+            try:
+                source.close()
+            except SpecwireError as err:  # a worker gone at the end loses nothing already verified
+                log.info("closing %s: %s", source.name, err)
+
+    def _note(self, setup: Setup, reason: str) -> None:
+        switch = Switch(
+            self._round,
+            time.perf_counter() - self._started,
+            time.time(),
+            self.current.label if self.switches else "",
+            setup.label,
+            reason,
+        )
+        self.switches.append(switch)
+        log.info("drafting: %s -> %s (%s)", switch.from_setup or "start", switch.to_setup, reason)
+
+    # What a generation reports.
+
+    def report(self) -> dict[str, object]:
+        """The set-up chosen and why, every switch with its reason, and where it ended."""
+        return {
+            "chosen": self.decision.to_dict(),
+            "final": self.current.label,
+            "switches": [s.__dict__ for s in self.switches],
+            "acceptance_estimate": round(self.alpha, 3),
+        }
+
+
+def _key(setup: Setup) -> tuple[str, str]:
+    """A session: the mode and the worker (k may change within it)."""
+    return setup.mode, setup.worker
+
+
+def _distinct(ranking: list[Predicted]) -> list[Predicted]:
+    """The best k of each (mode, worker), fastest first."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in ranking:
+        if _key(p.setup) not in seen:
+            seen.add(_key(p.setup))
+            out.append(p)
+    return out

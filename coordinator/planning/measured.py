@@ -1,0 +1,211 @@
+"""This set-up, measured: the coordinator's pass curves, the pair's agreement and the workers' speeds,
+as the hardware profile the performance model takes (``specwire.profile``).
+
+At warm-up the coordinator measures, on its compute thread:
+
+* the target's verification curve: one pass over each of ``VERIFY_SIZES``
+  positions after a short prefill, fitted as ``verify_1 + (n - 1) *
+  per_position`` (flat on Metal; about n passes for n positions on a CPU);
+* its local draft model's pass (one position);
+* the pair's agreement, from one target pass and one draft pass over a
+  calibration text: how often the target's greedy token is the draft's first,
+  within its two and within its four likeliest choices, and, at a
+  temperature T, the expected acceptance of speculative sampling,
+  E[sum_x min(p_T(x), q_T(x))] (the chance a sampled draft is kept).
+
+Each worker advertises its pass curve (Hello's ``pass_curve``, measured at
+its start; a paced worker measures the machine it emulates), and its link is
+measured with gRPC echoes on a stream (``coordinator.workers.speed``).
+Everything is measured the same way on a paced coordinator, whose passes
+take the emulated machine's time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+from coordinator.planning.model import Acceptance
+from specwire.drafter import LanguageModel, prefill
+from specwire.models import LoadedModel
+from specwire.profile import Machine, PassCurve, Profile
+from specwire.sampling import softmax
+from specwire.warmup import WARM_CONTEXT, warm_drafter, warm_target
+
+VERIFY_SIZES = (1, 2, 3, 5, 9)
+CALIBRATION_TEXT = (
+    "The lighthouse keeper climbed the stairs as the storm rolled in. "
+    "def is_prime(n):\n    if n < 2:\n        return False\n    for i in range(2, int(n ** 0.5) + 1):\n"
+    "        if n % i == 0:\n            return False\n    return True\n"
+    "To multiply 17 by 23, write 23 as 20 + 3: 17 * 20 = 340 and 17 * 3 = 51, so the answer is 391."
+)
+CALIBRATION_BUDGET_S = 2.0  # the pair's agreement is measured over as much text as this buys
+CALIBRATION_MIN_TOKENS = 16
+PROTOCOL_OWN_S = 0.5e-3  # specwire's own cost per round beyond gRPC's echo (README, round breakdown)
+THIS_MACHINE = "this machine"
+
+
+def fit_curve(points: Sequence[tuple[int, float]]) -> PassCurve:
+    """The pass curve through (positions or rows, seconds): the one-position time, and the least-squares
+    slope per further position (never below zero)."""
+    if not points:
+        raise ValueError("no pass times to fit")
+    n = np.array([p[0] for p in points], dtype=np.float64) - 1
+    t = np.array([p[1] for p in points], dtype=np.float64)
+    if len(points) == 1 or np.ptp(n) == 0:
+        return PassCurve(1 / float(t.min()))
+    slope, intercept = np.polyfit(n, t, 1)
+    one = float(intercept) if intercept > 0 else float(t[np.argmin(n)])
+    return PassCurve(1 / one, None, max(0.0, float(slope)))
+
+
+def pass_times(model: LanguageModel, sizes: Sequence[int] = VERIFY_SIZES) -> list[tuple[int, float]]:
+    """(positions, seconds) of one pass over each of ``sizes`` after a short context (trimmed back after
+    each); the faster of two at one position (the fit leans on it). Compute thread."""
+    cache = make_prompt_cache(model)  # type: ignore[arg-type]
+    prefill(model, cache, WARM_CONTEXT)
+    out = []
+    for positions in sizes:
+        samples = []
+        for _ in range(2 if positions == 1 else 1):
+            t0 = time.perf_counter()
+            mx.eval(model(mx.array([[0] * positions]), cache=cache))
+            samples.append(time.perf_counter() - t0)
+            trim_prompt_cache(cache, positions)
+        out.append((positions, min(samples)))
+    return out
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The pair's agreement on a calibration text (module docstring): greedy top-1/2/4, and the logits to
+    compute the sampled acceptance at any temperature."""
+
+    top1: float
+    top2: float
+    top4: float
+    target_logits: np.ndarray = field(repr=False)
+    draft_logits: np.ndarray = field(repr=False)
+
+    def greedy(self) -> dict[str, float]:
+        """The profile's ``agreement`` at T = 0."""
+        return {"top1": self.top1, "top2": self.top2, "top4": self.top4}
+
+    def at(self, temperature: float) -> tuple[float, dict[str, float]]:
+        """Per-draft acceptance and agreement at ``temperature`` (0: greedy)."""
+        if temperature <= 0:
+            return self.top1, self.greedy()
+        accepted: list[float] = []
+        within: dict[int, list[float]] = {1: [], 2: [], 4: []}
+        for t_row, d_row in zip(self.target_logits, self.draft_logits, strict=True):
+            p, q = softmax(t_row, temperature), softmax(d_row, temperature)
+            accepted.append(float(np.minimum(p, q).sum()))
+            order = np.argsort(-q)[:4]
+            for j in within:
+                within[j].append(float(p[order[:j]].sum()))
+        alpha = statistics.fmean(accepted)
+        return alpha, {f"top{j}": statistics.fmean(v) for j, v in within.items()}
+
+
+def agreement(
+    target: LoadedModel, draft: LoadedModel, text: str = CALIBRATION_TEXT, most_tokens: int | None = None
+) -> Agreement:
+    """One pass of each model over ``text`` (its first ``most_tokens`` tokens): how the pair agrees
+    (compute thread)."""
+    if target.tokenizer is not None:
+        tokens = list(target.tokenizer.encode(text))[:most_tokens]
+    else:  # a tokenizer-less test model: a fixed walk through its vocabulary
+        tokens = [(7 * i + 3) % target.vocab_size for i in range(most_tokens or CALIBRATION_MIN_TOKENS)]
+    rows = []
+    for model in (target.model, draft.model):
+        cache = make_prompt_cache(model)
+        logits = model(mx.array([tokens]), cache=cache)[0].astype(mx.float32)
+        rows.append(np.array(logits))
+    t_rows, d_rows = rows
+    greedy = t_rows.argmax(axis=-1)
+    ranked = np.argsort(-d_rows, axis=-1)[:, :4]
+    top1, top2, top4 = (
+        float(np.mean([g in r[:j] for g, r in zip(greedy, ranked, strict=True)])) for j in (1, 2, 4)
+    )
+    return Agreement(top1, top2, top4, t_rows, d_rows)
+
+
+@dataclass(frozen=True)
+class WorkerSpeed:
+    """A worker as the model takes it: its pass curve (rows side by side), its link, and what it can do."""
+
+    name: str
+    label: str
+    address: str
+    curve: PassCurve
+    link_rtt_s: float
+    tree: bool  # its model can draft a tree (plain KV caches)
+    model: str  # the draft model it serves (its spec)
+
+    @property
+    def title(self) -> str:
+        """How set-ups name it: its label, else its name."""
+        return self.label or self.name
+
+
+def titled(workers: Sequence[WorkerSpeed]) -> list[WorkerSpeed]:
+    """``workers`` with titles that tell them apart: labels, unless two share one (then names)."""
+    labels = [w.label for w in workers]
+    return [w if w.label and labels.count(w.label) == 1 else replace(w, label="") for w in workers]
+
+
+def measure_here(target: LoadedModel, local: LoadedModel | None) -> MeasuredSetup:
+    """This machine: the target's verification curve, the local draft's pass and the pair's agreement
+    (no workers yet). Warms the shapes it times first. Compute thread."""
+    warm_target(target.model, max(VERIFY_SIZES) - 1)
+    verify = fit_curve(pass_times(target.model))
+    if local is None:
+        return MeasuredSetup(verify, None, None)
+    warm_drafter(local.model)
+    draft = fit_curve(pass_times(local.model, (1,)))
+    per_token_s = verify.per_position_s + 1 / verify.decode_tok_s / 8 + draft.per_position_s
+    length = max(CALIBRATION_MIN_TOKENS, int(CALIBRATION_BUDGET_S / max(per_token_s, 1e-9)))
+    return MeasuredSetup(verify, draft, agreement(target, local, most_tokens=length))
+
+
+@dataclass(frozen=True)
+class MeasuredSetup:
+    """This machine's target and local draft curves, the pair's agreement, and the workers' speeds."""
+
+    target: PassCurve
+    local_draft: PassCurve | None
+    agreement: Agreement | None
+    workers: tuple[WorkerSpeed, ...] = ()
+
+    def alpha(self, temperature: float) -> float:
+        """The pair's per-draft acceptance at ``temperature`` (a prior of 0.7 without a calibration)."""
+        return self.agreement.at(temperature)[0] if self.agreement is not None else 0.7
+
+    def profile(self, temperature: float, alpha: float | None = None, k: int = 4) -> Profile:
+        """The profile of this set-up at ``temperature``: every worker a machine named by its title; the
+        link is the slowest worker's (``profile_for`` gives each its own)."""
+        a = self.alpha(temperature) if alpha is None else alpha
+        agreement = self.agreement.at(temperature)[1] if self.agreement is not None else {}
+        if agreement:
+            agreement = {**agreement, "top1": a}
+        rtt = max((w.link_rtt_s for w in self.workers), default=0.0)
+        return Profile(
+            name="measured",
+            target_machine=Machine(THIS_MACHINE, self.local_draft, self.target),
+            workers=tuple(Machine(w.title, w.curve) for w in self.workers),
+            mean_accepted=Acceptance((a,)).expected_accepted(k),
+            k=k,
+            link_rtt_s=rtt,
+            stream_per_round_s=PROTOCOL_OWN_S,
+            agreement=agreement,
+        )
+
+    def profile_for(self, worker: WorkerSpeed, base: Profile) -> Profile:
+        """``base`` with only ``worker`` drafting, over its own link."""
+        return replace(base, workers=(Machine(worker.title, worker.curve),), link_rtt_s=worker.link_rtt_s)

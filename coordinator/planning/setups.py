@@ -1,0 +1,143 @@
+"""Every set-up a coordinator can decode with, and the performance model's tok/s for each.
+
+A set-up is a way of decoding: autoregressive (``ar``), local SD (``local``,
+the target machine's own draft model), or drafting on one worker in one of
+the stream protocol's modes (``stream``: each round drafted on demand;
+``prespec``: the worker drafts the likely next rounds while the target
+verifies; ``fill``: the worker answers at once with what it has ready and
+the local draft model drafts the rest; ``tree``: fill, the worker keeping a
+tree of continuations across rounds, greedy only), each at a k.
+
+``ranked`` predicts every set-up from a hardware profile (``specwire.profile``:
+the paper's, a file, or this machine's measured one,
+``coordinator.planning.measured``) and orders them, fastest first. The
+drafting policy (``coordinator.drafting.auto``) takes the first and
+re-decides as rounds are measured; ``coordinator plan`` prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from coordinator.planning import profile as planned
+from coordinator.planning.model import Acceptance, Transport, ar_tok_s, predict
+from specwire.profile import Machine, Profile
+from specwire.speculation import TREE_ROWS
+
+MODES = ("ar", "local", "stream", "prespec", "fill", "tree")
+REMOTE_MODES = ("stream", "prespec", "fill", "tree")
+CHAIN_KS = tuple(range(1, 9))  # k a chain set-up is predicted at
+TREE_KS = (1, 2, 3, 4)  # the tree's Monte Carlo per k costs more: a shorter range
+FILL_ROWS, FILL_FANOUT = 8, 3  # fill's branches: eight a pass, three candidates a position
+TREE_ROUNDS = 400  # the tree's Monte Carlo (planning.ceiling), seeded: the same figure every time
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One way of decoding: a mode, its k, and for a remote mode the worker (a profile machine's name)."""
+
+    mode: str
+    k: int = 0
+    worker: str = ""
+
+    @property
+    def remote(self) -> bool:
+        """Whether a worker drafts."""
+        return self.mode in REMOTE_MODES
+
+    @property
+    def label(self) -> str:
+        """How tables and logs name it: ``AR``, ``local SD k=2``, ``tree → M1 Max k=2``."""
+        if self.mode == "ar":
+            return "AR"
+        if self.mode == "local":
+            return f"local SD k={self.k}"
+        return f"{self.mode} → {self.worker} k={self.k}"
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """A set-up and the model's decode tok/s for it."""
+
+    setup: Setup
+    tok_s: float
+
+
+def at_k(profile: Profile, k: int, mean_accepted: float | None = None) -> Profile:
+    """``profile`` with its acceptance stated at ``k`` (the same per-draft rate)."""
+    if k == profile.k and mean_accepted is None:
+        return profile
+    alpha = planned.acceptance(profile).profile[0]
+    return replace(profile, k=k, mean_accepted=Acceptance((alpha,)).expected_accepted(k))
+
+
+def predict_setup(profile: Profile, setup: Setup) -> float:
+    """Decode tok/s of ``setup`` on ``profile``'s machines (module docstring)."""
+    target = planned.target(profile)
+    if setup.mode == "ar":
+        return ar_tok_s(target)
+    p = at_k(profile, setup.k)
+    acceptance, link = planned.acceptance(p), planned.link(p)
+    if setup.mode == "local":
+        assert profile.local_draft is not None
+        return predict(
+            target, 1 / profile.local_draft.decode_tok_s, acceptance, setup.k, link, Transport("local")
+        ).tok_s
+    machine = profile.machine(setup.worker)
+    assert machine.draft is not None
+    draft_s = 1 / machine.draft.decode_tok_s
+    if setup.mode == "tree":
+        return planned.tree(p, machine, setup.k, TREE_ROWS, TREE_ROUNDS).tok_s
+    if setup.mode == "stream":
+        transport = planned.stream(p)
+    elif setup.mode == "prespec":
+        transport = planned.prespec(p, draft_s, setup.k)
+    elif setup.mode == "fill":
+        rows_s = machine.draft.pass_s(1, FILL_ROWS)
+        transport = planned.fill(
+            p, draft_s, setup.k, batch=FILL_ROWS, batch_draft_s=rows_s, fanout=FILL_FANOUT
+        )
+    else:
+        raise ValueError(f"unknown mode {setup.mode!r}; expected one of {', '.join(MODES)}")
+    return predict(target, draft_s, acceptance, setup.k, link, transport).tok_s
+
+
+def candidates(
+    profile: Profile, greedy: bool = True, modes: Iterable[str] = MODES, no_tree: Iterable[str] = ()
+) -> list[Setup]:
+    """Every set-up ``profile``'s machines can run in ``modes``: local modes need the target machine's
+    draft model, a tree needs greedy decoding and a worker not in ``no_tree`` (recurrent layers)."""
+    modes, no_tree = set(modes), set(no_tree)
+    has_local = profile.local_draft is not None
+    out = [Setup("ar")] if "ar" in modes else []
+    if has_local and "local" in modes:
+        out += [Setup("local", k) for k in CHAIN_KS]
+    for machine in _drafting(profile.workers):
+        for mode in REMOTE_MODES:
+            if mode not in modes or (mode in ("fill", "tree") and not has_local):
+                continue
+            if mode == "tree" and (not greedy or machine.name in no_tree):
+                continue
+            out += [Setup(mode, k, machine.name) for k in (TREE_KS if mode == "tree" else CHAIN_KS)]
+    return out
+
+
+def ranked(profile: Profile, setups: Iterable[Setup]) -> list[Predicted]:
+    """``setups`` predicted on ``profile``, fastest first (a tie goes to the simpler set-up)."""
+    predicted = [Predicted(s, predict_setup(profile, s)) for s in setups]
+    return sorted(predicted, key=lambda p: (-round(p.tok_s, 6), MODES.index(p.setup.mode), p.setup.k))
+
+
+def best_per_mode(predictions: Iterable[Predicted]) -> list[Predicted]:
+    """The fastest k of each (mode, worker), fastest first."""
+    best: dict[tuple[str, str], Predicted] = {}
+    for p in predictions:
+        key = (p.setup.mode, p.setup.worker)
+        if key not in best or p.tok_s > best[key].tok_s:
+            best[key] = p
+    return sorted(best.values(), key=lambda p: -p.tok_s)
+
+
+def _drafting(machines: Iterable[Machine]) -> list[Machine]:
+    return [m for m in machines if m.draft is not None]

@@ -1,0 +1,42 @@
+"""A worker's speed as the drafting policy plans with it: its advertised pass curve and its link.
+
+The curve comes from Hello (``pass_curve``: a tree pass by its rows, measured
+at the worker's start); the link is measured now, with gRPC echoes on one
+stream (``netprobe.probe_grpc``): the network and gRPC's own cost per
+message, which every round pays.
+"""
+
+from __future__ import annotations
+
+from coordinator.planning.measured import WorkerSpeed, fit_curve
+from coordinator.workers.connection import WorkerConnection
+from coordinator.workers.netprobe import probe_grpc
+from specwire.profile import PassCurve
+
+LINK_ECHOES = 20
+LINK_BUDGET_S = 0.5
+
+
+def worker_curve(connection: WorkerConnection) -> PassCurve:
+    """The worker's pass curve from its Hello: the advertised tree passes, else its draft speed."""
+    hello = connection.hello
+    points = [(p.rows, p.seconds) for p in hello.pass_curve if p.seconds == p.seconds]
+    if points:
+        return fit_curve(points)
+    return PassCurve(hello.draft_tokens_per_second or 1.0)
+
+
+async def worker_speed(connection: WorkerConnection) -> WorkerSpeed:
+    """What the model needs of one worker: its advertised curve and its link, measured now."""
+    _, streamed = await probe_grpc(connection, (64,), LINK_ECHOES, LINK_BUDGET_S)
+    rtt_s = streamed[0].p50_us / 1e6 if streamed else 0.0
+    hello = connection.hello
+    return WorkerSpeed(
+        connection.name,
+        hello.identity.label,
+        connection.address,
+        worker_curve(connection),
+        rtt_s,
+        bool(hello.pass_curve),
+        hello.model.spec,
+    )
