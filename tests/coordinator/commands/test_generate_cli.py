@@ -14,13 +14,27 @@ FAST = ["--target", "default", "--max-tokens", "6"]
 
 
 def test_generate_streams_text_and_prints_stats() -> None:
-    out = run_cli("coordinator", "generate", "--prompt", "The sky is blue because", "--k", "2", *FAST)
+    args = ["--prompt", "The sky is blue because", "--draft", "local", "--k", "2", *FAST]
+    out = run_cli("coordinator", "generate", *args)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip()
     assert re.search(
         r"\[specwire\] 6 tokens, [\d.]+ tok/s, acceptance [\d.]+% \(k=2\), TTFT [\d.]+ s",
         out.stderr,
     )
+
+
+def test_generate_by_default_says_what_it_chose_and_why() -> None:
+    # No worker on this machine's own: auto chooses between AR and local SD, from what it measured.
+    args = ["--prompt", "The sky is blue because", "--worker", "none", *FAST, "--json"]
+    out = run_cli("coordinator", "generate", *args)
+    assert out.returncode == 0, out.stderr
+    drafting = json.loads(out.stdout)["stats"]["drafting"]
+    chosen = drafting["chosen"]
+    assert {p["setup"].split(" k=")[0] for p in chosen["predicted"]} == {"AR", "local SD"}
+    assert chosen["setup"] == chosen["predicted"][0]["setup"] == drafting["switches"][0]["to_setup"]
+    text = run_cli("coordinator", "generate", *args[:-1])
+    assert f"[specwire] drafting: {chosen['setup']}, predicted " in text.stderr
 
 
 def test_generate_json_and_stdin_prompt() -> None:
@@ -68,6 +82,7 @@ def test_mismatched_vocabularies_are_refused(tmp_path: Path) -> None:
 
 def test_bad_draft_source_and_bad_k() -> None:
     out = run_cli("coordinator", "generate", "--prompt", "hi", "--target", "default", "--draft", "elsewhere")
-    assert out.returncode == 1 and "expected local:SPEC" in one_error_line(out.stderr)
-    out = run_cli("coordinator", "generate", "--prompt", "hi", "--target", "default", "--k", "99")
+    assert out.returncode == 1 and "expected auto, local[:SPEC]" in one_error_line(out.stderr)
+    args = ["--prompt", "hi", "--target", "default", "--draft", "local", "--k", "99"]
+    out = run_cli("coordinator", "generate", *args)
     assert out.returncode == 1 and "k must be within 0..32" in one_error_line(out.stderr)
