@@ -32,7 +32,7 @@ from coordinator.commands.options import (
     pace_of,
     worker_access,
 )
-from coordinator.drafting.auto import Planner
+from coordinator.drafting.auto import Planner, simplest_near_best
 from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, DraftSources, DraftSpec
 from coordinator.planning import paper
 from coordinator.planning import profile as planned
@@ -376,7 +376,7 @@ def plan_here(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{title:<40}{p.setup.k:>4}{p.tok_s:>9.1f}{p.tok_s / ar - 1:>+8.0%}{delta_local:>9}")
         rows.append({"setup": title, "mode": p.setup.mode, "worker": p.setup.worker, "k": p.setup.k})
         rows[-1] |= {"tok_s": p.tok_s, "delta_vs_ar": p.tok_s / ar - 1}
-    chosen = ranking[0]
+    chosen = simplest_near_best(ranking)
     pays = "a worker pays" if chosen.setup.remote else "no worker pays here"
     print(f"\nauto would choose {chosen.setup.label} ({chosen.tok_s:.1f} tok/s): {pays}")
     return {
@@ -424,6 +424,7 @@ def measured_lines(planner: Planner, temperature: float) -> list[str]:
             f"worker {w.title} ({w.address}, {w.model}): {1e3 / w.curve.decode_tok_s:.2f} ms a pass, "
             f"+{w.curve.per_position_s * 1e3:.2f} ms a row; link {w.link_rtt_s * 1e3:.2f} ms round trip"
             + ("" if w.tree else "; no trees (recurrent layers)")
+            + ("; on this machine, sharing its processors: drafting on demand only" if w.colocated else "")
         )
     return lines
 
@@ -436,6 +437,7 @@ def measured_record(m: MeasuredSetup) -> dict[str, Any]:
         "agreement": m.agreement.greedy() if m.agreement is not None else None,
         "workers": [
             {"name": w.name, "title": w.title, "address": w.address, "model": w.model, "tree": w.tree}
+            | {"colocated": w.colocated}
             | {"curve": _curve(w.curve), "link_rtt_ms": w.link_rtt_s * 1e3}
             for w in m.workers
         ],

@@ -66,6 +66,7 @@ AUTO_K = max(CHAIN_KS)  # the most drafts a round of auto's asks for (what the e
 WINDOW = 8  # rounds the current set-up's tok/s is measured over
 SETTLE = 2  # rounds after a switch before its window counts (the session's start overlaps them)
 MARGIN = 0.10  # another set-up must be expected this much faster before the policy moves to it
+START_MARGIN = 0.03  # at the start, the simplest set-up predicted within this of the fastest is taken
 SLOW = 0.7  # a worker's set-up measuring below this share of its prediction marks the worker slow
 FORGET_ROUNDS = 64  # after this, a measured share is forgotten and the prediction trusted again
 ALPHA_DECAY = 0.97  # per round, of the acceptance estimate's counts (accepted drafts, rejections)
@@ -126,7 +127,10 @@ class Planner:
                 continue
             profile = self.measured.profile_for(worker, base)
             no_tree = () if worker.tree else (worker.title,)
-            setups = [s for s in candidates(profile, temperature <= 0, modes, no_tree) if s.remote]
+            # A worker on this machine computes on its processors: drafting there while the target
+            # verifies overlaps nothing, so only drafting on demand is planned for it.
+            own = ("stream",) if worker.colocated else modes
+            setups = [s for s in candidates(profile, temperature <= 0, own, no_tree) if s.remote]
             out += ranked(profile, [s for s in setups if s.mode != "tree"])
             if any(s.mode == "tree" for s in setups):
                 out.append(self._tree(temperature, alpha, worker))
@@ -225,11 +229,13 @@ class AutoDraftSource:
         self._prior = (PRIOR_REJECTIONS * alpha / max(1e-3, 1 - alpha), PRIOR_REJECTIONS)
         self._accepted, self._rejections = self._prior
         ranking = self._ranking()
+        first = simplest_near_best(ranking)
+        rest = [p for p in _distinct(ranking) if _key(p.setup) != _key(first.setup)]
         self.decision = Decision(
-            ranking[0].setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in _distinct(ranking)[:3]]
+            first.setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in [first, *rest[:2]]]
         )
         self.current, self.source = Setup("ar"), None
-        self._enter(ranking[0].setup, "predicted fastest")
+        self._enter(first.setup, "predicted fastest" if first is ranking[0] else "predicted as fast, simpler")
 
     def k_now(self) -> int:
         """Drafts this round asks for (0: an autoregressive round)."""
@@ -417,6 +423,15 @@ class AutoDraftSource:
 def _key(setup: Setup) -> tuple[str, str]:
     """A session: the mode and the worker (k may change within it)."""
     return setup.mode, setup.worker
+
+
+def simplest_near_best(ranking: list[Predicted]) -> Predicted:
+    """The simplest set-up (AR, local SD, then the remote modes in order) predicted within
+    ``START_MARGIN`` of the fastest: a worker is not taken for a gain within the model's error."""
+    best = ranking[0].tok_s
+    near = [p for p in ranking if p.tok_s >= best * (1 - START_MARGIN)]
+    simplest = min(MODES.index(p.setup.mode) for p in near)
+    return next(p for p in near if MODES.index(p.setup.mode) == simplest)
 
 
 def _distinct(ranking: list[Predicted]) -> list[Predicted]:

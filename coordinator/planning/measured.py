@@ -147,6 +147,7 @@ class WorkerSpeed:
     link_rtt_s: float
     tree: bool  # its model can draft a tree (plain KV caches)
     model: str  # the draft model it serves (its spec)
+    colocated: bool = False  # on this machine, sharing its processors: its drafting overlaps nothing
 
     @property
     def title(self) -> str:

@@ -3,10 +3,14 @@
 The curve comes from Hello (``pass_curve``: a tree pass by its rows, measured
 at the worker's start); the link is measured now, with gRPC echoes on one
 stream (``netprobe.probe_grpc``): the network and gRPC's own cost per
-message, which every round pays.
+message, which every round pays. A worker on this very host, computing at
+its own speed, is co-located: it shares this machine's processors (a paced
+worker emulates a machine of its own, and is not).
 """
 
 from __future__ import annotations
+
+import socket
 
 from coordinator.planning.measured import WorkerSpeed, fit_curve
 from coordinator.workers.connection import WorkerConnection
@@ -39,4 +43,5 @@ async def worker_speed(connection: WorkerConnection) -> WorkerSpeed:
         rtt_s,
         bool(hello.pass_curve),
         hello.model.spec,
+        colocated=hello.identity.host == socket.gethostname() and not hello.HasField("pace"),
     )

@@ -203,7 +203,7 @@ def test_the_auto_row_is_lossless_says_what_it_ran_and_comes_first_in_the_report
     by_setup = auto["counters"]["rounds_by_setup"]
     assert sum(by_setup.values()) == sum(len(run["rounds"]["k"]) for run in data["runs"] if run["row"] == 2)
     runs = [run for run in data["runs"] if run["row"] == 2]
-    assert all(run["switches"][0]["reason"] == "predicted fastest" for run in runs)
+    assert all(run["switches"][0]["reason"].startswith("predicted") for run in runs)
     chosen = max(by_setup, key=by_setup.get)
     assert stdout.splitlines()[0].startswith(f"auto chose {chosen} and made ")
     assert "The drafting policy (auto)" in stdout

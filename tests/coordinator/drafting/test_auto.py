@@ -78,7 +78,7 @@ async def test_auto_on_this_machine_alone_is_lossless_and_says_why(tiny: LoadedM
     report = source.report()
     chosen = report["chosen"]
     assert chosen["setup"] == chosen["predicted"][0]["setup"] and len(chosen["predicted"]) == 2  # AR, local
-    assert report["switches"][0]["reason"] == "predicted fastest"
+    assert report["switches"][0]["reason"].startswith("predicted")
     assert result.transitions == source.switches
 
 

@@ -352,7 +352,7 @@ def test_auto_serves_the_target_alone_and_says_what_it_chose(
         assert figures["draft"] == "auto"
         chosen = figures["drafting"]["chosen"]
         assert len(chosen["predicted"]) == 3 and chosen["setup"] == chosen["predicted"][0]["setup"]
-        assert figures["drafting"]["switches"][0]["reason"] == "predicted fastest"
+        assert figures["drafting"]["switches"][0]["reason"].startswith("predicted")
         assert server.health(api_key="k")["drafting"] == figures["drafting"]
         assert "drafting" not in server.health()  # not for callers without the key
 
