@@ -3,8 +3,8 @@
 Rows: AR with the target only, local SD with the local draft model, ``auto``
 (the drafting policy over every chosen worker: what a user gets by
 default), then for every chosen worker one row per backend (and per
-granularity of the per-op backend; ``stream+prespec``, ``+fill`` and
-``+fill+tree`` are the stream protocol's modes, ``STREAM_MODES``).
+granularity of the per-op backend; ``stream+prespec+fill`` and
+``stream+prespec+fill+tree`` are the stream protocol's modes, ``STREAM_MODES``).
 Each worker's link is probed first (raw TCP echo), so attribution has this
 path's network floor. ``row_draft`` says what each row drafts with; the
 draft-source factory (``coordinator.drafting.factory``) opens it.
@@ -23,12 +23,12 @@ from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 PROBE_COUNT = 60
 BACKEND_AUTO = "auto"  # the drafting policy's row: every worker of the bench, the set-up it chooses
-BACKEND_PRESPEC = f"{BACKEND_STREAM}+prespec"  # bench row kinds, not backends a worker offers
-BACKEND_PRESPEC_FILL = f"{BACKEND_PRESPEC}+fill"  # the target's machine drafts what is not ready
-BACKEND_PRESPEC_TREE = f"{BACKEND_PRESPEC_FILL}+tree"  # ... from a tree kept across rounds (T = 0)
+# Bench row kinds, not backends a worker offers: the worker drafts ahead, the target's machine drafts what
+# is not ready (fill), from a tree kept across rounds (tree, T = 0).
+BACKEND_PRESPEC_FILL = f"{BACKEND_STREAM}+prespec+fill"
+BACKEND_PRESPEC_TREE = f"{BACKEND_PRESPEC_FILL}+tree"
 STREAM_MODES = {
     BACKEND_STREAM: "stream",
-    BACKEND_PRESPEC: "prespec",
     BACKEND_PRESPEC_FILL: "fill",
     BACKEND_PRESPEC_TREE: "tree",
 }  # bench backend -> the stream protocol's mode (coordinator.drafting.factory.DraftSpec.mode)
@@ -44,13 +44,13 @@ class RowSpec:
     backend: str = ""  # remote: stream or ggml-rpc
     granularity: str = ""
     worker: str = ""
-    mode: str = ""  # remote stream rows: stream, prespec, fill or tree
+    mode: str = ""  # remote stream rows: stream, fill or tree
     k: int = 0  # drafts per round (0: the bench's --k)
 
     @property
     def prespec(self) -> bool:
-        """The worker drafts ahead (every stream mode but plain stream)."""
-        return self.mode in ("prespec", "fill", "tree")
+        """The worker drafts ahead (fill and tree)."""
+        return self.mode in ("fill", "tree")
 
     @property
     def fill(self) -> bool:

@@ -67,10 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--backend",
         default=f"{BACKEND_AUTO},{BACKEND_STREAM},{BACKEND_PER_OP}",
         help="rows beside AR and local SD, comma-separated: auto (the set-up the drafting policy chooses, "
-        "over every worker), and per worker stream, stream+prespec (the worker drafts ahead while the "
-        "target verifies), stream+prespec+fill (it answers at once with what it has ready; the local "
-        "draft model drafts the rest), stream+prespec+fill+tree (fill, the worker keeping a tree of "
-        "likely continuations across rounds; temperature 0), ggml-rpc (the per-op baseline)",
+        "over every worker), and per worker stream, stream+prespec+fill (the worker drafts ahead while "
+        "the target verifies and answers at once with what it has ready; the local draft model drafts "
+        "the rest), stream+prespec+fill+tree (fill, the worker keeping a tree of likely continuations "
+        "across rounds; temperature 0), ggml-rpc (the per-op baseline)",
     )
     p.add_argument(
         "--granularity",

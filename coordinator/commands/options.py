@@ -49,7 +49,7 @@ def add_interface_argument(p: argparse.ArgumentParser) -> None:
 DRAFT_HELP = (
     "how to draft: auto (the set-up predicted fastest on this machine and its workers, re-decided as "
     "rounds are measured), local[:SPEC] (a draft model here; SPEC defaults to --local-draft), "
-    "remote[:MODE] (one worker; MODE stream, prespec, fill or tree, default stream), or none "
+    "remote[:MODE] (one worker; MODE stream, fill or tree, default stream), or none "
     "(autoregressive)"
 )
 

@@ -40,7 +40,7 @@ from coordinator.planning.against_profile import load_checked
 from coordinator.planning.from_bench import check_bench
 from coordinator.planning.measured import MeasuredSetup
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
-from coordinator.planning.setups import best_per_mode
+from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, best_per_mode
 from coordinator.runtime import coordinator_runtime
 from specwire.errors import InvalidArgumentError
 from specwire.models import load_model
@@ -69,11 +69,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="BENCH_JSON",
         help="with --profile: the profile's prediction beside every row of a bench that emulated it "
         "(--pace), with no input from that run",
-    )
-    p.add_argument(
-        "--hit-rate",
-        type=float,
-        help="pre-speculation hit rate for stream+prespec (0..1; default: measured, or 0.5 for the paper)",
     )
     p.add_argument(
         "--ceiling-rounds",
@@ -113,7 +108,6 @@ def _constant(transport: Transport) -> Callable[[int], Transport]:
     return lambda _k: transport
 
 
-FILL_BATCH, FILL_FANOUT = 8, 3  # the fill rows' branches: eight a pass, three candidates a position
 TREE_K_MAX = 4  # the tree rows' best k is sought up to here (a Monte Carlo per k)
 
 
@@ -121,7 +115,7 @@ def _tok_s(prediction: Prediction) -> float:
     return prediction.tok_s
 
 
-def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: int = 0) -> dict[str, Any]:
+def project_profile(profile: Profile, ceiling_rounds: int = 0) -> dict[str, Any]:
     """Every backend on each of the profile's drafting machines (for the paper's, the Table 11 check)."""
     t, a, k, link = planned.target(profile), planned.acceptance(profile), profile.k, planned.link(profile)
     ar = ar_tok_s(t)
@@ -145,8 +139,6 @@ def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: in
         )
     # Each backend's transport at a given k (pre-speculation's depends on k: branches need k passes).
     fixed: dict[str, Transport] = {"stream": planned.stream(profile)}
-    if hit_rate is not None:
-        fixed["stream+prespec"] = planned.stream(profile, hit=hit_rate)
     if profile.ops_per_pass:
         fixed["ggml-rpc/op"] = planned.per_op(profile)
     if profile.logits_bytes:
@@ -157,12 +149,10 @@ def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: in
         assert machine.draft is not None
         draft_s = 1 / machine.draft.decode_tok_s
         backends: dict[str, Callable[[int], Transport]] = {n: _constant(tr) for n, tr in fixed.items()}
-        if hit_rate is None:  # the worker's branches before each verdict, from acceptance and agreement
-            backends["stream+prespec"] = functools.partial(planned.prespec, profile, draft_s)
         if profile.local_draft is not None:  # answered with what is ready, the rest drafted here
-            batch_s = machine.draft.pass_s(1, FILL_BATCH)
+            batch_s = machine.draft.pass_s(1, FILL_ROWS)
             backends["stream+prespec+fill"] = functools.partial(
-                planned.fill, profile, draft_s, batch=FILL_BATCH, batch_draft_s=batch_s, fanout=FILL_FANOUT
+                planned.fill, profile, draft_s, batch=FILL_ROWS, batch_draft_s=batch_s, fanout=FILL_FANOUT
             )
         for name, transport_at in backends.items():
             p = predict(t, draft_s, a, k, link, transport_at(k))
@@ -174,7 +164,7 @@ def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: in
             rows.append(
                 {"machine": machine.name, "backend": name, "k": k, "tok_s": p.tok_s, "best_k": best.k}
                 | {"best_tok_s": best.tok_s, "parts_ms": parts}
-                | ({"rows": FILL_BATCH} if name == "stream+prespec+fill" else {})
+                | ({"rows": FILL_ROWS} if name == "stream+prespec+fill" else {})
             )
         if profile.local_draft is not None and ceiling_rounds:  # the tree: a Monte Carlo, like the ceiling
             rows.append(_tree_row(profile, machine, k, ceiling_rounds))
@@ -189,7 +179,6 @@ def project_profile(profile: Profile, hit_rate: float | None, ceiling_rounds: in
         },
         "ar_tok_s": ar,
         "mean_accepted": a.expected_accepted(k),
-        "hit_rate": hit_rate,
         "rows": rows,
         "ceiling": planned.ceilings(profile, TREE_ROWS, rounds=ceiling_rounds) if ceiling_rounds else [],
     }
@@ -218,16 +207,12 @@ def _tree_row(profile: Profile, machine: Machine, k: int, rounds: int) -> dict[s
 
 def run(args: argparse.Namespace) -> int:
     """Run ``coordinator plan``."""
-    for name in ("hit_rate", "acceptance"):
-        value = getattr(args, name)
-        if value is not None and not 0 <= value <= 1:
-            raise InvalidArgumentError(f"--{name.replace('_', '-')} must be within 0..1, got {value}")
+    if args.acceptance is not None and not 0 <= args.acceptance <= 1:
+        raise InvalidArgumentError(f"--acceptance must be within 0..1, got {args.acceptance}")
     if args.acceptance is not None and (args.profile or args.from_bench):
         raise InvalidArgumentError(
             "--acceptance plans a measured set-up; a profile has mean_accepted, a bench its own"
         )
-    if args.hit_rate is not None and args.from_bench:
-        raise InvalidArgumentError("--hit-rate does not apply to --from-bench: each row has its own")
     if args.ceiling_rounds < 0:
         raise InvalidArgumentError(f"--ceiling-rounds must be 0 or more, got {args.ceiling_rounds}")
     if args.check_bench is not None and not args.profile:
@@ -236,13 +221,8 @@ def run(args: argparse.Namespace) -> int:
         out: dict[str, Any] = {"rows": profile_rows(load_profile(args.profile), read_bench(args.check_bench))}
     elif args.profile:
         profile = load_profile(args.profile)
-        out = project_profile(profile, args.hit_rate, args.ceiling_rounds)
-        hits = (
-            f"stream+prespec assumes {args.hit_rate:.0%} hits"
-            if args.hit_rate is not None
-            else "stream+prespec: the branches a worker drafts before each verdict (planning/prespec.py)"
-        )
-        print(f"Profile {profile.name}, k = {profile.k}, AR {out['ar_tok_s']:.1f} tok/s ({hits}):")
+        out = project_profile(profile, args.ceiling_rounds)
+        print(f"Profile {profile.name}, k = {profile.k}, AR {out['ar_tok_s']:.1f} tok/s:")
         print(f"{'machine':<16}{'backend':<26}{'tok/s':>8}{'Δ AR':>8}{'Δ local':>9}{'best k':>8}{'tok/s':>8}")
         for r in out["rows"]:
             best = f"{r['best_k']:>8}{r['best_tok_s']:>8.1f}" if "best_k" in r else ""
@@ -252,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{delta_local:>9}{best}"
             )
         use = out["use"]
-        rows = f", {use['rows']} rows a pass (--prespec-batch {use['rows']})" if "rows" in use else ""
+        rows = f", {use['rows']} rows a pass (--rows {use['rows']})" if "rows" in use else ""
         print(
             f"Use: {use['backend']} on the {use['machine']} at k = {use['best_k']}{rows} "
             f"({use['best_tok_s']:.1f} tok/s, {use['best_tok_s'] / out['ar_tok_s']:.2f}x AR)"

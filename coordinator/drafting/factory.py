@@ -58,8 +58,8 @@ class DraftSpec:
     """What to draft with.
 
     ``kind``: ``none`` (autoregressive), ``local`` (the ``local`` draft model
-    here), ``remote`` (a worker, in ``mode``: ``stream``, ``prespec``, ``fill``
-    or ``tree``; or over the per-op ``backend``), or ``auto`` (the drafting
+    here), ``remote`` (a worker, in ``mode``: ``stream``, ``fill`` or
+    ``tree``; or over the per-op ``backend``), or ``auto`` (the drafting
     policy, ``coordinator.drafting.auto``, which chooses among all of them).
     ``workers`` selects workers: Bonjour names or HOST:PORT; empty means
     every compatible worker discovered (``remote``: the fastest of them).
@@ -131,13 +131,10 @@ class DraftSpec:
 
 
 def prespec_for(mode: str, rows: int = 0) -> pb.PreSpeculation | None:
-    """A remote mode's PreSpeculation: ``prespec`` one branch a pass; ``fill`` eight branches a pass,
-    three candidates a position (``planning.setups``); ``tree`` the worker's tree rows; ``rows`` (> 0)
-    replaces the rows a pass of fill and tree."""
+    """A remote mode's PreSpeculation: ``fill`` eight branches a pass, three candidates a position
+    (``planning.setups``); ``tree`` the worker's tree rows; ``rows`` (> 0) replaces the rows a pass."""
     if mode == "stream":
         return None
-    if mode == "prespec":
-        return pb.PreSpeculation(enabled=True)
     rows = rows or (FILL_ROWS if mode == "fill" else 0)
     return pb.PreSpeculation(enabled=True, fill=True, tree=mode == "tree", batch=rows, fanout=FILL_FANOUT)
 

@@ -3,10 +3,10 @@
 A set-up is a way of decoding: autoregressive (``ar``), local SD (``local``,
 the target machine's own draft model), or drafting on one worker in one of
 the stream protocol's modes (``stream``: each round drafted on demand;
-``prespec``: the worker drafts the likely next rounds while the target
-verifies; ``fill``: the worker answers at once with what it has ready and
-the local draft model drafts the rest; ``tree``: fill, the worker keeping a
-tree of continuations across rounds, greedy only), each at a k.
+``fill``: the worker drafts the likely next rounds while the target
+verifies, answers at once with what it has ready, and the local draft model
+drafts the rest; ``tree``: fill, the worker keeping a tree of continuations
+across rounds, greedy only), each at a k.
 
 ``ranked`` predicts every set-up from a hardware profile (``specwire.profile``:
 the paper's, a file, or this machine's measured one,
@@ -25,8 +25,8 @@ from coordinator.planning.model import Acceptance, Transport, ar_tok_s, predict
 from specwire.profile import Machine, Profile
 from specwire.speculation import TREE_ROWS
 
-MODES = ("ar", "local", "stream", "prespec", "fill", "tree")
-REMOTE_MODES = ("stream", "prespec", "fill", "tree")
+MODES = ("ar", "local", "stream", "fill", "tree")
+REMOTE_MODES = ("stream", "fill", "tree")
 CHAIN_KS = tuple(range(1, 9))  # k a chain set-up is predicted at
 TREE_KS = (1, 2, 3, 4)  # the tree's Monte Carlo per k costs more: a shorter range
 FILL_ROWS, FILL_FANOUT = 8, 3  # fill's branches: eight a pass, three candidates a position
@@ -91,8 +91,6 @@ def predict_setup(profile: Profile, setup: Setup) -> float:
         return planned.tree(p, machine, setup.k, TREE_ROWS, TREE_ROUNDS).tok_s
     if setup.mode == "stream":
         transport = planned.stream(p)
-    elif setup.mode == "prespec":
-        transport = planned.prespec(p, draft_s, setup.k)
     elif setup.mode == "fill":
         rows_s = machine.draft.pass_s(1, FILL_ROWS)
         transport = planned.fill(

@@ -79,10 +79,10 @@ async def test_four_concurrent_sessions_match_their_solo_runs(
 
 def test_a_stream_mode_needs_the_stream_backend() -> None:
     out = run_cli(
-        "coordinator", "generate", "--prompt", "hi", "--target", "tiny", "--draft", "remote:prespec",
+        "coordinator", "generate", "--prompt", "hi", "--target", "tiny", "--draft", "remote:fill",
         "--backend", "ggml-rpc",
     )  # fmt: skip
-    assert out.returncode == 1 and "remote:prespec is a mode of the stream backend" in one_error_line(
+    assert out.returncode == 1 and "remote:fill is a mode of the stream backend" in one_error_line(
         out.stderr
     )
 

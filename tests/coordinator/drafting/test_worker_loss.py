@@ -16,6 +16,7 @@ import pytest
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
 from coordinator.drafting.failover import FailoverDraftSource
+from coordinator.drafting.fill import FilledDraftSource
 from coordinator.runtime import coordinator_runtime
 from specwire.models import LoadedModel
 from specwire.sampling import SamplingParams
@@ -52,12 +53,14 @@ async def generate_through(
             harmed_at[0] = time.perf_counter_ns()
 
     access = WorkerAccess(credentials(), ["127.0.0.1"], 3.0, round_timeout)
-    spec = DraftSpec("remote", workers=(address,), mode=mode, on_loss=policy)
+    local = target.spec if mode == "fill" else ""  # fill drafts what the worker has not on the target
+    spec = DraftSpec("remote", local=local, workers=(address,), mode=mode, on_loss=policy)
     async with coordinator_runtime() as runtime, DraftSources(runtime, target, access) as sources:
-        source = await sources.open(spec)
+        opened = await sources.open(spec)
+        source = opened.remote if isinstance(opened, FilledDraftSource) else opened
         assert isinstance(source, FailoverDraftSource)
         result = await runtime.compute.run(
-            SpeculativeDecoder(target, source).generate,
+            SpeculativeDecoder(target, opened).generate,
             prompt,
             max_tokens=MAX_TOKENS,
             k=3,
@@ -108,7 +111,7 @@ async def test_sigkill_of_a_prespeculating_worker_fails_over_losslessly(
         "failover",
         KILL_AFTER_TOKENS,
         lambda: os.kill(doomed.pid, signal.SIGKILL),
-        mode="prespec",
+        mode="fill",
     )
     assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     assert [loss.worker for loss in source.losses] == [doomed.name]

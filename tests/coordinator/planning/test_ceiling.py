@@ -83,7 +83,7 @@ def test_the_built_tree_pays_on_the_m1_max_below_its_ceiling_and_the_plan_names_
         local_s,
         rounds=1500,
     ).tok_s
-    plan = project_profile(paper, None, ceiling_rounds=300)
+    plan = project_profile(paper, ceiling_rounds=300)
     local = next(r["best_tok_s"] for r in plan["rows"] if r["backend"] == "local SD")
     assert local < built < free
     assert (plan["use"]["machine"], plan["use"]["backend"], plan["use"]["rows"]) == (
