@@ -82,9 +82,7 @@ def test_a_stream_mode_needs_the_stream_backend() -> None:
         "coordinator", "generate", "--prompt", "hi", "--target", "tiny", "--draft", "remote:fill",
         "--backend", "ggml-rpc",
     )  # fmt: skip
-    assert out.returncode == 1 and "remote:fill is a mode of the stream backend" in one_error_line(
-        out.stderr
-    )
+    assert out.returncode == 1 and "remote:fill is a mode of the stream backend" in one_error_line(out.stderr)
 
 
 @pytest.mark.parametrize(("mode", "prompt"), [("fill", 2), ("tree", 1)])
