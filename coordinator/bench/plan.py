@@ -3,8 +3,8 @@
 Rows: AR with the target only, local SD with the local draft model, ``auto``
 (the drafting policy over every chosen worker: what a user gets by
 default), then for every chosen worker one row per backend (and per
-granularity of the per-op backend; ``stream+prespec+fill`` and
-``stream+prespec+fill+tree`` are the stream protocol's modes, ``STREAM_MODES``).
+granularity of the per-op backend; ``stream+prespec+fill+tree`` is the
+stream protocol's tree mode, ``STREAM_MODES``).
 Each worker's link is probed first (raw TCP echo), so attribution has this
 path's network floor. ``row_draft`` says what each row drafts with; the
 draft-source factory (``coordinator.drafting.factory``) opens it.
@@ -23,15 +23,11 @@ from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 PROBE_COUNT = 60
 BACKEND_AUTO = "auto"  # the drafting policy's row: every worker of the bench, the set-up it chooses
-# Bench row kinds, not backends a worker offers: the worker drafts ahead, the target's machine drafts what
-# is not ready (fill), from a tree kept across rounds (tree, T = 0).
-BACKEND_PRESPEC_FILL = f"{BACKEND_STREAM}+prespec+fill"
-BACKEND_PRESPEC_TREE = f"{BACKEND_PRESPEC_FILL}+tree"
-STREAM_MODES = {
-    BACKEND_STREAM: "stream",
-    BACKEND_PRESPEC_FILL: "fill",
-    BACKEND_PRESPEC_TREE: "tree",
-}  # bench backend -> the stream protocol's mode (coordinator.drafting.factory.DraftSpec.mode)
+# A bench row kind, not a backend a worker offers: the worker drafts a tree of continuations ahead, kept
+# across rounds, and the target's machine drafts what is not ready (T = 0).
+BACKEND_PRESPEC_TREE = f"{BACKEND_STREAM}+prespec+fill+tree"
+# Bench backend -> the stream protocol's mode (coordinator.drafting.factory.DraftSpec.mode).
+STREAM_MODES = {BACKEND_STREAM: "stream", BACKEND_PRESPEC_TREE: "tree"}
 PROBE_BUDGET_S = 1.0
 
 
@@ -44,18 +40,18 @@ class RowSpec:
     backend: str = ""  # remote: stream or ggml-rpc
     granularity: str = ""
     worker: str = ""
-    mode: str = ""  # remote stream rows: stream, fill or tree
+    mode: str = ""  # remote stream rows: stream or tree
     k: int = 0  # drafts per round (0: the bench's --k)
 
     @property
     def prespec(self) -> bool:
-        """The worker drafts ahead (fill and tree)."""
-        return self.mode in ("fill", "tree")
+        """The worker drafts ahead (a tree)."""
+        return self.mode == "tree"
 
     @property
     def fill(self) -> bool:
         """The local draft model drafts what the worker has not (coordinator.drafting.fill)."""
-        return self.mode in ("fill", "tree")
+        return self.mode == "tree"
 
     @property
     def tree(self) -> bool:
@@ -158,7 +154,7 @@ def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec,
         return replace(remote, kind="auto", local=local, workers=addresses or ("none",))
     if row.fill and not local:
         raise InvalidArgumentError(
-            f"{BACKEND_PRESPEC_FILL} drafts on the local draft model: --draft none leaves none"
+            f"{BACKEND_PRESPEC_TREE} drafts on the local draft model: --draft none leaves none"
         )
     return replace(
         remote,

@@ -45,7 +45,6 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.auto import AUTO_K
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
-from coordinator.planning.setups import FILL_ROWS
 from coordinator.prompts import Prompt, encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import refresh_hello
@@ -67,10 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--backend",
         default=f"{BACKEND_AUTO},{BACKEND_STREAM},{BACKEND_PER_OP}",
         help="rows beside AR and local SD, comma-separated: auto (the set-up the drafting policy chooses, "
-        "over every worker), and per worker stream, stream+prespec+fill (the worker drafts ahead while "
-        "the target verifies and answers at once with what it has ready; the local draft model drafts "
-        "the rest), stream+prespec+fill+tree (fill, the worker keeping a tree of likely continuations "
-        "across rounds; temperature 0), ggml-rpc (the per-op baseline)",
+        "over every worker), and per worker stream, stream+prespec+fill+tree (the worker drafts a tree of "
+        "likely continuations ahead while the target verifies and answers at once with what it has "
+        "ready; the local draft model drafts the rest; temperature 0), ggml-rpc (the per-op baseline)",
     )
     p.add_argument(
         "--granularity",
@@ -128,8 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--rows",
         type=int,
         default=0,
-        help="the fill and tree rows: nodes drafted side by side in a worker's pass (0: fill 8, tree "
-        "the worker's --tree-rows)",
+        help="the tree rows: nodes a worker expands side by side in a pass (0: the worker's --tree-rows)",
     )
     add_worker_loss_arguments(advanced)
 
@@ -257,7 +254,7 @@ def _settings(
         "seed": args.seed,
         "repeats": args.repeats,
         "rollback": args.rollback,
-        "prespec": {"fill_rows": args.rows or FILL_ROWS, "tree_rows": args.rows or TREE_ROWS, "k": args.k},
+        "prespec": {"tree_rows": args.rows or TREE_ROWS, "k": args.k},
         "backends": backends,
         "granularities": granularities,
         "chat_template": not args.no_chat,

@@ -16,7 +16,6 @@ from coordinator.drafting.failover import POLICIES
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.stream import ROUND_TIMEOUT_S
 from coordinator.pacing import CoordinatorPace
-from coordinator.planning.setups import FILL_ROWS
 from coordinator.workers.credentials import Credentials
 from specwire.bonjour import mdns_interfaces
 from specwire.pace import parse_pace
@@ -49,7 +48,7 @@ def add_interface_argument(p: argparse.ArgumentParser) -> None:
 DRAFT_HELP = (
     "how to draft: auto (the set-up predicted fastest on this machine and its workers, re-decided as "
     "rounds are measured), local[:SPEC] (a draft model here; SPEC defaults to --local-draft), "
-    "remote[:MODE] (one worker; MODE stream, fill or tree, default stream), or none "
+    "remote[:MODE] (one worker; MODE stream or tree, default stream), or none "
     "(autoregressive)"
 )
 
@@ -67,7 +66,7 @@ def add_drafting_arguments(p: argparse.ArgumentParser, k_default: int = 4) -> No
     p.add_argument(
         "--local-draft",
         default=FALLBACK_DRAFT,
-        help="the draft model on this machine, for local SD, fill and trees ('none': no local drafting)",
+        help="the draft model on this machine, for local SD and trees ('none': no local drafting)",
     )
     p.add_argument(
         "--worker",
@@ -99,8 +98,7 @@ def add_drafting_arguments(p: argparse.ArgumentParser, k_default: int = 4) -> No
         "--rows",
         type=int,
         default=0,
-        help="--draft remote:fill or remote:tree: nodes drafted side by side in a worker's pass "
-        f"(0: fill {FILL_ROWS}, tree the worker's --tree-rows)",
+        help="--draft remote:tree: nodes a worker expands side by side in a pass (0: its --tree-rows)",
     )
     add_worker_loss_arguments(advanced)
 

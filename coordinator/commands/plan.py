@@ -17,7 +17,6 @@ with every row of that run.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from coordinator.planning.against_profile import load_checked
 from coordinator.planning.from_bench import check_bench
 from coordinator.planning.measured import MeasuredSetup
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
-from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, best_per_mode
+from coordinator.planning.setups import best_per_mode
 from coordinator.runtime import coordinator_runtime
 from specwire.errors import InvalidArgumentError
 from specwire.models import load_model
@@ -149,11 +148,6 @@ def project_profile(profile: Profile, ceiling_rounds: int = 0) -> dict[str, Any]
         assert machine.draft is not None
         draft_s = 1 / machine.draft.decode_tok_s
         backends: dict[str, Callable[[int], Transport]] = {n: _constant(tr) for n, tr in fixed.items()}
-        if profile.local_draft is not None:  # answered with what is ready, the rest drafted here
-            batch_s = machine.draft.pass_s(1, FILL_ROWS)
-            backends["stream+prespec+fill"] = functools.partial(
-                planned.fill, profile, draft_s, batch=FILL_ROWS, batch_draft_s=batch_s, fanout=FILL_FANOUT
-            )
         for name, transport_at in backends.items():
             p = predict(t, draft_s, a, k, link, transport_at(k))
             best = max(
@@ -164,7 +158,6 @@ def project_profile(profile: Profile, ceiling_rounds: int = 0) -> dict[str, Any]
             rows.append(
                 {"machine": machine.name, "backend": name, "k": k, "tok_s": p.tok_s, "best_k": best.k}
                 | {"best_tok_s": best.tok_s, "parts_ms": parts}
-                | ({"rows": FILL_ROWS} if name == "stream+prespec+fill" else {})
             )
         if profile.local_draft is not None and ceiling_rounds:  # the tree: a Monte Carlo, like the ceiling
             rows.append(_tree_row(profile, machine, k, ceiling_rounds))

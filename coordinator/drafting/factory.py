@@ -33,7 +33,7 @@ from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.measured import MeasuredSetup, measure_here, titled
-from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, REMOTE_MODES, Setup
+from coordinator.planning.setups import FILL_FANOUT, REMOTE_MODES, Setup
 from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
 from coordinator.workers.credentials import Credentials
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
 KINDS = ("none", "local", "remote", "auto")
 MODES = REMOTE_MODES
-FILLED = ("fill", "tree")  # the remote modes whose short answers the local draft model finishes
+FILLED = ("tree",)  # the remote modes whose short answers the local draft model finishes
 
 
 @dataclass(frozen=True)
@@ -58,15 +58,15 @@ class DraftSpec:
     """What to draft with.
 
     ``kind``: ``none`` (autoregressive), ``local`` (the ``local`` draft model
-    here), ``remote`` (a worker, in ``mode``: ``stream``, ``fill`` or
-    ``tree``; or over the per-op ``backend``), or ``auto`` (the drafting
+    here), ``remote`` (a worker, in ``mode``: ``stream`` or ``tree``; or over
+    the per-op ``backend``), or ``auto`` (the drafting
     policy, ``coordinator.drafting.auto``, which chooses among all of them).
     ``workers`` selects workers: Bonjour names or HOST:PORT; empty means
     every compatible worker discovered (``remote``: the fastest of them).
-    ``local`` is the local draft model: local SD's, the one fill and trees
-    draft the rest on, and the one ``on_loss`` ``local`` falls back to.
-    ``rows``: nodes or branches a worker drafts side by side in a pass, for
-    fill and tree (0: the mode's default).
+    ``local`` is the local draft model: local SD's, the one trees draft the
+    rest on, and the one ``on_loss`` ``local`` falls back to. ``rows``: nodes
+    a worker expands side by side in a pass of a tree (0: the worker's
+    ``--tree-rows``).
     """
 
     kind: str = "none"
@@ -131,12 +131,11 @@ class DraftSpec:
 
 
 def prespec_for(mode: str, rows: int = 0) -> pb.PreSpeculation | None:
-    """A remote mode's PreSpeculation: ``fill`` eight branches a pass, three candidates a position
-    (``planning.setups``); ``tree`` the worker's tree rows; ``rows`` (> 0) replaces the rows a pass."""
+    """A remote mode's PreSpeculation: a ``tree`` drafts the worker's tree rows a pass (``rows`` > 0:
+    this many), three candidates a position (``planning.setups``)."""
     if mode == "stream":
         return None
-    rows = rows or (FILL_ROWS if mode == "fill" else 0)
-    return pb.PreSpeculation(enabled=True, fill=True, tree=mode == "tree", batch=rows, fanout=FILL_FANOUT)
+    return pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=rows, fanout=FILL_FANOUT)
 
 
 @dataclass(frozen=True)

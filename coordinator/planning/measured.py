@@ -35,7 +35,7 @@ from coordinator.planning.model import Acceptance
 from specwire.drafter import LanguageModel, prefill
 from specwire.models import LoadedModel
 from specwire.profile import Machine, PassCurve, Profile
-from specwire.sampling import softmax
+from specwire.sampling import SamplingParams, draft_distribution, target_distribution
 from specwire.warmup import WARM_CONTEXT, warm_drafter, warm_target
 
 VERIFY_SIZES = (1, 2, 3, 5, 9)
@@ -98,17 +98,18 @@ class Agreement:
         return {"top1": self.top1, "top2": self.top2, "top4": self.top4}
 
     def at(self, temperature: float) -> tuple[float, dict[str, float]]:
-        """Per-draft acceptance and agreement at ``temperature`` (0: greedy)."""
+        """Per-draft acceptance and agreement at ``temperature`` (0: greedy), with the draft's
+        distribution truncated as the sampler truncates it (``SamplingParams.draft_top_k``)."""
         if temperature <= 0:
             return self.top1, self.greedy()
+        params = SamplingParams(temperature=temperature)
         accepted: list[float] = []
         within: dict[int, list[float]] = {1: [], 2: [], 4: []}
         for t_row, d_row in zip(self.target_logits, self.draft_logits, strict=True):
-            p, q = softmax(t_row, temperature), softmax(d_row, temperature)
-            accepted.append(float(np.minimum(p, q).sum()))
-            order = np.argsort(-q)[:4]
+            p, q = target_distribution(t_row, params), draft_distribution(d_row, params)
+            accepted.append(float(np.minimum(p[q.ids], q.probs).sum()))
             for j in within:
-                within[j].append(float(p[order[:j]].sum()))
+                within[j].append(float(p[q.ids[:j]].sum()))
         alpha = statistics.fmean(accepted)
         return alpha, {f"top{j}": statistics.fmean(v) for j, v in within.items()}
 

@@ -3,10 +3,12 @@
 A set-up is a way of decoding: autoregressive (``ar``), local SD (``local``,
 the target machine's own draft model), or drafting on one worker in one of
 the stream protocol's modes (``stream``: each round drafted on demand;
-``fill``: the worker drafts the likely next rounds while the target
-verifies, answers at once with what it has ready, and the local draft model
-drafts the rest; ``tree``: fill, the worker keeping a tree of continuations
-across rounds, greedy only), each at a k.
+``tree``: the worker keeps a tree of the likely continuations across rounds
+and drafts its likeliest nodes while the target verifies, answers each
+round at once with the drafts it has ready, and the local draft model drafts
+the rest; greedy only), each at a k. ``fill`` (the same without the tree,
+one round ahead) is no set-up of its own any more; the model keeps it, as
+what a tree's prediction moves with (``coordinator.drafting.auto``).
 
 ``ranked`` predicts every set-up from a hardware profile (``specwire.profile``:
 the paper's, a file, or this machine's measured one,
@@ -25,8 +27,8 @@ from coordinator.planning.model import Acceptance, Transport, ar_tok_s, predict
 from specwire.profile import Machine, Profile
 from specwire.speculation import TREE_ROWS
 
-MODES = ("ar", "local", "stream", "fill", "tree")
-REMOTE_MODES = ("stream", "fill", "tree")
+MODES = ("ar", "local", "stream", "tree")
+REMOTE_MODES = ("stream", "tree")
 CHAIN_KS = tuple(range(1, 9))  # k a chain set-up is predicted at
 TREE_KS = (1, 2, 3, 4)  # the tree's Monte Carlo per k costs more: a shorter range
 FILL_ROWS, FILL_FANOUT = 8, 3  # fill's branches: eight a pass, three candidates a position
@@ -97,7 +99,7 @@ def predict_setup(profile: Profile, setup: Setup) -> float:
             p, draft_s, setup.k, batch=FILL_ROWS, batch_draft_s=rows_s, fanout=FILL_FANOUT
         )
     else:
-        raise ValueError(f"unknown mode {setup.mode!r}; expected one of {', '.join(MODES)}")
+        raise ValueError(f"unknown mode {setup.mode!r}; expected one of {', '.join(MODES)} or fill")
     return predict(target, draft_s, acceptance, setup.k, link, transport).tok_s
 
 
@@ -113,7 +115,7 @@ def candidates(
         out += [Setup("local", k) for k in CHAIN_KS]
     for machine in _drafting(profile.workers):
         for mode in REMOTE_MODES:
-            if mode not in modes or (mode in ("fill", "tree") and not has_local):
+            if mode not in modes or (mode == "tree" and not has_local):
                 continue
             if mode == "tree" and (not greedy or machine.name in no_tree):
                 continue

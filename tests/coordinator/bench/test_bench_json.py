@@ -99,7 +99,7 @@ def bench(tiny_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) 
         "--workers",
         tiny_worker.address,
         "--backend",
-        "auto,stream,stream+prespec+fill,ggml-rpc",
+        "auto,stream,stream+prespec+fill+tree,ggml-rpc",
         "--granularity",
         "op,round",
         "--target",
@@ -179,7 +179,7 @@ def test_lossless_for_both_backends_and_counters_match(
             assert c["client_calls"] == c["worker_graphs"] > 0 and c["client_ops"] == c["worker_ops"]
         attribution = row["attribution"]
         assert attribution["calls"] > 0
-        # Worker compute on the critical path: none in fill mode, which answers with what is ready.
+        # Worker compute on the critical path: none for a tree, which answers with what is ready.
         assert (attribution["per_draft_token"]["compute_ms"] > 0) != row["fill"]
     index = {r["label"]: i for i, r in enumerate(data["rows"])}
     round_row = index[next(r["label"] for r in remote if r["granularity"] == "round")]

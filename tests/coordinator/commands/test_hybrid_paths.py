@@ -58,7 +58,7 @@ def bench(
         "--workers",
         f"{a.address},{b.address}",
         "--backend",
-        "auto,stream,stream+prespec+fill,ggml-rpc",
+        "auto,stream,ggml-rpc",
         "--granularity",
         "op",
         "--max-tokens",
@@ -84,7 +84,7 @@ def test_bench_rows_with_hybrid_models_are_lossless_and_verified(bench: dict) ->
     data = bench["data"]
     assert data["lossless"] is True
     kinds = {(r["kind"], r["backend"], r["granularity"], r["mode"]) for r in data["rows"]}
-    assert ("remote", "ggml-rpc", "op", "") in kinds and ("remote", "stream", "", "fill") in kinds
+    assert ("remote", "ggml-rpc", "op", "") in kinds and ("remote", "stream", "", "stream") in kinds
     assert ("auto", "", "", "") in kinds
     for row in data["rows"]:
         assert row["lossless"] is True, row["label"]
@@ -142,7 +142,7 @@ def test_a_llama_target_drafted_by_a_hybrid_worker(
     assert json.loads(remote.stdout)["token_ids"] == text_ar_tokens(tiny, "Once upon a time", 16)
 
 
-@pytest.mark.parametrize("mode", ["stream", "fill"])
+@pytest.mark.parametrize("mode", ["stream"])
 async def test_a_killed_hybrid_worker_fails_over_losslessly(
     hybrid_workers: tuple[WorkerProcess, WorkerProcess], hybrid: LoadedModel, mode: str
 ) -> None:

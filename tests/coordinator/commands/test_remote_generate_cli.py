@@ -79,16 +79,14 @@ async def test_four_concurrent_sessions_match_their_solo_runs(
 
 def test_a_stream_mode_needs_the_stream_backend() -> None:
     out = run_cli(
-        "coordinator", "generate", "--prompt", "hi", "--target", "tiny", "--draft", "remote:fill",
+        "coordinator", "generate", "--prompt", "hi", "--target", "tiny", "--draft", "remote:tree",
         "--backend", "ggml-rpc",
     )  # fmt: skip
-    assert out.returncode == 1 and "remote:fill is a mode of the stream backend" in one_error_line(out.stderr)
+    assert out.returncode == 1 and "remote:tree is a mode of the stream backend" in one_error_line(out.stderr)
 
 
-@pytest.mark.parametrize(("mode", "prompt"), [("fill", 2), ("tree", 1)])
-def test_fill_and_tree_are_lossless(
-    tiny_worker: WorkerProcess, tiny: LoadedModel, mode: str, prompt: int
-) -> None:
+@pytest.mark.parametrize(("mode", "prompt"), [("tree", 1)])
+def test_a_tree_is_lossless(tiny_worker: WorkerProcess, tiny: LoadedModel, mode: str, prompt: int) -> None:
     args = ["--prompt", PROMPTS[prompt], "--target", "tiny", "--max-tokens", str(MAX_TOKENS), "--json"]
     args += ["--worker", tiny_worker.address, "--local-draft", "tiny", "--rows", "4"]
     out = run_cli("coordinator", "generate", "--draft", f"remote:{mode}", *args)

@@ -54,10 +54,10 @@ def test_the_planner_ranks_every_setup_it_can_run_and_leaves_out_the_rest() -> N
     greedy = planner.ranking(0.0, 0.7)
     assert [p.tok_s for p in greedy] == sorted((p.tok_s for p in greedy), reverse=True)
     modes = {(p.setup.mode, p.setup.worker) for p in greedy}
-    assert {("ar", ""), ("local", ""), ("tree", "M1 Max"), ("fill", "M2 Pro")} <= modes
+    assert {("ar", ""), ("local", ""), ("tree", "M1 Max"), ("stream", "M2 Pro")} <= modes
     assert ("tree", "M2 Pro") not in modes  # its model cannot draft a tree
     sampled = {p.setup.mode for p in planner.ranking(0.7, 0.5)}
-    assert "tree" not in sampled and {"fill", "stream", "local", "ar"} <= sampled
+    assert "tree" not in sampled and {"stream", "local", "ar"} == sampled
     without_a = planner.ranking(0.0, 0.7, frozenset({"M1 Max"}))
     assert all(p.setup.worker != "M1 Max" for p in without_a)
     low, high = planner.ranking(0.0, 0.1), planner.ranking(0.0, 0.95)
@@ -148,7 +148,7 @@ async def test_a_worker_that_slows_down_is_left_within_ten_rounds(
     )
     assert tokens == ar_tokens(target, target.tokenizer.encode(PROMPTS[4]), MAX_TOKENS)
     first, *moves = source.switches
-    assert first.to_setup.startswith(tuple(f"{m} → fast" for m in ("stream", "fill", "tree")))
+    assert first.to_setup.startswith(tuple(f"{m} → fast" for m in ("stream", "tree")))
     left = next(s for s in moves if "→ fast" not in s.to_setup)  # the first set-up without the worker
     assert harmed_at and left.round - harmed_at <= LEAVE_WITHIN_ROUNDS, (harmed_at, source.switches)
     assert "measured" in left.reason or "measured" in moves[0].reason

@@ -44,7 +44,7 @@ def test_parse_names_every_kind() -> None:
     tree = DraftSpec.parse("remote:tree", local="tiny")
     assert tree.mode == "tree" and tree.prespec == prespec_for("tree")
     assert tree.prespec is not None and tree.prespec.fill and tree.prespec.tree
-    assert DraftSpec.parse("remote:fill", local="tiny", rows=4).prespec.batch == 4  # type: ignore[union-attr]
+    assert DraftSpec.parse("remote:tree", local="tiny", rows=4).prespec.batch == 4  # type: ignore[union-attr]
     assert DraftSpec.parse("remote").prespec is None
 
 
@@ -54,7 +54,8 @@ def test_parse_names_every_kind() -> None:
         ("local", {}, "needs a draft model"),
         ("worker", {}, "expected auto, local"),
         ("remote:race", {}, "remote mode 'race'"),
-        ("remote:fill", {"backend": "ggml-rpc", "local": "tiny"}, "a mode of the stream backend"),
+        ("remote:tree", {"backend": "ggml-rpc", "local": "tiny"}, "a mode of the stream backend"),
+        ("remote:fill", {"local": "tiny"}, "remote mode 'fill'"),
         ("remote:prespec", {}, "remote mode 'prespec'"),
         ("remote", {"backend": "grpc"}, "backend 'grpc'"),
         ("remote", {"granularity": "block"}, "granularity 'block'"),

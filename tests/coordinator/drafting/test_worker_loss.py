@@ -53,7 +53,7 @@ async def generate_through(
             harmed_at[0] = time.perf_counter_ns()
 
     access = WorkerAccess(credentials(), ["127.0.0.1"], 3.0, round_timeout)
-    local = target.spec if mode == "fill" else ""  # fill drafts what the worker has not on the target
+    local = target.spec if mode == "tree" else ""  # a tree's rest is drafted on the target itself
     spec = DraftSpec("remote", local=local, workers=(address,), mode=mode, on_loss=policy)
     async with coordinator_runtime() as runtime, DraftSources(runtime, target, access) as sources:
         opened = await sources.open(spec)
@@ -111,7 +111,7 @@ async def test_sigkill_of_a_prespeculating_worker_fails_over_losslessly(
         "failover",
         KILL_AFTER_TOKENS,
         lambda: os.kill(doomed.pid, signal.SIGKILL),
-        mode="fill",
+        mode="tree",
     )
     assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     assert [loss.worker for loss in source.losses] == [doomed.name]
