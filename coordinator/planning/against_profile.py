@@ -88,6 +88,9 @@ def _row(
 ) -> tuple[float, dict[str, float]] | None:
     if row["kind"] == "ar":
         return ar_tok_s(target), {"verify": target.verify_s(1) * 1e3}
+    if row.get("k") and int(row["k"]) != k:  # a row at a k of its own (bench --local-k)
+        k = int(row["k"])
+        acceptance = planned.acceptance(profile) if k == profile.k else _acceptance_at(profile, k)
     if row["kind"] == "local":
         if profile.local_draft is None:
             return None
