@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from coordinator.workers.netprobe import NetworkFloor
-from specwire.timing import CallRecord
+from specwire.wire.timing import CallRecord
 
 EXCLUDED_KINDS = ("open",)
 

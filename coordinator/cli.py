@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coordinator.commands import bench, discover, generate, plan, serve
-from specwire.command_line import command_main, exit_process
+from specwire.process.command_line import command_main, exit_process
 
 COMMANDS = (bench, generate, serve, discover, plan)
 

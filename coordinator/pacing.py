@@ -1,7 +1,7 @@
 """Paced compute on the coordinator: the target and local draft models held to one machine's curves.
 
 ``--pace PROFILE:MACHINE`` on ``generate``, ``bench``, ``serve`` and ``plan``
-makes the coordinator that machine (``specwire.pace``): its target model's
+makes the coordinator that machine (``specwire.emulation.pace``): its target model's
 passes take the machine's target curve, a local draft model's the machine's
 draft curve. Each has a pacer that counts passes and overruns, which the
 bench reports per row.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specwire.emulation.pace import Pace, PaceCounts, Pacer, pace_model
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.pace import Pace, PaceCounts, Pacer, pace_model
 
 
 @dataclass

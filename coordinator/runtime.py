@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
-from specwire.compute import ComputeThread, compute_thread
+from specwire.process.compute import ComputeThread, compute_thread
 
 P = ParamSpec("P")
 T = TypeVar("T")

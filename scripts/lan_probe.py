@@ -26,9 +26,9 @@ from coordinator.workers.connection import connect
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory, browse
 from coordinator.workers.netprobe import DEFAULT_SIZES, ProbeReport, probe_grpc, probe_tcp, probe_throughput
-from specwire.bonjour import mdns_interfaces
-from specwire.command_line import exit_process
 from specwire.errors import NoWorkerError, SpecwireError
+from specwire.process.command_line import exit_process
+from specwire.wire.bonjour import mdns_interfaces
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -41,7 +41,7 @@ from mlx_lm.models.cache import make_prompt_cache
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordinator.decoding.rollback import Rollback
-from specwire.drafter import prefill
+from specwire.drafting.drafter import prefill
 
 # Published shapes (Qwen's model cards and configs); tiny is specwire's tiny-hybrid.
 SHAPES: dict[str, dict[str, Any]] = {

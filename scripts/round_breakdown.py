@@ -61,12 +61,12 @@ from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.netprobe import NetworkFloor, probe_tcp
-from specwire.command_line import exit_process
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import SpecwireError
 from specwire.models import load_model
-from specwire.protocol import ECHO_STREAM_METHOD
-from specwire.sampling import SamplingParams
-from specwire.timing import CallRecord
+from specwire.process.command_line import exit_process
+from specwire.wire.protocol import ECHO_STREAM_METHOD
+from specwire.wire.timing import CallRecord
 
 PROMPT = "Once upon a time, a lighthouse keeper"
 PARTS = (

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 from anyio.pytest_plugin import get_runner
 
-from specwire.auth import TOKEN_ENV
 from specwire.models import LoadedModel, load_model
+from specwire.wire.auth import TOKEN_ENV
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 

@@ -18,7 +18,7 @@ import ifaddr
 from zeroconf import InterfaceChoice
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
-from specwire.bonjour import SERVICE_TYPE, WorkerAdvert, open_zeroconf
+from specwire.wire.bonjour import SERVICE_TYPE, WorkerAdvert, open_zeroconf
 
 log = logging.getLogger(__name__)
 RECORD_TTL_S = 120

@@ -16,8 +16,8 @@ from typing import Any
 
 import grpc
 
-from specwire.auth import AUTH_METADATA, ProofChecker
 from specwire.errors import AuthenticationError
+from specwire.wire.auth import AUTH_METADATA, ProofChecker
 
 log = logging.getLogger(__name__)
 PROTECTED_PREFIX = "/specwire.v1."

@@ -3,13 +3,13 @@ and k, and the pre-speculation settings a session asks for."""
 
 from __future__ import annotations
 
-from specwire.branch_batch import batchable
-from specwire.drafter import Drafter
+from specwire.drafting.branch_batch import batchable
+from specwire.drafting.drafter import Drafter
+from specwire.drafting.speculation import PrespecConfig
 from specwire.errors import InvalidArgumentError, ProtocolVersionError, VocabularyMismatchError
 from specwire.models import LoadedModel
-from specwire.protocol import MAX_K, PROTOCOL_VERSION, sampling_from_pb
-from specwire.speculation import PrespecConfig
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import MAX_K, PROTOCOL_VERSION, sampling_from_pb
 
 
 def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecConfig | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specwire.command_line import command_main, exit_process
+from specwire.process.command_line import command_main, exit_process
 from worker import inspect_model, serve
 
 COMMANDS = (serve, inspect_model)

@@ -1,6 +1,6 @@
 """The raw TCP echo service the LAN probe measures the link with.
 
-Framing: ``specwire.echo_frames``. When the worker requires the shared
+Framing: ``specwire.wire.echo_frames``. When the worker requires the shared
 token, a connection must authenticate in its first frame or it is closed.
 Each connection is served by a blocking
 thread of its own, off the event loop, so a busy worker does not inflate the
@@ -14,8 +14,8 @@ import logging
 import socket
 import threading
 
-from specwire.auth import ECHO_METHOD, ProofChecker
-from specwire.echo_frames import (
+from specwire.wire.auth import ECHO_METHOD, ProofChecker
+from specwire.wire.echo_frames import (
     AUTHENTICATE,
     DOWNLOAD,
     ECHO,

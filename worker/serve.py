@@ -1,7 +1,7 @@
 """``worker serve``: load a draft model, serve it over gRPC, announce it over Bonjour.
 
 Start-up loads the model, runs every kind of draft pass once (so no session
-pays for compiling kernels, ``specwire.warmup``), measures the local draft
+pays for compiling kernels, ``specwire.drafting.warmup``), measures the local draft
 speed over a short greedy run (published in Hello and in the TXT record), starts a grpc.aio server
 with the DraftWorker service (and the per-op TensorWorker unless turned off),
 the standard health service and reflection, starts the raw TCP echo service
@@ -27,21 +27,21 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from specwire.auth import ProofChecker, create_token, default_token_path, find_token
-from specwire.bonjour import WorkerAdvert, mdns_interfaces
-from specwire.compute import ComputeThread, compute_thread
+from specwire.drafting.speculation import TREE_ROWS, PrespecConfig
+from specwire.drafting.warmup import warm_drafter
+from specwire.emulation.pace import Pace, Pacer, pace_model, parse_pace
 from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL, LoadedModel, load_model
-from specwire.pace import Pace, Pacer, pace_model, parse_pace
-from specwire.protocol import (
+from specwire.process.compute import ComputeThread, compute_thread
+from specwire.wire.auth import ProofChecker, create_token, default_token_path, find_token
+from specwire.wire.bonjour import WorkerAdvert, mdns_interfaces
+from specwire.wire.protocol import (
     BACKEND_PER_OP,
     BACKEND_STREAM,
     PROTOCOL_VERSION,
     SERVICE_NAME,
     TENSOR_SERVICE_NAME,
 )
-from specwire.speculation import TREE_ROWS, PrespecConfig
-from specwire.warmup import warm_drafter
 from worker.advertise import Advertiser, advertised_addresses
 from worker.auth import AuthInterceptor
 from worker.echo import EchoServer

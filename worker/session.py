@@ -4,7 +4,7 @@ The stream service calls ``open_session`` with the session's Open message and
 then ``round`` once per Round message. Both validate their input against the
 model (vocabulary, context length, k) before touching the KV cache, so a bad
 message never leaves a session half-updated. Methods that run the model must
-run on the worker's compute thread (``specwire.compute``).
+run on the worker's compute thread (``specwire.process.compute``).
 
 With pre-speculation on, the session also owns a ``Speculator``: after each
 reply the stream service runs its passes one at a time, and the next Round is
@@ -18,7 +18,7 @@ none), the verdict is applied once the pass in flight has ended
 (``settle_ready``), and the rest of the block is drafted afterwards, the
 first of the background passes, because the next round's branches are
 planned from it. With ``PreSpeculation.tree`` (T = 0) the session keeps one tree
-of continuations across rounds instead (``specwire.draft_tree``): a Round is
+of continuations across rounds instead (``specwire.drafting.draft_tree``): a Round is
 answered with the chain of first choices after its verdict, and the verdict
 re-roots the tree, keeping what was drafted for later rounds.
 """
@@ -31,14 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from specwire.draft_tree import DraftTree
-from specwire.drafter import DraftBlock, Drafter, Drafting
+from specwire.drafting.draft_tree import DraftTree
+from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
+from specwire.drafting.speculation import PrespecConfig, Speculator
+from specwire.emulation.pace import Pacer
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.pace import Pacer
-from specwire.protocol import sampling_from_pb
-from specwire.speculation import PrespecConfig, Speculator
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import sampling_from_pb
 from worker.checks import check_k, check_open, check_token, check_tree, prespec_config
 from worker.hosting import WorkerCounters
 

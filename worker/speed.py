@@ -2,7 +2,7 @@
 
 * ``draft_speed``: greedy draft tokens per second, one token a pass, after a
   short warm-up (Hello's ``draft_tokens_per_second`` and the TXT record);
-* ``pass_curve``: seconds of one tree pass (``specwire.draft_tree``) by the
+* ``pass_curve``: seconds of one tree pass (``specwire.drafting.draft_tree``) by the
   rows it expands side by side, the median of a few passes at each size
   (Hello's ``pass_curve``). A coordinator's drafting policy fits the
   machine's pass curve from it (``coordinator.planning.measured``).
@@ -18,12 +18,12 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from specwire.branch_batch import batchable
-from specwire.draft_tree import DraftTree
-from specwire.drafter import Drafter, LanguageModel
+from specwire.drafting.branch_batch import batchable
+from specwire.drafting.draft_tree import DraftTree
+from specwire.drafting.drafter import Drafter, LanguageModel
+from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.speculation import DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
-from specwire.speculation import DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
 
 WARMUP_TEXT = "The quick brown fox jumps over the lazy dog."
 CURVE_ROWS = (1, 2, 4, 8, TREE_ROWS)
@@ -53,7 +53,7 @@ def pass_curve(model: LoadedModel, rows: Sequence[int] = CURVE_ROWS) -> list[tup
     model whose caches a tree cannot branch."""
     probe = Drafter(model.model, SamplingParams())
     probe.start(_prompt(model)[:2])
-    if not batchable(probe.cache):  # recurrent layers: no tree (specwire.draft_tree)
+    if not batchable(probe.cache):  # recurrent layers: no tree (specwire.drafting.draft_tree)
         return []
     curve: list[tuple[int, float]] = []
     started = time.perf_counter()

@@ -26,15 +26,15 @@ import grpc
 import msgpack
 from google.protobuf.message import DecodeError
 
-from specwire.auth import worker_proof
-from specwire.compute import ComputeThread
+from specwire.drafting.speculation import PrespecConfig
+from specwire.emulation.pace import Pace, PaceCounts, Pacer
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
-from specwire.memory import current_rss_bytes, peak_rss_bytes
 from specwire.models import LoadedModel
-from specwire.pace import Pace, PaceCounts, Pacer
-from specwire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb, pace_to_pb
-from specwire.speculation import PrespecConfig
+from specwire.process.compute import ComputeThread
+from specwire.process.memory import current_rss_bytes, peak_rss_bytes
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.auth import worker_proof
+from specwire.wire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb, pace_to_pb
 from worker.auth import caller_proof_of
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
 from worker.session import Computed, DraftSession

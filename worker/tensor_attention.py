@@ -9,20 +9,16 @@ checks both, writes its outputs and returns the tensors it sends back (none).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import scaled_dot_product_attention
 
 from specwire.errors import InvalidArgumentError
 from specwire.v1 import draft_pb2 as pb
-
-if TYPE_CHECKING:
-    from worker.tensor_session import TensorSession
+from worker.tensor_modules import OpContext
 
 
-def attention_module(s: TensorSession, handle: int) -> nn.Module:
+def attention_module(s: OpContext, handle: int) -> nn.Module:
     """The attention module behind ``handle`` (one with a RoPE), or a clear error."""
     module = s.table.modules.get(handle)
     if module is None or not hasattr(module, "rope"):
@@ -30,7 +26,7 @@ def attention_module(s: TensorSession, handle: int) -> nn.Module:
     return module
 
 
-def rope(s: TensorSession, op: pb.Op) -> list[bytes]:
+def rope(s: OpContext, op: pb.Op) -> list[bytes]:
     """ROPE: split a projection into heads, heads first, and rotate at an offset."""
     s.shape(op, 1, 2, 2)
     attn = attention_module(s, op.inputs[1])
@@ -42,7 +38,7 @@ def rope(s: TensorSession, op: pb.Op) -> list[bytes]:
     return []
 
 
-def rope_heads(s: TensorSession, op: pb.Op) -> list[bytes]:
+def rope_heads(s: OpContext, op: pb.Op) -> list[bytes]:
     """ROPE_HEADS: rotate a heads-first tensor at an offset."""
     s.shape(op, 1, 2, 1)
     attn = attention_module(s, op.inputs[1])
@@ -52,7 +48,7 @@ def rope_heads(s: TensorSession, op: pb.Op) -> list[bytes]:
     return []
 
 
-def kv_write(s: TensorSession, op: pb.Op) -> list[bytes]:
+def kv_write(s: OpContext, op: pb.Op) -> list[bytes]:
     """KV_WRITE: append keys and values to a layer's KV cache; the whole keys and values come out."""
     s.shape(op, 2, 2, 3)
     layer, kv_heads, offset = op.args
@@ -68,7 +64,7 @@ def kv_write(s: TensorSession, op: pb.Op) -> list[bytes]:
     return []
 
 
-def attention(s: TensorSession, op: pb.Op) -> list[bytes]:
+def attention(s: OpContext, op: pb.Op) -> list[bytes]:
     """ATTENTION: causal scaled-dot-product attention over the cache, heads merged back."""
     s.shape(op, 1, 4, 0)
     attn = attention_module(s, op.inputs[3])
@@ -83,7 +79,7 @@ def attention(s: TensorSession, op: pb.Op) -> list[bytes]:
     return []
 
 
-def head_split(s: TensorSession, op: pb.Op) -> list[bytes]:
+def head_split(s: OpContext, op: pb.Op) -> list[bytes]:
     """HEAD_SPLIT: a gated query projection into queries (per head) and the gate (heads merged)."""
     s.shape(op, 2, 1, 1)
     (heads,) = op.args
@@ -95,7 +91,7 @@ def head_split(s: TensorSession, op: pb.Op) -> list[bytes]:
     return []
 
 
-def head_norm(s: TensorSession, op: pb.Op) -> list[bytes]:
+def head_norm(s: OpContext, op: pb.Op) -> list[bytes]:
     """HEAD_NORM: an RMSNorm over each head, then heads first."""
     s.shape(op, 1, 2, 1)
     norm = s.module(op.inputs[1], (nn.RMSNorm,), "RMSNorm")
@@ -106,7 +102,7 @@ def head_norm(s: TensorSession, op: pb.Op) -> list[bytes]:
     return []
 
 
-def sigmoid_gate(s: TensorSession, op: pb.Op) -> list[bytes]:
+def sigmoid_gate(s: OpContext, op: pb.Op) -> list[bytes]:
     """SIGMOID_GATE: inputs[0] * sigmoid(inputs[1])."""
     s.shape(op, 1, 2, 0)
     s.put(op.outputs[0], s.get(op.inputs[0]) * mx.sigmoid(s.get(op.inputs[1])))

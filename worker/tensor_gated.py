@@ -13,20 +13,16 @@ computes the model's own numbers; both states live in the layer's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.gated_delta import gated_delta_update, normalize_qk
 
 from specwire.errors import InvalidArgumentError
 from specwire.v1 import draft_pb2 as pb
-
-if TYPE_CHECKING:
-    from worker.tensor_session import TensorSession
+from worker.tensor_modules import OpContext
 
 
-def gated_delta_module(s: TensorSession, handle: int) -> nn.Module:
+def gated_delta_module(s: OpContext, handle: int) -> nn.Module:
     """The Gated DeltaNet module behind ``handle``, or a clear error."""
     module = s.table.modules.get(handle)
     if module is None or not all(hasattr(module, a) for a in ("conv1d", "A_log", "dt_bias", "norm")):
@@ -34,7 +30,7 @@ def gated_delta_module(s: TensorSession, handle: int) -> nn.Module:
     return module
 
 
-def _state(s: TensorSession, op: pb.Op, module_input: int) -> tuple[nn.Module, int]:
+def _state(s: OpContext, op: pb.Op, module_input: int) -> tuple[nn.Module, int]:
     """The module and its layer, checked to be the layer whose state ``args[0]`` names."""
     module = gated_delta_module(s, op.inputs[module_input])
     layer, own = op.args[0], s.layer(op.inputs[module_input])
@@ -43,7 +39,7 @@ def _state(s: TensorSession, op: pb.Op, module_input: int) -> tuple[nn.Module, i
     return module, layer
 
 
-def conv_state(s: TensorSession, op: pb.Op) -> list[bytes]:
+def conv_state(s: OpContext, op: pb.Op) -> list[bytes]:
     """CONV_STATE: SiLU of the convolution over the kept rows and inputs[0]; the last rows are kept."""
     s.shape(op, 1, 2, 2)
     module, layer = _state(s, op, 1)
@@ -61,7 +57,7 @@ def conv_state(s: TensorSession, op: pb.Op) -> list[bytes]:
     return []
 
 
-def qkv_split(s: TensorSession, op: pb.Op) -> list[bytes]:
+def qkv_split(s: OpContext, op: pb.Op) -> list[bytes]:
     """QKV_SPLIT: queries, keys and values per head; queries and keys normalised as the module does."""
     s.shape(op, 3, 2, 0)
     module = gated_delta_module(s, op.inputs[1])
@@ -79,7 +75,7 @@ def qkv_split(s: TensorSession, op: pb.Op) -> list[bytes]:
     return []
 
 
-def gated_delta(s: TensorSession, op: pb.Op) -> list[bytes]:
+def gated_delta(s: OpContext, op: pb.Op) -> list[bytes]:
     """GATED_DELTA: the gated delta rule from the layer's recurrent state, which then moves on."""
     s.shape(op, 1, 6, 1)
     module, layer = _state(s, op, 5)
@@ -100,7 +96,7 @@ def gated_delta(s: TensorSession, op: pb.Op) -> list[bytes]:
     return []
 
 
-def gated_norm(s: TensorSession, op: pb.Op) -> list[bytes]:
+def gated_norm(s: OpContext, op: pb.Op) -> list[bytes]:
     """GATED_NORM: the module's gated RMSNorm of the rule's output with gate inputs[1], heads merged."""
     s.shape(op, 1, 3, 0)
     module = gated_delta_module(s, op.inputs[2])

@@ -19,10 +19,13 @@ Around the blocks: the token embedding, the final norm and the LM head.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+import mlx.core as mx
 import mlx.nn as nn
 
 from specwire.errors import UnsupportedModelError
+from specwire.v1 import draft_pb2 as pb
 
 _ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 _GATED_DELTA = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
@@ -85,3 +88,44 @@ def _lm_head(model: nn.Module) -> nn.Module | None:
     """The separate LM head, or None when the embedding is tied."""
     head: nn.Module | None = getattr(getattr(model, "language_model", model), "lm_head", None)
     return head
+
+
+class OpContext(Protocol):
+    """What an operation's handler sees of its session (``worker.tensor_session.TensorSession``): the
+    module table, the session's cache, its tensors by handle, and its checks."""
+
+    table: ModuleTable
+    cache: list[Any]
+
+    def get(self, handle: int) -> mx.array:
+        """The tensor a handle names."""
+        ...
+
+    def put(self, handle: int, value: mx.array) -> None:
+        """Keep ``value`` under ``handle``."""
+        ...
+
+    def module(self, handle: int, kinds: tuple[type, ...], what: str) -> nn.Module:
+        """The module behind ``handle``, checked to be one of ``kinds``."""
+        ...
+
+    def layer(self, handle: int) -> int:
+        """The layer the module behind ``handle`` belongs to."""
+        ...
+
+    @staticmethod
+    def shape(op: pb.Op, outputs: int, inputs: int, args: int) -> None:
+        """Raise unless ``op`` has these many outputs, inputs and arguments."""
+        ...
+
+    def check_offset(self, layer: int, offset: int) -> None:
+        """Raise unless ``layer``'s KV cache holds ``offset`` positions."""
+        ...
+
+    def check_recurrent_offset(self, layer: int, offset: int) -> None:
+        """Raise unless ``layer``'s recurrent state is at ``offset``."""
+        ...
+
+    def advance_recurrent(self, layer: int, n: int) -> None:
+        """Count ``n`` positions fed into ``layer``'s recurrent state."""
+        ...

@@ -18,16 +18,16 @@ from collections.abc import AsyncIterator
 import grpc
 from google.protobuf.message import DecodeError
 
-from specwire.compute import ComputeThread
+from specwire.emulation.pace import Pacer
 from specwire.errors import (
     InvalidArgumentError,
     UnsupportedModelError,
 )
 from specwire.models import LoadedModel
-from specwire.op_counts import block_kinds, ops_per_pass
-from specwire.pace import Pacer
-from specwire.protocol import TENSOR_SERVICE_NAME
+from specwire.models.op_counts import block_kinds, ops_per_pass
+from specwire.process.compute import ComputeThread
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import TENSOR_SERVICE_NAME
 from worker.checks import check_peer
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
 from worker.tensor_modules import ModuleTable

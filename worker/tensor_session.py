@@ -13,10 +13,10 @@ worker's other sessions untouched.
 
 A hybrid model's recurrent layers cannot be trimmed: the session keeps
 their state at the end of each forward pass (references, as
-``specwire.rollback`` does for a local drafter), the last ``MAX_KEPT`` of
+``specwire.drafting.rollback`` does for a local drafter), the last ``MAX_KEPT`` of
 them, and KV_TRIM rolls back to one of those.
 
-All methods run on the worker's compute thread (``specwire.compute``).
+All methods run on the worker's compute thread (``specwire.process.compute``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from specwire.drafting.rollback import Checkpoints
+from specwire.emulation.pace import ROUND_POSITIONS, Pacer
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.pace import ROUND_POSITIONS, Pacer
-from specwire.rollback import Checkpoints
 from specwire.v1 import draft_pb2 as pb
 from worker import tensor_attention, tensor_gated
 from worker.tensor_modules import ModuleTable

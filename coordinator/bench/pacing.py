@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specwire.pace import MAX_OVERRUN_SHARE
+from specwire.emulation.pace import MAX_OVERRUN_SHARE
 
 NOT_HELD = f"PACE NOT HELD (over {MAX_OVERRUN_SHARE:.0%} of a side's passes overran)"
 

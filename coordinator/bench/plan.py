@@ -19,7 +19,7 @@ from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
 from specwire.errors import BackendUnavailableError, InvalidArgumentError, NoWorkerError
-from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
+from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 PROBE_COUNT = 60
 BACKEND_AUTO = "auto"  # the drafting policy's row: every worker of the bench, the set-up it chooses

@@ -22,8 +22,8 @@ from coordinator.bench.runner import Run
 from coordinator.bench.summary import RowSummary
 from coordinator.strict_json import strict_json
 from specwire.errors import SpecwireError
-from specwire.op_counts import ops_per_pass
-from specwire.timing import CallRecord
+from specwire.models.op_counts import ops_per_pass
+from specwire.wire.timing import CallRecord
 
 SCHEMA = "specwire.bench/1"
 

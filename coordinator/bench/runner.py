@@ -29,9 +29,9 @@ from coordinator.drafting.stream import StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.prompts import Prompt
 from coordinator.runtime import Runtime
+from specwire.drafting.sampling import SamplingParams
+from specwire.emulation.pace import PaceCounts
 from specwire.models import LoadedModel
-from specwire.pace import PaceCounts
-from specwire.sampling import SamplingParams
 
 
 @dataclass

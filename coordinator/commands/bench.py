@@ -49,12 +49,12 @@ from coordinator.prompts import Prompt, encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import refresh_hello
 from coordinator.workers.selection import find_addresses
+from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.speculation import TREE_ROWS
 from specwire.errors import BenchFailure, InvalidArgumentError
-from specwire.memory import peak_rss_bytes
 from specwire.models import load_model
-from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
-from specwire.sampling import SamplingParams
-from specwire.speculation import TREE_ROWS
+from specwire.process.memory import peak_rss_bytes
+from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 NAME = "bench"
 HELP = "Measure AR, local SD and remote SD per backend and worker in one run, with latency attribution."

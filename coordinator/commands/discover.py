@@ -11,8 +11,8 @@ from coordinator.commands.options import add_credential_arguments, add_interface
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import browse
 from coordinator.workers.selection import incompatibility
-from specwire.bonjour import WorkerAdvert, mdns_interfaces
 from specwire.models import vocabulary_fingerprint_of
+from specwire.wire.bonjour import WorkerAdvert, mdns_interfaces
 
 NAME = "discover"
 HELP = "List draft workers on the LAN (Bonjour) and whether they can draft for the target."

@@ -29,10 +29,10 @@ from coordinator.pacing import CoordinatorPace
 from coordinator.prompts import encode_prompt
 from coordinator.runtime import Runtime, coordinator_runtime
 from coordinator.strict_json import strict_json
+from specwire.drafting.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
+from specwire.emulation.pace import PaceCounts
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel, load_model
-from specwire.pace import PaceCounts
-from specwire.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
 
 NAME = "generate"
 HELP = "Generate text from a prompt with speculative decoding, and print tok/s, acceptance and the set-up."

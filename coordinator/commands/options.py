@@ -17,9 +17,9 @@ from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.stream import ROUND_TIMEOUT_S
 from coordinator.pacing import CoordinatorPace
 from coordinator.workers.credentials import Credentials
-from specwire.bonjour import mdns_interfaces
-from specwire.pace import parse_pace
-from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
+from specwire.emulation.pace import parse_pace
+from specwire.wire.bonjour import mdns_interfaces
+from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 FALLBACK_DRAFT = "default"
 

@@ -41,10 +41,11 @@ from coordinator.planning.measured import MeasuredSetup
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
 from coordinator.planning.setups import best_per_mode
 from coordinator.runtime import coordinator_runtime
+from specwire.drafting.speculation import TREE_ROWS
+from specwire.emulation.paper import load_profile
+from specwire.emulation.profile import Machine, PassCurve, Profile
 from specwire.errors import InvalidArgumentError
 from specwire.models import load_model
-from specwire.profile import Machine, PassCurve, Profile, load_profile
-from specwire.speculation import TREE_ROWS
 
 CALIBRATION_BACKENDS = ("stream", "ggml-rpc")
 CALIBRATION_GRANULARITIES = ("op", "token")

@@ -42,9 +42,9 @@ from coordinator.serving.app import Api, ServedModel, created_now
 from coordinator.serving.body import DEFAULT_MAX_BODY
 from coordinator.serving.scheduler import Drafting, Scheduler
 from coordinator.workers.discovery import WorkerDirectory
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models import load_model
-from specwire.sampling import SamplingParams
 
 NAME = "serve"
 HELP = "Serve the target over an OpenAI-compatible HTTP API, drafting on workers (or locally)."

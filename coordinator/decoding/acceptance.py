@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specwire.sampling import SamplingParams, SparseDistribution, sample_dense, target_distribution
+from specwire.drafting.sampling import SamplingParams, SparseDistribution, sample_dense, target_distribution
 
 
 def accept_greedy(target_choices: Sequence[int], drafts: Sequence[int]) -> tuple[int, int]:

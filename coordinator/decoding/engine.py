@@ -41,14 +41,14 @@ from coordinator.decoding.acceptance import accept_greedy, accept_sampled
 from coordinator.decoding.results import GenerationResult, RoundRecord
 from coordinator.decoding.rollback import Rollback
 from coordinator.drafting.base import DraftSource, Outcome
-from specwire.drafter import DraftBlock, prefill
+from specwire.drafting.drafter import DraftBlock, prefill
+from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.warmup import warm_drafter, warm_target
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
-from specwire.warmup import warm_drafter, warm_target
 
 MAX_K = 32
-VERIFY_STREAM = 1  # the acceptance test's random stream; draft blocks use 2 (specwire.drafter)
+VERIFY_STREAM = 1  # the acceptance test's random stream; draft blocks use 2 (specwire.drafting.drafter)
 
 
 __all__ = ["GenerationResult", "RoundRecord", "SpeculativeDecoder", "Steering"]
@@ -180,7 +180,7 @@ class SpeculativeDecoder:
         The target's passes, and those of the draft models this process drafts
         with (a remote worker warms its own at start). Call before timing
         anything: on a GPU the first use of each kernel compiles it
-        (``specwire.warmup``).
+        (``specwire.drafting.warmup``).
         """
         _check_k(k)  # a bad k is refused before a minute of warming on a GPU, not after
         seconds = warm_target(self.target.model, k)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.decoding.rollback import RollbackStats
-from specwire.drafter import DraftBlock
+from specwire.drafting.drafter import DraftBlock
 
 
 @dataclass

@@ -12,7 +12,7 @@ prompt and the accepted tokens again. Three ways, by the model's layers:
   trimmed. It costs memory for the states of the rejected positions, held
   until the verdict, and no extra pass.
 * ``replay`` (any other recurrent model: Mamba, LFM2, ...): the recurrent
-  state is kept before the pass (references, no copy, ``specwire.rollback``);
+  state is kept before the pass (references, no copy, ``specwire.drafting.rollback``);
   after a rejection it is put back and the accepted positions are fed again
   in a pass of their own. It costs a target pass over a + 1 positions.
 
@@ -30,8 +30,8 @@ from typing import Any
 import mlx.core as mx
 
 from coordinator.decoding.recurrent_pass import LayerStates, forward_keeping_states, keeps_states
+from specwire.drafting.rollback import Checkpoints
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
-from specwire.rollback import Checkpoints
 
 STRATEGIES = ("auto", "states", "replay")
 

@@ -56,9 +56,9 @@ from coordinator.planning.setups import (
     predict_setup,
     ranked,
 )
-from specwire.drafter import DraftBlock
+from specwire.drafting.drafter import DraftBlock
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError, SpecwireError
-from specwire.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 

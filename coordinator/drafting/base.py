@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from specwire.drafter import DraftBlock
-from specwire.sampling import SamplingParams
+from specwire.drafting.drafter import DraftBlock
+from specwire.drafting.sampling import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,9 @@ from coordinator.workers.selection import check_worker, find_addresses, find_wor
 from coordinator.workers.speed import worker_speed
 from specwire.errors import InvalidArgumentError, NoWorkerError, RemoteWorkerError, SpecwireError
 from specwire.models import LoadedModel, load_model
-from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM
+from specwire.models.vocab import ensure_same_vocabulary
 from specwire.v1 import draft_pb2 as pb
-from specwire.vocab import ensure_same_vocabulary
+from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 log = logging.getLogger(__name__)
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
@@ -148,7 +148,7 @@ class WorkerAccess:
     """
 
     credentials: Credentials = field(default_factory=Credentials)
-    interfaces: object = None  # specwire.bonjour.mdns_interfaces() output
+    interfaces: object = None  # specwire.wire.bonjour.mdns_interfaces() output
     discover_timeout: float = DEFAULT_DISCOVER_TIMEOUT_S
     round_timeout: float = ROUND_TIMEOUT_S
     live: WorkerDirectory | None = None

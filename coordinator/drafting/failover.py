@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from coordinator.drafting.base import DraftSource, Outcome
-from specwire.drafter import DraftBlock
+from specwire.drafting.drafter import DraftBlock
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError, RemoteWorkerError, SpecwireError
-from specwire.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 POLICIES = ("failover", "local", "ar", "fail")

@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coordinator.drafting.base import DraftSource, Outcome
-from specwire.drafter import DraftBlock, Drafter, Drafting
+from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
 
 
 class FilledDraftSource:

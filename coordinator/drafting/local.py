@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coordinator.drafting.base import Outcome
-from specwire.drafter import DraftBlock, Drafter
+from specwire.drafting.drafter import DraftBlock, Drafter
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
 
 
 class LocalDraftSource:

@@ -24,18 +24,18 @@ from coordinator.drafting.base import Outcome
 from coordinator.runtime import LoopPortal
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.stream_call import StreamCall
-from specwire.drafter import DraftBlock
+from specwire.drafting.drafter import DraftBlock
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError, RemoteWorkerError
-from specwire.protocol import (
+from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import (
     DRAFT_METHOD,
     PROTOCOL_VERSION,
     dists_from_pb,
     sampling_to_pb,
     timing_from_pb,
 )
-from specwire.sampling import SamplingParams
-from specwire.timing import CallRecord
-from specwire.v1 import draft_pb2 as pb
+from specwire.wire.timing import CallRecord
 
 ROUND_TIMEOUT_S = 60.0
 SPECULATION_NAMES = {

@@ -26,10 +26,10 @@ from typing import Any
 from coordinator.planning import profile as planned
 from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, predict
 from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, candidates, ranked
-from specwire import paper
+from specwire.drafting.speculation import TREE_ROWS
+from specwire.emulation import paper
+from specwire.emulation.profile import Profile
 from specwire.errors import InvalidArgumentError
-from specwire.profile import Profile
-from specwire.speculation import TREE_ROWS
 
 LOGIT_BYTES = 4  # float32
 TREE_ROUNDS = 4000  # the tree's Monte Carlo (planning.ceiling), seeded: the same figure every time

@@ -1,5 +1,5 @@
 """This set-up, measured: the coordinator's pass curves, the pair's agreement and the workers' speeds,
-as the hardware profile the performance model takes (``specwire.profile``).
+as the hardware profile the performance model takes (``specwire.emulation.profile``).
 
 At warm-up the coordinator measures, on its compute thread:
 
@@ -32,11 +32,11 @@ import numpy as np
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from coordinator.planning.model import Acceptance
-from specwire.drafter import LanguageModel, prefill
+from specwire.drafting.drafter import LanguageModel, prefill
+from specwire.drafting.sampling import SamplingParams, draft_distribution, target_distribution
+from specwire.drafting.warmup import WARM_CONTEXT, warm_drafter, warm_target
+from specwire.emulation.profile import Machine, PassCurve, Profile
 from specwire.models import LoadedModel
-from specwire.profile import Machine, PassCurve, Profile
-from specwire.sampling import SamplingParams, draft_distribution, target_distribution
-from specwire.warmup import WARM_CONTEXT, warm_drafter, warm_target
 
 VERIFY_SIZES = (1, 2, 3, 5, 9)
 CALIBRATION_TEXT = (

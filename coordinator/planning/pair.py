@@ -17,8 +17,8 @@ import numpy as np
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.prompts import BUILTIN_PROMPTS, encode_prompt
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
 
 TOPS = (1, 2, 4)
 

@@ -1,6 +1,6 @@
-"""The model's reproduction of the paper's Table 11, from the built-in profile (``specwire.paper``).
+"""The model's reproduction of the paper's Table 11, from the built-in profile (``specwire.emulation.paper``).
 
-The profile's figures and their sources are in ``specwire.paper``. Here the
+The profile's figures and their sources are in ``specwire.emulation.paper``. Here the
 model predicts Table 11's local SD (a check of the acceptance taken from
 Table 7) and its GGML_RPC rows from a round trip per ggml node at this
 project's measured cost per call, and says how many round trips per draft
@@ -14,9 +14,9 @@ from typing import Any
 
 from coordinator.planning import profile as planned
 from coordinator.planning.model import Transport, predict
-from specwire import paper
-from specwire.op_counts import block_kinds, ops_per_pass
-from specwire.profile import PER_CALL_S, Profile
+from specwire.emulation import paper
+from specwire.emulation.profile import PER_CALL_S, Profile
+from specwire.models.op_counts import block_kinds, ops_per_pass
 
 K = paper.K
 TABLE11 = paper.TABLE11
@@ -25,7 +25,7 @@ DRAFT_TOK_S = paper.DRAFT_TOK_S
 
 
 def profile() -> Profile:
-    """The paper's set-up (``specwire.paper``)."""
+    """The paper's set-up (``specwire.emulation.paper``)."""
     return paper.profile()
 
 

@@ -1,4 +1,4 @@
-"""A hardware profile (``specwire.profile``) as the performance model takes it.
+"""A hardware profile (``specwire.emulation.profile``) as the performance model takes it.
 
 The profile is shared with ``--pace`` and lives in ``specwire``; here its
 numbers become the model's inputs: the target's verification, acceptance,
@@ -12,8 +12,8 @@ from dataclasses import replace
 from coordinator.planning.ceiling import Ceiling, Worker, ceiling
 from coordinator.planning.model import Acceptance, Link, Target, Transport
 from coordinator.planning.prespec import Outcomes, fill_schedule, schedule
-from specwire.profile import Machine, PassCurve, Profile
-from specwire.speculation import DEFAULT_FANOUT
+from specwire.drafting.speculation import DEFAULT_FANOUT
+from specwire.emulation.profile import Machine, PassCurve, Profile
 
 
 def target(profile: Profile) -> Target:
@@ -125,10 +125,10 @@ def fill(
 
 
 def tree(profile: Profile, machine: Machine, k: int, batch: int, rounds: int, seed: int = 0) -> Ceiling:
-    """Tree pre-speculation as built (``specwire.draft_tree``): ``machine`` expands the likeliest nodes
-    of one tree, ``batch`` a pass, at any depth; each round verifies k drafts, the target machine's own
-    draft model drafting those not ready; a worker learns a draft only by expanding the node before it.
-    The ceiling's Monte Carlo with those two restrictions (``planning.ceiling``)."""
+    """Tree pre-speculation as built (``specwire.drafting.draft_tree``): ``machine`` expands the likeliest
+    nodes of one tree, ``batch`` a pass, at any depth; each round verifies k drafts, the target machine's
+    own draft model drafting those not ready; a worker learns a draft only by expanding the node before
+    it. The ceiling's Monte Carlo with those two restrictions (``planning.ceiling``)."""
     if profile.local_draft is None:
         raise ValueError(f"profile {profile.name} gives the target machine no draft model to fill with")
     return ceiling(

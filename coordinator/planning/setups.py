@@ -10,7 +10,7 @@ the rest; greedy only), each at a k. ``fill`` (the same without the tree,
 one round ahead) is no set-up of its own any more; the model keeps it, as
 what a tree's prediction moves with (``coordinator.drafting.auto``).
 
-``ranked`` predicts every set-up from a hardware profile (``specwire.profile``:
+``ranked`` predicts every set-up from a hardware profile (``specwire.emulation.profile``:
 the paper's, a file, or this machine's measured one,
 ``coordinator.planning.measured``) and orders them, fastest first. The
 drafting policy (``coordinator.drafting.auto``) takes the first and
@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 
 from coordinator.planning import profile as planned
 from coordinator.planning.model import Acceptance, Transport, ar_tok_s, predict
-from specwire.profile import Machine, Profile
-from specwire.speculation import TREE_ROWS
+from specwire.drafting.speculation import TREE_ROWS
+from specwire.emulation.profile import Machine, Profile
 
 MODES = ("ar", "local", "stream", "tree")
 REMOTE_MODES = ("stream", "tree")

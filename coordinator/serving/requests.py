@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.serving.body import excerpt
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import (
     ContextLengthError,
     InvalidArgumentError,
@@ -24,7 +25,6 @@ from specwire.errors import (
     UnsupportedParameterError,
 )
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
 
 CHAT, TEXT = "chat", "text"
 MAX_STOPS = 4

@@ -14,11 +14,11 @@ import msgpack
 
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.errors import remote_error
-from specwire.auth import AUTH_METADATA, caller_proof, check_worker_proof
 from specwire.errors import AuthenticationError
-from specwire.protocol import HELLO_METHOD
 from specwire.v1 import draft_pb2 as pb
 from specwire.v1 import draft_pb2_grpc
+from specwire.wire.auth import AUTH_METADATA, caller_proof, check_worker_proof
+from specwire.wire.protocol import HELLO_METHOD
 
 HELLO_TIMEOUT_S = 10.0
 

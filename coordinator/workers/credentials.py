@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from specwire.auth import AUTH_METADATA, caller_proof, find_token
 from specwire.errors import InvalidArgumentError
+from specwire.wire.auth import AUTH_METADATA, caller_proof, find_token
 
 MAX_RECEIVE_BYTES = 64 << 20
 CHANNEL_OPTIONS = [

@@ -26,7 +26,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from specwire.bonjour import SERVICE_TYPE, WorkerAdvert, instance_name, open_zeroconf
+from specwire.wire.bonjour import SERVICE_TYPE, WorkerAdvert, instance_name, open_zeroconf
 
 log = logging.getLogger(__name__)
 RESOLVE_TIMEOUT_MS = 3000

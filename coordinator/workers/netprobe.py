@@ -19,9 +19,10 @@ import anyio
 import numpy as np
 
 from coordinator.workers.connection import WorkerConnection
-from specwire.auth import ECHO_METHOD as ECHO_PROOF_METHOD
-from specwire.auth import caller_proof
-from specwire.echo_frames import (
+from specwire.errors import AuthenticationError, RemoteWorkerError
+from specwire.wire.auth import ECHO_METHOD as ECHO_PROOF_METHOD
+from specwire.wire.auth import caller_proof
+from specwire.wire.echo_frames import (
     AUTHENTICATE,
     DOWNLOAD,
     ECHO,
@@ -32,8 +33,7 @@ from specwire.echo_frames import (
     recv_exactly,
     send_zeros,
 )
-from specwire.errors import AuthenticationError, RemoteWorkerError
-from specwire.protocol import ECHO_METHOD, ECHO_STREAM_METHOD
+from specwire.wire.protocol import ECHO_METHOD, ECHO_STREAM_METHOD
 
 DEFAULT_SIZES = (16, 256, 4096, 65536, 1 << 20)
 CONNECT_TIMEOUT_S = 10.0

@@ -23,7 +23,6 @@ from zeroconf import InterfaceChoice
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
-from specwire.bonjour import WorkerAdvert
 from specwire.errors import (
     BackendUnavailableError,
     NoWorkerError,
@@ -31,9 +30,10 @@ from specwire.errors import (
     UnsupportedModelError,
 )
 from specwire.models import LoadedModel
-from specwire.op_counts import block_kinds
-from specwire.protocol import BACKEND_PER_OP, BACKEND_STREAM, PROTOCOL_VERSION
-from specwire.vocab import ensure_same_vocabulary
+from specwire.models.op_counts import block_kinds
+from specwire.models.vocab import ensure_same_vocabulary
+from specwire.wire.bonjour import WorkerAdvert
+from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM, PROTOCOL_VERSION
 
 SETTLE_S = 0.5
 _HOST_PORT = re.compile(r"^\[?[\w.:-]+\]?:\d+$")

@@ -15,7 +15,7 @@ import socket
 from coordinator.planning.measured import WorkerSpeed, fit_curve
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import probe_grpc
-from specwire.profile import PassCurve
+from specwire.emulation.profile import PassCurve
 
 LINK_ECHOES = 20
 LINK_BUDGET_S = 0.5

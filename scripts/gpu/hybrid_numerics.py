@@ -31,8 +31,8 @@ from mlx_lm.models.gated_delta import gated_delta_update
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coordinator.decoding.engine import SpeculativeDecoder
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel, load_model
-from specwire.sampling import SamplingParams
 
 K = 4
 PROMPT = "Once upon a time, a lighthouse keeper"

@@ -34,8 +34,8 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.ggml_rpc.graph import ForwardGraph, ModelShape
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.prompts import BUILTIN_PROMPTS, encode_prompt
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel, load_model
-from specwire.sampling import SamplingParams
 from worker.tensor_modules import ModuleTable
 from worker.tensor_session import TensorSession
 

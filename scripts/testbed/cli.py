@@ -13,8 +13,8 @@ import argparse
 import os
 import sys
 
+from specwire.emulation.paper import load_profile
 from specwire.errors import SpecwireError
-from specwire.profile import load_profile
 from testbed import bench as presets
 from testbed import commands
 from testbed.system import TestbedError

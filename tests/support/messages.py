@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from specwire.protocol import PROTOCOL_VERSION, sampling_to_pb
-from specwire.sampling import SamplingParams
+from specwire.drafting.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import PROTOCOL_VERSION, sampling_to_pb
 
 
 def open_request(

@@ -9,8 +9,8 @@ from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import connect
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
 from tests.support.credentials import credentials
 

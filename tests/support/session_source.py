@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specwire.drafter import DraftBlock
+from specwire.drafting.drafter import DraftBlock
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
-from specwire.protocol import PROTOCOL_VERSION, sampling_to_pb
-from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import PROTOCOL_VERSION, sampling_to_pb
 from worker.hosting import WorkerCounters
 from worker.session import DraftSession
 

@@ -19,11 +19,11 @@ import pytest
 from zeroconf import IPVersion
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
-from specwire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
-from specwire.bonjour import SERVICE_TYPE, WorkerAdvert
-from specwire.echo_frames import AUTHENTICATE, ECHO, HEADER
-from specwire.protocol import DRAFT_METHOD, ECHO_METHOD, ECHO_STREAM_METHOD, EXECUTE_METHOD, HELLO_METHOD
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
+from specwire.wire.bonjour import SERVICE_TYPE, WorkerAdvert
+from specwire.wire.echo_frames import AUTHENTICATE, ECHO, HEADER
+from specwire.wire.protocol import DRAFT_METHOD, ECHO_METHOD, ECHO_STREAM_METHOD, EXECUTE_METHOD, HELLO_METHOD
 from tests.support.cli import one_error_line, run_cli
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 

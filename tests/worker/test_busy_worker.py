@@ -19,9 +19,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.workers.discovery import WorkerDirectory
 from specwire.models import LoadedModel
-from specwire.protocol import DRAFT_METHOD
 from specwire.v1 import draft_pb2 as pb
 from specwire.v1 import draft_pb2_grpc
+from specwire.wire.protocol import DRAFT_METHOD
 from tests.support.credentials import ProvingChannel
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request

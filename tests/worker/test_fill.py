@@ -12,12 +12,12 @@ import anyio
 import grpc
 import pytest
 
-from specwire.drafter import Drafter
+from specwire.drafting.drafter import Drafter
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
-from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request
 from tests.support.tiny_models import disagreeing_pair

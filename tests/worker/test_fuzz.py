@@ -23,11 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specwire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
-from specwire.protocol import DRAFT_METHOD, EXECUTE_METHOD, HELLO_METHOD, PROTOCOL_VERSION
-from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
+from specwire.wire.protocol import DRAFT_METHOD, EXECUTE_METHOD, HELLO_METHOD, PROTOCOL_VERSION
 from tests.support.prompts import ar_tokens
 from tests.support.remote import generate_remote
 from tests.support.workers import WorkerProcess, running_worker, unique_name

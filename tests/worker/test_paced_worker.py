@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.workers.connection import connect
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
 from tests.support.cli import run_cli
 from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS

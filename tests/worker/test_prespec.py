@@ -17,13 +17,13 @@ import pytest
 
 import coordinator.decoding.acceptance as acceptance
 from coordinator.decoding.engine import SpeculativeDecoder
-from specwire.drafter import Drafter
+from specwire.drafting.drafter import Drafter
+from specwire.drafting.sampling import SamplingParams, target_distribution
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
-from specwire.sampling import SamplingParams, target_distribution
 from specwire.v1 import draft_pb2 as pb
 from specwire.v1 import draft_pb2_grpc
+from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
 from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p, exact_joint
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request

@@ -15,11 +15,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
-from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
-from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
 from specwire.v1 import draft_pb2_grpc
+from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens

@@ -12,8 +12,8 @@ from mlx_lm.models import qwen3
 from mlx_lm.utils import save_config, save_model
 
 from specwire.models import LoadedModel
-from specwire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION
 from tests.support.cli import one_error_line, run_cli
 from tests.support.credentials import channel as worker_channel
 from tests.support.prompts import text_ar_tokens

@@ -1,4 +1,4 @@
-"""Tree pre-speculation on the worker (``specwire.draft_tree``), in-process on tiny models.
+"""Tree pre-speculation on the worker (``specwire.drafting.draft_tree``), in-process on tiny models.
 
 A fill-mode session with ``PreSpeculation.tree`` answers each Round with the
 chain of first choices its tree holds after the verdict. Those drafts must be
@@ -17,13 +17,13 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from specwire.choices import top_choices
+from specwire.drafting.choices import top_choices
+from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.speculation import PrespecConfig
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
-from specwire.sampling import SamplingParams
-from specwire.speculation import PrespecConfig
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request
 from tests.support.tiny_models import disagreeing_pair, hybrid_pair

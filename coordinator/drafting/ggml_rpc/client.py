@@ -15,9 +15,9 @@ import time
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.stream_call import StreamCall
 from specwire.errors import RemoteWorkerError
-from specwire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION, timing_from_pb
-from specwire.timing import CallRecord
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION, timing_from_pb
+from specwire.wire.timing import CallRecord
 
 CALL_TIMEOUT_S = 60.0
 

@@ -14,7 +14,7 @@ Qwen3.5's blocks, as its ``qwen3_5`` model runs them (the MLP as llama's):
         ATTENTION  SIGMOID_GATE  MATMUL o  ADD  + MLP
 
 Before the blocks SET_TENSOR (the token ids) and EMBED, after them the final
-RMS_NORM, LM_HEAD and GET_TENSOR (the full logits row): ``specwire.op_counts``
+RMS_NORM, LM_HEAD and GET_TENSOR (the full logits row): ``specwire.models.op_counts``
 counts them. Activations live in a fixed set of worker-side slots that every
 pass reuses, as a GGML client reuses its graph's tensors.
 """
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from specwire.op_counts import block_kinds, text_config
+from specwire.models.op_counts import block_kinds, text_config
 from specwire.v1 import draft_pb2 as pb
 
 TAG_SHIFT = 32
@@ -73,7 +73,7 @@ class Slot(IntEnum):
 class ModelShape:
     """What the graph walker needs to know about the draft model: its config, not its weights."""
 
-    blocks: tuple[str, ...]  # each block's kind (``specwire.op_counts.block_kinds``)
+    blocks: tuple[str, ...]  # each block's kind (``specwire.models.op_counts.block_kinds``)
     heads: int
     kv_heads: int
 

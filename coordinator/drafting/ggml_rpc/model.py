@@ -17,7 +17,7 @@ Rolling it back queues a KV_TRIM, sent in its own call at ``op``
 granularity and at the head of the next call otherwise. A hybrid model's
 recurrent layers (Qwen3.5) roll back only to the end of a forward pass, where
 the worker keeps their state: its shadow, ``RemoteRecurrentCache``, rolls
-back as a cache that restores itself does (``specwire.rollback``), so the
+back as a cache that restores itself does (``specwire.drafting.rollback``), so the
 drafter asks only for positions the worker kept.
 """
 

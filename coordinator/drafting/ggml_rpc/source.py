@@ -10,9 +10,9 @@ from coordinator.drafting.ggml_rpc.graph import ForwardGraph, ModelShape
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES, RemoteDraftModel
 from coordinator.runtime import LoopPortal
 from coordinator.workers.connection import WorkerConnection
-from specwire.drafter import DraftBlock, Drafter
+from specwire.drafting.drafter import DraftBlock, Drafter
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
-from specwire.sampling import SamplingParams
 
 
 class PerOpDraftSource:

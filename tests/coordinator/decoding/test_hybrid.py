@@ -2,7 +2,7 @@
 
 Their recurrent state cannot be trimmed; the target keeps it before each
 verification and feeds the accepted positions again after a rejection, the
-drafter keeps it after each pass (``specwire.rollback``). At T = 0 the
+drafter keeps it after each pass (``specwire.drafting.rollback``). At T = 0 the
 output equals the target alone's for every pairing: a hybrid drafting for
 itself (every draft accepted), a perturbed hybrid (some), a llama model of
 the same vocabulary for a hybrid target and the other way round (none). At
@@ -20,10 +20,10 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.recurrent_pass import forward_keeping_states
 from coordinator.decoding.results import GenerationResult
 from coordinator.drafting.local import LocalDraftSource
-from specwire.drafter import Drafter
+from specwire.drafting.drafter import Drafter
+from specwire.drafting.rollback import Checkpoints
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel, load_model
-from specwire.rollback import Checkpoints
-from specwire.sampling import SamplingParams
 from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p, exact_joint
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.rounding import assert_lossless, assert_rejections_are_ties

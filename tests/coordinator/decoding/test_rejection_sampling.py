@@ -19,13 +19,13 @@ from scipy.stats import chisquare
 import coordinator.decoding.acceptance as acceptance
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
-from specwire.models import LoadedModel
-from specwire.sampling import (
+from specwire.drafting.sampling import (
     SamplingParams,
     SparseDistribution,
     draft_distribution,
     target_distribution,
 )
+from specwire.models import LoadedModel
 from tests.support.tiny_models import as_loaded, tiny_llama
 
 PROMPT = [2, 5, 1]

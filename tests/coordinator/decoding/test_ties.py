@@ -13,8 +13,8 @@ import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.ties import tie_at
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
 from tests.support.tiny_models import as_loaded, tiny_llama
 
 PROMPT = [2, 5, 1]

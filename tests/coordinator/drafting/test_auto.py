@@ -23,10 +23,10 @@ from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.measured import MeasuredSetup, WorkerSpeed
 from coordinator.runtime import coordinator_runtime
+from specwire.drafting.sampling import SamplingParams
+from specwire.emulation.pace import parse_pace
+from specwire.emulation.profile import PassCurve
 from specwire.models import LoadedModel, load_model
-from specwire.pace import parse_pace
-from specwire.profile import PassCurve
-from specwire.sampling import SamplingParams
 from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.relay import delay_relay, free_port

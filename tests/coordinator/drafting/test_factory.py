@@ -15,9 +15,9 @@ from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError, NoWorkerError, VocabularyMismatchError
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
 from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.tiny_models import disagreeing_pair

@@ -15,10 +15,10 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from coordinator.drafting.ggml_rpc.graph import ForwardGraph, ModelShape
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel, load_model
-from specwire.op_counts import block_kinds, ops_per_pass
-from specwire.sampling import SamplingParams
+from specwire.models.op_counts import block_kinds, ops_per_pass
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import assert_per_op_drafts_as_stream, generate_per_op, generate_remote
 from tests.support.rounding import assert_lossless, assert_rejections_are_ties

@@ -18,8 +18,8 @@ from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
 from coordinator.runtime import coordinator_runtime
+from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
-from specwire.sampling import SamplingParams
 from tests.support.cli import run_cli
 from tests.support.credentials import credentials
 from tests.support.prompts import ar_tokens

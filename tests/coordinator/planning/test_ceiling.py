@@ -8,7 +8,7 @@ from coordinator.commands.plan import project_profile
 from coordinator.planning import profile as planned
 from coordinator.planning.ceiling import Worker, ceiling
 from coordinator.planning.prespec import Outcomes
-from specwire.profile import load_profile
+from specwire.emulation.paper import load_profile
 
 ALPHA = 0.7
 VERIFY_S, LOCAL_S = 0.024, 0.007

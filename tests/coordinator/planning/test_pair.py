@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.planning.pair import agreement, mean_accepted
-from specwire import paper
+from specwire.emulation import paper
 from specwire.models import LoadedModel, load_model
 
 

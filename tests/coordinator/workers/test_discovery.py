@@ -16,11 +16,11 @@ from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import connect
 from coordinator.workers.discovery import WorkerDirectory
+from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError
 from specwire.models import LoadedModel
-from specwire.protocol import DRAFT_METHOD
-from specwire.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.protocol import DRAFT_METHOD
 from tests.support.cli import one_error_line, run_cli
 from tests.support.credentials import channel as worker_channel
 from tests.support.credentials import credentials

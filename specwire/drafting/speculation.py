@@ -28,8 +28,8 @@ import heapq
 import itertools
 from dataclasses import dataclass
 
-from specwire.branch_batch import BranchBatch, batchable
-from specwire.drafter import Drafter, Drafting
+from specwire.drafting.branch_batch import BranchBatch, batchable
+from specwire.drafting.drafter import Drafter, Drafting
 from specwire.errors import InvalidArgumentError
 
 DEFAULT_FANOUT = 2
@@ -50,9 +50,11 @@ class PrespecConfig:
 
     budget: int = 0  # 0: enough for the bonus probe and two branches (2k + 1)
     fanout: int = DEFAULT_FANOUT
-    batch: int = 1  # branches drafted side by side in one forward pass (specwire.branch_batch)
+    batch: int = 1  # branches drafted side by side in one forward pass (specwire.drafting.branch_batch)
     fill: bool = False  # answer with the drafts ready at once; the coordinator drafts the rest itself
-    tree: bool = False  # fill at T = 0: one tree of continuations across rounds (specwire.draft_tree)
+    tree: bool = (
+        False  # fill at T = 0: one tree of continuations across rounds (specwire.drafting.draft_tree)
+    )
     tree_rows: int = TREE_ROWS  # a worker's default batch for a tree session
 
     def __post_init__(self) -> None:
@@ -178,7 +180,7 @@ class Speculator:
         return True
 
     def _batched_step(self) -> bool:
-        """One pass over the most likely branches side by side (``specwire.branch_batch``)."""
+        """One pass over the most likely branches side by side (``specwire.drafting.branch_batch``)."""
         if self.passes >= self._budget or not self._queue:
             return False
         if self._batch is None:

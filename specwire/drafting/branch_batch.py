@@ -2,7 +2,7 @@
 
 A draft model decoding one token reads every weight for a few operations
 each, so a pass over B sequences costs about what a pass over one does until
-B is large (``specwire.profile``: the pass curve's batch end, with its
+B is large (``specwire.emulation.profile``: the pass curve's batch end, with its
 source). Pre-speculation's branches all start from the drafter's cache (the
 context and the drafts just sent), so they can be drafted side by side: a
 branch is a row, its KV cache the drafter's up to its branch point,
@@ -33,11 +33,11 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from specwire.choices import top_choices
-from specwire.sampling import SparseDistribution, choose_draft_token
+from specwire.drafting.choices import top_choices
+from specwire.drafting.sampling import SparseDistribution, choose_draft_token
 
 if TYPE_CHECKING:
-    from specwire.drafter import Drafter, Drafting
+    from specwire.drafting.drafter import Drafter, Drafting
 
 
 def batchable(cache: Sequence[Any]) -> bool:

@@ -30,7 +30,9 @@ draft on the M2 Ultra itself, an M1 Max or an M2 Pro, over Gigabit Ethernet.
 
 from __future__ import annotations
 
-from specwire.profile import Machine, PassCurve, Profile
+from pathlib import Path
+
+from specwire.emulation.profile import Machine, PassCurve, Profile
 
 K = 4
 TARGET_MACHINE = "M2 Ultra"
@@ -79,3 +81,13 @@ def profile() -> Profile:
         logits_bytes=LOGITS_BYTES,
         agreement=AGREEMENT,
     )
+
+
+BUILT_IN = ("paper",)
+
+
+def load_profile(name: str) -> Profile:
+    """The built-in profile ``name`` (``paper``), or a profile file at that path."""
+    if name == "paper":
+        return profile()
+    return Profile.load(Path(name).expanduser())

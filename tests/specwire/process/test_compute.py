@@ -8,7 +8,7 @@ import time
 import anyio
 import pytest
 
-from specwire.compute import ComputeThread
+from specwire.process.compute import ComputeThread
 
 pytestmark = pytest.mark.anyio
 

@@ -29,8 +29,8 @@ import time
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from specwire.drafter import Drafter, LanguageModel, prefill
-from specwire.sampling import SamplingParams
+from specwire.drafting.drafter import Drafter, LanguageModel, prefill
+from specwire.drafting.sampling import SamplingParams
 
 WARM_CONTEXT = (1,)  # a context before the passes: a prefill, and a cache to attend to
 SAMPLED = SamplingParams(temperature=1.0, seed=0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specwire.sampling import SparseDistribution
-from specwire.timing import CallRecord
+from specwire.drafting.sampling import SparseDistribution
+from specwire.wire.timing import CallRecord
 
 
 @dataclass

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specwire.errors import InvalidArgumentError
-from specwire.sampling import (
+from specwire.drafting.sampling import (
     SamplingParams,
     choose_draft_token,
     draft_distribution,
@@ -14,6 +13,7 @@ from specwire.sampling import (
     softmax,
     target_distribution,
 )
+from specwire.errors import InvalidArgumentError
 
 LOGITS = np.log(np.array([0.05, 0.5, 0.3, 0.15]))
 

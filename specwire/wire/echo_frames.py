@@ -6,7 +6,7 @@ length, then the payload.
 * ``E`` (echo): the reply is the same length and payload.
 * ``U`` (upload): the payload is consumed; the reply is the 8-byte length.
 * ``D`` (download): no payload; the reply is the length, then that many bytes.
-* ``A`` (authenticate): the payload is a token proof (``specwire.auth``); the
+* ``A`` (authenticate): the payload is a token proof (``specwire.wire.auth``); the
   reply is a length of 1 when it is accepted. When the worker requires the
   token, this must be the first frame, or the connection is closed.
 

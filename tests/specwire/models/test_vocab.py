@@ -6,7 +6,7 @@ import pytest
 
 from specwire.errors import VocabularyMismatchError
 from specwire.models import LoadedModel
-from specwire.vocab import ensure_same_vocabulary, vocabulary_fingerprint
+from specwire.models.vocab import ensure_same_vocabulary, vocabulary_fingerprint
 
 
 class FakeVocab:

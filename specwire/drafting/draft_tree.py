@@ -7,7 +7,7 @@ continuations, as deep as it can, has them ready whatever the round
 boundaries turn out to be. Each node is a token after the verified prefix:
 
 * its probability of lying on the target's path follows the geometric model
-  of ``specwire.speculation``: the draft's first choice after a node
+  of ``specwire.drafting.speculation``: the draft's first choice after a node
   continues it with the session's acceptance alpha; another of its top
   choices takes (1 - alpha) shared by the draft's probabilities;
 * a pass expands the ``rows`` likeliest nodes whose token is known (one row
@@ -44,11 +44,11 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from specwire.branch_batch import cache_view
-from specwire.choices import top_choices
-from specwire.drafter import Drafter
-from specwire.sampling import SparseDistribution
-from specwire.speculation import AcceptanceRate, PrespecConfig
+from specwire.drafting.branch_batch import cache_view
+from specwire.drafting.choices import top_choices
+from specwire.drafting.drafter import Drafter
+from specwire.drafting.sampling import SparseDistribution
+from specwire.drafting.speculation import AcceptanceRate, PrespecConfig
 
 DEFAULT_PASSES = 16  # passes a verdict may be followed by, while no Round comes
 

@@ -2,7 +2,7 @@
 
 The coordinator's graph walker builds these operations and the worker's
 tensor executor runs them; both count a pass the same way, so the worker can
-spread a paced pass's time over its operations (``specwire.pace``) and the
+spread a paced pass's time over its operations (``specwire.emulation.pace``) and the
 planner can cost a pass in calls.
 
 llama (mlx-lm's ``llama.Model``): per block RMSNorm, the q/k/v matmuls, RoPE

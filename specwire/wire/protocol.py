@@ -12,12 +12,12 @@ import itertools
 
 import numpy as np
 
-from specwire.drafter import DraftBlock
+from specwire.drafting.drafter import DraftBlock
+from specwire.drafting.sampling import SamplingParams, SparseDistribution
+from specwire.emulation.pace import Pace
 from specwire.errors import InvalidArgumentError
-from specwire.pace import Pace
-from specwire.sampling import SamplingParams, SparseDistribution
-from specwire.timing import ServerTiming
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.timing import ServerTiming
 
 PROTOCOL_VERSION = 1
 SERVICE_NAME = "specwire.v1.DraftWorker"

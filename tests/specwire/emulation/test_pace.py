@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specwire.drafter import Drafter
+from specwire.drafting.drafter import Drafter
+from specwire.drafting.sampling import SamplingParams
+from specwire.emulation.pace import Pacer, pace_model, parse_pace
+from specwire.emulation.profile import PassCurve
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.pace import Pacer, pace_model, parse_pace
-from specwire.profile import PassCurve
-from specwire.sampling import SamplingParams
 
 PACED_MS = 12.0  # far above the tiny model's real pass, so none overruns even on a loaded machine
 

@@ -27,31 +27,36 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from specwire.choices import top_choices
-from specwire.draft_block import DraftBlock
-from specwire.errors import InvalidArgumentError
-from specwire.rollback import Checkpoints
-from specwire.sampling import (
+from specwire.drafting.choices import top_choices
+from specwire.drafting.draft_block import DraftBlock
+from specwire.drafting.rollback import Checkpoints
+from specwire.drafting.sampling import (
     SamplingParams,
     SparseDistribution,
     choose_draft_token,
     draft_distribution,
     skip_draws,
 )
-
-if TYPE_CHECKING:
-    from specwire.branch_batch import BranchBatch
+from specwire.errors import InvalidArgumentError
 
 PREFILL_STEP = 512
 # Seeds are (seed, stream, ...): the verifier draws from stream 1, draft blocks from stream 2,
 # so a block's draws never coincide with the acceptance test's.
 DRAFT_STREAM = 2
+
+
+class RowBatch(Protocol):
+    """A batch a block was drafted in as one of its rows (``specwire.drafting.branch_batch``)."""
+
+    def cache_of(self, block: Drafting) -> list[Any] | None:
+        """The cache of ``block``'s row, to adopt as the drafter's own (None: none to take)."""
+        ...
 
 
 class LanguageModel(Protocol):
@@ -114,7 +119,7 @@ class Drafting:
         self.candidates: list[SparseDistribution] = []
         self.forward_passes = 0
         self.compute_ns = 0
-        self.batch: BranchBatch | None = None  # set when drafted as a row of a batch
+        self.batch: RowBatch | None = None  # set when drafted as a row of a batch
 
     @property
     def done(self) -> bool:
@@ -307,7 +312,7 @@ class Drafter:
     def batch_pass(self, inputs: mx.array, cache: list) -> mx.array:
         """One forward pass over ``inputs`` into ``cache`` (lazy; then ``settle`` what it gives)."""
         if self._paced:
-            paced: Any = self.model  # specwire.pace.PacedModel
+            paced: Any = self.model  # specwire.emulation.pace.PacedModel
             return paced(inputs, cache=cache, defer=True)
         return self.model(inputs, cache=cache)
 

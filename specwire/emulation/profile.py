@@ -1,7 +1,7 @@
 """Hardware profiles: how fast each machine of a set-up runs a forward pass, and what joins them.
 
 One format serves ``coordinator plan --profile`` (predicting a set-up) and
-``--pace PROFILE:MACHINE`` (emulating one of its machines, ``specwire.pace``).
+``--pace PROFILE:MACHINE`` (emulating one of its machines, ``specwire.emulation.pace``).
 ``paper`` is built in (the paper's three Macs); any other is a JSON file:
 
     {
@@ -243,15 +243,3 @@ def from_json(data: dict[str, Any], default_name: str) -> Profile:
         stream_bytes_per_round=_number(stream, "bytes_per_round", STREAM_BYTES_PER_ROUND, where="stream."),
         agreement=shares,
     )
-
-
-BUILT_IN = ("paper",)
-
-
-def load_profile(name: str) -> Profile:
-    """The built-in profile ``name`` (``paper``), or a profile file at that path."""
-    if name == "paper":
-        from specwire import paper  # the built-in profile's figures live with their sources
-
-        return paper.profile()
-    return Profile.load(Path(name).expanduser())

@@ -23,7 +23,7 @@ its thread-exit destructors while the interpreter shuts down: MLX keeps
 thread-local compile caches whose destructors take the GIL, and running them
 during finalization aborts the process ("terminate called without an active
 exception"). So the thread is never stopped, and the command lines leave
-through ``specwire.command_line.exit_process``, which skips finalization.
+through ``specwire.process.command_line.exit_process``, which skips finalization.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from specwire.emulation.paper import load_profile
+from specwire.emulation.profile import PassCurve, Profile
 from specwire.errors import InvalidArgumentError
-from specwire.profile import PassCurve, Profile, load_profile
 
 GOOD = {"target_tok_s": 40, "workers": {"mini": 100}, "mean_accepted": 2, "k": 4}
 

@@ -7,8 +7,8 @@ from typing import Any
 import mlx.core as mx
 import pytest
 
+from specwire.drafting.warmup import target_sizes, warm_drafter, warm_target
 from specwire.models import LoadedModel
-from specwire.warmup import target_sizes, warm_drafter, warm_target
 
 
 class Recording:

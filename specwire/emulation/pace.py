@@ -2,7 +2,7 @@
 
 ``--pace PROFILE:MACHINE`` (``worker serve``, and the coordinator's commands
 that compute) makes this process one machine of a hardware profile
-(``specwire.profile``): each forward pass computes its real logits and
+(``specwire.emulation.profile``): each forward pass computes its real logits and
 tokens, and the thread that computes is then held until the profile's time
 for a pass of that shape has passed (``PassCurve.pass_s``: positions and
 sequences). The device is busy exactly as long as that machine's GPU would
@@ -28,9 +28,10 @@ from typing import Any
 
 import mlx.core as mx
 
+from specwire.emulation.paper import load_profile
+from specwire.emulation.profile import Machine, PassCurve, Profile
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
-from specwire.profile import Machine, PassCurve, Profile, load_profile
 
 MAX_OVERRUN_SHARE = 0.01
 ROUND_POSITIONS = 33  # the most positions a round's pass has: k + 1 at the protocol's largest k

@@ -1,0 +1,1 @@
+"""What every process of either role runs on: its compute thread, its way out, its memory readings."""
