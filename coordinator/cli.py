@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 from coordinator.commands import bench, discover, generate, plan, serve
 from specwire.process.command_line import command_main, exit_process
+from specwire.wire import token_command
 
-COMMANDS = (bench, generate, serve, discover, plan)
+COMMANDS = (bench, generate, serve, discover, plan, token_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

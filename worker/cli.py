@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specwire.process.command_line import command_main, exit_process
-from worker import inspect_model, serve
+from specwire.wire import token_command
+from worker import inspect_model, install, serve, uninstall
 
-COMMANDS = (serve, inspect_model)
+COMMANDS = (serve, install, uninstall, token_command, inspect_model)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

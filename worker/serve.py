@@ -53,6 +53,7 @@ from worker.tensor_service import TensorService, walkable
 NAME = "serve"
 HELP = "Serve a draft model over gRPC and announce it over Bonjour."
 BACKENDS = (BACKEND_STREAM, BACKEND_PER_OP)
+DEFAULT_PORT = 7070  # a worker's address stays the same across restarts; its echo service takes the next
 SHUTDOWN_GRACE_S = 2.0
 MAX_RECEIVE_BYTES = 16 << 20  # the largest request: a round-granularity graph of 32 passes
 MAX_SEND_BYTES = 64 << 20  # the largest reply: 32 float32 logits rows of a large vocabulary
@@ -70,66 +71,82 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``worker serve``."""
+    """Flags of ``worker serve``: what most people set first, the rest in groups of their own."""
     p.add_argument(
-        "--model", default=DEFAULT_MODEL, help="draft model spec: default, FILE.gguf, DIR or HF id"
+        "--model",
+        default=DEFAULT_MODEL,
+        help="draft model: default (the bundled one), FILE.gguf, an mlx-lm directory, or a Hugging Face "
+        "id such as mlx-community/Qwen3-0.6B-4bit",
     )
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    p.add_argument(
-        "--port", type=int, default=0, help="port to listen on (0 = any free port, printed at start)"
-    )
-    p.add_argument("--name", help="Bonjour instance name (default: HOSTNAME-PORT)")
     p.add_argument("--label", default="", help='free text shown to coordinators, such as "M1 Max"')
+    p.add_argument("--name", help="Bonjour instance name (default: this host's name)")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (0.0.0.0: every interface)")
     p.add_argument(
-        "--interface",
-        help="mDNS interfaces: 'all' or comma-separated IPv4 addresses (env SPECWIRE_MDNS_INTERFACES)",
-    )
-    p.add_argument("--no-advertise", action="store_true", help="do not announce over Bonjour")
-    p.add_argument(
-        "--advertise-host", help="address to advertise instead of the listening one (e.g. a relay)"
-    )
-    p.add_argument("--advertise-port", type=int, help="gRPC port to advertise instead of the listening one")
-    p.add_argument(
-        "--echo-port", type=int, default=0, help="port of the raw TCP echo service (0 = any free port)"
-    )
-    p.add_argument(
-        "--advertise-echo-port", type=int, help="echo port to advertise instead of the listening one"
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help="port to listen on (0: any free port, printed at start)",
     )
     p.add_argument("--max-sessions", type=int, default=8, help="most concurrent sessions")
     p.add_argument(
+        "--token-file",
+        type=Path,
+        help="file holding the shared token (default: $SPECWIRE_TOKEN, else the token in the config "
+        "directory, which `worker token` shows and sets)",
+    )
+    p.add_argument("--json", action="store_true", help="print the ready line as JSON")
+    network = p.add_argument_group("network and Bonjour")
+    network.add_argument(
+        "--interface",
+        help="mDNS interfaces: 'all' or comma-separated IPv4 addresses (default: $SPECWIRE_MDNS_INTERFACES, "
+        "else all)",
+    )
+    network.add_argument("--no-advertise", action="store_true", help="do not announce over Bonjour")
+    network.add_argument(
+        "--advertise-host", help="address to advertise instead of the listening one (e.g. a relay)"
+    )
+    network.add_argument(
+        "--advertise-port", type=int, help="gRPC port to advertise instead of the listening one"
+    )
+    network.add_argument(
+        "--echo-port",
+        type=int,
+        help="port of the raw TCP echo service the LAN probe times (default: --port + 1; with --port 0, "
+        "any free port)",
+    )
+    network.add_argument(
+        "--advertise-echo-port", type=int, help="echo port to advertise instead of the listening one"
+    )
+    network.add_argument(
         "--idle-timeout",
         type=float,
         default=300.0,
         help="seconds a silent session is kept before it is freed",
     )
-    p.add_argument(
-        "--token-file",
-        type=Path,
-        help="file holding the shared token (else $SPECWIRE_TOKEN, else the config dir)",
-    )
-    p.add_argument(
+    security = p.add_argument_group("security")
+    security.add_argument(
         "--insecure", action="store_true", help="accept calls without the shared token (not for a shared LAN)"
     )
-    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve over TLS")
-    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
-    p.add_argument("--backends", default=",".join(BACKENDS), help="drafting backends to offer")
-    p.add_argument(
+    security.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve over TLS")
+    security.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    advanced = p.add_argument_group("advanced")
+    advanced.add_argument("--backends", default=",".join(BACKENDS), help="drafting backends to offer")
+    advanced.add_argument(
         "--warmup-tokens", type=int, default=8, help="tokens drafted to measure the local draft speed"
     )
-    p.add_argument("--json", action="store_true", help="print the ready line as JSON")
-    p.add_argument(
+    advanced.add_argument(
         "--pace",
         metavar="PROFILE:MACHINE",
         help="emulate a machine of a hardware profile: every forward pass runs for real and is held until "
         "that machine would have finished it (such as paper:m1-max; PROFILE is 'paper' or a JSON file). "
         "The worker says so in Bonjour, Hello and every reply",
     )
-    p.add_argument(
+    advanced.add_argument(
         "--tree-rows",
         type=int,
         default=TREE_ROWS,
-        help=f"tree pre-speculation: nodes expanded side by side in one forward pass, for a session that "
-        f"does not ask for a number (its --prespec-batch); default {TREE_ROWS}",
+        help="nodes a tree session expands side by side in one pass, unless the coordinator asks for a "
+        "number (its --rows)",
     )
 
 
@@ -167,8 +184,24 @@ def _token(args: argparse.Namespace) -> str | None:
     if token is None:
         path = default_token_path()
         token = create_token(path)
-        print(f"created the shared token in {path} (mode 0600); give coordinators a copy", file=sys.stderr)
+        print(
+            f"created a new shared token in {path} (mode 0600): every Mac of this set-up needs the same one; "
+            "if another already has one, run `worker token set TOKEN` here with it and restart",
+            file=sys.stderr,
+        )
     return token
+
+
+def _echo_server(args: argparse.Namespace, checker: ProofChecker | None) -> EchoServer:
+    """The echo service, started: on --echo-port, else the port after --port (any free one with --port 0)."""
+    port = args.echo_port if args.echo_port is not None else (args.port + 1 if args.port else 0)
+    try:
+        return EchoServer(args.host, port, checker).start()
+    except OSError as err:
+        raise InvalidArgumentError(
+            f"cannot listen on {args.host}:{port} for the echo service: {err.strerror} (another worker on "
+            "this machine?); stop it, or give --port or --echo-port"
+        ) from err
 
 
 def _credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
@@ -228,7 +261,7 @@ async def _serve(
     model = pace_model(raw, pacer) if pacer is not None else raw
     tps = await compute.run(draft_speed, model, args.warmup_tokens)
     curve = await compute.run(pass_curve, model)
-    echo = EchoServer(args.host, args.echo_port, ProofChecker(token) if token else None).start()
+    echo = _echo_server(args, ProofChecker(token) if token else None)
     try:
         advertised_echo = args.advertise_echo_port or echo.port
         info = WorkerInfo(
@@ -251,8 +284,11 @@ async def _serve(
             server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
         )
         if port == 0:
-            raise InvalidArgumentError(f"cannot listen on {args.host}:{args.port}")
-        host.info = replace(info, name=args.name or f"{socket.gethostname().split('.')[0]}-{port}")
+            raise InvalidArgumentError(
+                f"cannot listen on {args.host}:{args.port}: the port is in use (another worker on this "
+                "machine?); stop it, or give --port"
+            )
+        host.info = replace(info, name=args.name or socket.gethostname().split(".")[0])
         await server.start()
         for svc in ("", *services):
             await health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)

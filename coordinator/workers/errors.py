@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from specwire.errors import RemoteWorkerError
+from specwire.wire.auth import TOKEN_ENV, default_token_path
 
 _REFUSALS = {
     grpc.StatusCode.FAILED_PRECONDITION,
@@ -25,8 +26,9 @@ def remote_error(err: grpc.RpcError, worker: str, action: str) -> RemoteWorkerEr
         message = f"worker {worker} did not answer in time while {action}"
     elif code == grpc.StatusCode.UNAUTHENTICATED:
         message = (
-            f"worker {worker} refused {action} ({details}); give this coordinator the worker's token "
-            "with --token-file or SPECWIRE_TOKEN (the worker printed where it keeps it)"
+            f"worker {worker} refused {action} ({details}): it holds another token than this machine's "
+            f"({default_token_path()}, or --token-file or ${TOKEN_ENV}); on the worker's machine run "
+            "`worker token set TOKEN` with the token `coordinator token show` prints here, and restart it"
         )
     elif code in _REFUSALS:
         message = f"worker {worker} refused {action} ({code.name}): {details}"

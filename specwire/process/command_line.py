@@ -22,7 +22,13 @@ EXIT_INTERRUPTED = 130
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults in --help and keeps description paragraphs as written."""
+    """Shows defaults in --help (a default of None, False or "" only where the help says what it means)
+    and keeps description paragraphs as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == "":
+            return action.help
+        return super()._get_help_string(action)
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

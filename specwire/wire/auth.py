@@ -14,7 +14,9 @@ can still read and alter sessions; see the README's threat model.
 
 Token lookup, in order: ``--token-file``, the ``SPECWIRE_TOKEN`` environment
 variable, then ``token`` in the user's config directory, which a worker
-creates (mode 0600) on first start when none of the others is given.
+creates (mode 0600) on first start when none of the others is given, and
+``worker token`` / ``coordinator token`` show and set
+(``specwire.wire.token_command``): every Mac of a set-up holds the same one.
 """
 
 from __future__ import annotations
@@ -86,6 +88,18 @@ def create_token(path: Path) -> str:
     finally:
         staged.unlink(missing_ok=True)
     return token
+
+
+def write_token(path: Path, token: str) -> None:
+    """Keep ``token`` at ``path`` with mode 0600 (the directory too, 0700), replacing what was there."""
+    if len(token) < 16:
+        raise AuthenticationError("a token is at least 16 characters; copy it whole (`token show` prints it)")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.replace(staged, path)
 
 
 def _mac(token: str, message: str) -> str:

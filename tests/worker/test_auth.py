@@ -104,7 +104,7 @@ def test_token_is_created_on_first_start_and_found_by_a_coordinator(tmp_path: Pa
         with running_worker("--model", "tiny", "--name", unique_name("fresh")) as w:
             token_file = tmp_path / "specwire" / "token"
             assert token_file.exists() and stat.S_IMODE(token_file.stat().st_mode) == 0o600
-            assert "created the shared token in" in w.process.stderr.readline()
+            assert "created a new shared token in" in w.process.stderr.readline()
             # A coordinator on the same machine finds the token there.
             out = run_cli(
                 "coordinator",
@@ -150,7 +150,7 @@ def test_coordinator_without_the_token_gets_a_clear_error(tiny_worker: WorkerPro
     assert out.returncode == 1
     line = one_error_line(out.stderr)
     assert "UNAUTHENTICATED" in line or "wrong token" in line
-    assert "--token-file or SPECWIRE_TOKEN" in line
+    assert "worker token set TOKEN" in line and "coordinator token show" in line
 
 
 async def advertise(name: str, port: int, extra: dict[str, str], fingerprint: str) -> AsyncZeroconf:
