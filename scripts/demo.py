@@ -40,6 +40,7 @@ REAL_BENCH = ["--max-tokens", "16", "--k", "4", "--plot", "demo-bench.png", "--j
 PACED_BENCH = ["--pace", "paper:m2-ultra", "--target", "tiny", "--draft", "tiny-draft", "--max-tokens", "64"]
 PACED_BENCH += ["--backend", "auto,stream,stream+prespec+fill+tree,ggml-rpc", "--granularity", "op,token"]
 PACED_BENCH += ["--k", "2", "--local-k", "4", "--json", "demo-paced-bench.json"]
+PACED_PLOT = "demo-paced.png"  # the rows beside the paper's Table 11 and the planner's prediction
 FAST_BENCH = ["--target", "tiny", "--draft", "tiny", "--granularity", "op,layer,token,round"]
 FAST_BENCH += ["--max-tokens", "64", "--k", "4", "--json", "demo-fast-bench.json"]
 READY_TIMEOUT_S = 300.0
@@ -183,7 +184,8 @@ def paced_part(argv: list[str] | None = None) -> int:
         stop(processes)
     if code == 0:
         plan = [sys.executable, "-m", "coordinator.cli", "plan", "--profile", "paper"]
-        code = subprocess.run([*plan, "--check-bench", report], check=False).returncode
+        check = [*plan, "--check-bench", report, "--plot", PACED_PLOT]
+        code = subprocess.run(check, check=False).returncode
     return code
 
 

@@ -1,22 +1,56 @@
-"""The bench's PNG: drafting time per draft token by share, and decode tok/s, for every row."""
+"""The bench's PNGs: drafting time per draft token by share and decode tok/s for every row; and a bench
+beside the paper's Table 11 and the profile's prediction (``coordinator plan --check-bench --plot``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from coordinator.bench.summary import RowSummary
 from specwire.errors import InvalidArgumentError
 
 
-def write_plot(rows: list[RowSummary], path: Path) -> None:
-    """Stacked compute/network/protocol ms per draft token for remote rows, and tok/s for all rows."""
+def _pyplot():  # type: ignore[no-untyped-def]
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as err:
-        raise InvalidArgumentError("--plot needs matplotlib: pip install 'specwire[plot]'") from err
+        raise InvalidArgumentError("a plot needs matplotlib: pip install 'specwire[plot]'") from err
+    return plt
+
+
+def write_check_plot(rows: list[dict[str, Any]], title: str, path: Path) -> None:
+    """Measured decode tok/s of every row, with the paper's figure and the profile's prediction beside."""
+    plt = _pyplot()
+    rows = list(reversed(rows))
+    y = list(range(len(rows)))
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(rows) + 1.6))
+    ax.barh(y, [r["measured_tok_s"] for r in rows], color="#4c72b0", label="measured (emulated Macs)")
+    ax.scatter([r["predicted_tok_s"] for r in rows], y, marker="|", s=260, color="#222222", label="planned")
+    papers = [(r["paper_tok_s"], i) for i, r in enumerate(rows) if r["paper_tok_s"] is not None]
+    ax.scatter(
+        [p for p, _ in papers],
+        [i for _, i in papers],
+        marker="D",
+        color="#c44e52",
+        label="the paper's Table 11",
+    )
+    for i, r in enumerate(rows):
+        ax.text(r["measured_tok_s"] + 0.6, i, f"{r['measured_tok_s']:.1f}", va="center", fontsize=8)
+    ax.set_yticks(y, [r["label"] for r in rows], fontsize=8)
+    ax.set_xlabel("decode tok/s")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_plot(rows: list[RowSummary], path: Path) -> None:
+    """Stacked compute/network/protocol ms per draft token for remote rows, and tok/s for all rows."""
+    plt = _pyplot()
     remote = [s for s in rows if s.attribution is not None]
     fig, (ax_time, ax_tps) = plt.subplots(1, 2, figsize=(13, 5.5))
     labels = [s.spec.label for s in remote]

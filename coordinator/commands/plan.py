@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from coordinator.bench.plot import write_check_plot
 from coordinator.commands.options import (
     add_credential_arguments,
     add_interface_argument,
@@ -77,6 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --profile: rounds of the ceiling's Monte Carlo (planning/ceiling.py); 0 skips it",
     )
     p.add_argument("--json", type=Path, help="write every input and prediction here")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        help="with --check-bench: a PNG of every row measured, beside the paper's figure and the prediction",
+    )
     live = p.add_argument_group("measuring this set-up (no --profile or --from-bench), as --draft auto does")
     live.add_argument("--target", default="default@float32", help="target model spec")
     live.add_argument("--draft", default="default", help="local draft model (none: no local drafting)")
@@ -212,7 +218,15 @@ def run(args: argparse.Namespace) -> int:
     if args.check_bench is not None and not args.profile:
         raise InvalidArgumentError("--check-bench checks a profile: give --profile too")
     if args.check_bench is not None:
-        out: dict[str, Any] = {"rows": profile_rows(load_profile(args.profile), read_bench(args.check_bench))}
+        bench = read_bench(args.check_bench)
+        out: dict[str, Any] = {"rows": profile_rows(load_profile(args.profile), bench)}
+        if args.plot:
+            s = bench["settings"]
+            title = (
+                f"The paper's Macs, emulated (paced {s.get('pace')}; T = {s['temperature']}, "
+                f"{s['max_tokens']} tokens, {s['prompts']} prompts x {s['repeats']})"
+            )
+            write_check_plot(out["rows"], title, args.plot)
     elif args.profile:
         profile = load_profile(args.profile)
         out = project_profile(profile, args.ceiling_rounds)

@@ -66,7 +66,7 @@ def check_rows(profile: Profile, bench: dict[str, Any]) -> list[ProfileCheck]:
             continue
         tok_s, parts = predicted
         checks.append(
-            ProfileCheck(row["label"], row["decode_tok_s"], tok_s, _papers(profile, row, workers), parts)
+            ProfileCheck(row["label"], row["decode_tok_s"], tok_s, _papers(profile, row, workers, k), parts)
         )
     return checks
 
@@ -169,12 +169,14 @@ def _predicted(
     return p.tok_s, {name: v * 1e3 for name, v in p.parts_s.items()}
 
 
-def _papers(profile: Profile, row: dict[str, Any], workers: dict[str, dict[str, Any]]) -> float | None:
+def _papers(
+    profile: Profile, row: dict[str, Any], workers: dict[str, dict[str, Any]], k: int
+) -> float | None:
     """The paper's Table 11 figure for this row, when the profile is the paper's and it has one."""
     if profile.name != "paper":
         return None
-    if row["kind"] == "local":
-        return paper.TABLE11["local SD"]
+    if row["kind"] == "local":  # the paper's local SD ran at its k
+        return paper.TABLE11["local SD"] if int(row.get("k") or k) == profile.k else None
     if row["kind"] == "remote" and row["backend"] == "ggml-rpc" and not row.get("multi"):
         pace = (workers.get(row["worker"]) or {}).get("pace") or {}
         name = pace.get("machine_name")
