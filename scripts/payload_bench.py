@@ -3,8 +3,8 @@
 
 For each case it times, per message, building + encoding on the sending side
 and decoding + reading the values back on the receiving side, and reports the
-median over many repetitions and the encoded size. The README records the
-figures that decided the hot-path encoding.
+median over many repetitions and the encoded size. docs/protocol.md records
+the figures that decided the hot-path encoding.
 
     python scripts/payload_bench.py [--repeats N] [--json]
 """

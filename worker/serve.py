@@ -78,7 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="draft model: default (the bundled one), FILE.gguf, an mlx-lm directory, or a Hugging Face "
         "id such as mlx-community/Qwen3-0.6B-4bit",
     )
-    p.add_argument("--label", default="", help='free text shown to coordinators, such as "M1 Max"')
+    p.add_argument(
+        "--label",
+        default="",
+        help='free text shown to coordinators, such as "M1 Max" (with --pace: the paced machine\'s name)',
+    )
     p.add_argument("--name", help="Bonjour instance name (default: this host's name)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (0.0.0.0: every interface)")
     p.add_argument(
@@ -262,11 +266,12 @@ async def _serve(
     tps = await compute.run(draft_speed, model, args.warmup_tokens)
     curve = await compute.run(pass_curve, model)
     echo = _echo_server(args, ProofChecker(token) if token else None)
+    label = args.label or (pace.machine.name if pace is not None else "")
     try:
         advertised_echo = args.advertise_echo_port or echo.port
         info = WorkerInfo(
             "",
-            args.label,
+            label,
             backends,
             tps,
             args.max_sessions,
@@ -300,7 +305,7 @@ async def _serve(
             backends=backends,
             model=model.spec,
             fingerprint=model.fingerprint,
-            label=args.label,
+            label=label,
             draft_tps=tps,
             host=host.info.host,
             pid=host.info.pid,

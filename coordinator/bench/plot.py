@@ -10,7 +10,7 @@ from coordinator.bench.summary import RowSummary
 from specwire.errors import InvalidArgumentError
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
     try:
         import matplotlib
 

@@ -4,8 +4,8 @@ Without a profile it measures this set-up as ``--draft auto`` does (the
 target's verification curve, the local draft's pass, the pair's agreement
 on a calibration text, each worker's advertised pass curve and its link,
 ``coordinator.planning.measured``), then predicts every set-up auto chooses
-from (AR, local SD, and per worker the stream protocol, pre-speculation,
-fill and trees, each at its best k) and says which auto would take.
+from (AR, local SD, and per worker the stream protocol and a tree, each
+at its best k) and says which auto would take.
 
 ``--profile paper`` projects the paper's machines (M2 Ultra target, M1 Max
 and M2 Pro drafting) for every backend, with the model's error on the
@@ -37,7 +37,7 @@ from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, DraftSource
 from coordinator.planning import paper
 from coordinator.planning import profile as planned
 from coordinator.planning.against_profile import load_checked
-from coordinator.planning.from_bench import check_bench
+from coordinator.planning.from_bench import check_bench, unmodelled
 from coordinator.planning.measured import MeasuredSetup
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
 from coordinator.planning.setups import best_per_mode
@@ -326,9 +326,13 @@ def profile_rows(profile: Profile, bench: dict[str, Any]) -> list[dict[str, Any]
 def checked_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
     """The model against every row of a bench run; printed as a table."""
     checks = check_bench(bench)
-    print(f"{'row':<34}{'measured':>10}{'predicted':>11}{'error':>8}")
+    width = max([34, *(len(c.label) + 2 for c in checks)])
+    print(f"{'row':<{width}}{'measured':>10}{'predicted':>11}{'error':>8}")
     for c in checks:
-        print(f"{c.label:<34}{c.measured_tok_s:>10.2f}{c.predicted_tok_s:>11.2f}{c.error:>+8.1%}")
+        print(f"{c.label:<{width}}{c.measured_tok_s:>10.2f}{c.predicted_tok_s:>11.2f}{c.error:>+8.1%}")
+    left_out = [row["label"] for row in bench["rows"] if unmodelled(row)]
+    if left_out:
+        print(f"not modelled from a bench's own inputs (auto, trees): {', '.join(left_out)}")
     return [
         {
             "label": c.label,

@@ -40,7 +40,13 @@ from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
 from coordinator.workers.speed import worker_speed
-from specwire.errors import InvalidArgumentError, NoWorkerError, RemoteWorkerError, SpecwireError
+from specwire.errors import (
+    BackendUnavailableError,
+    InvalidArgumentError,
+    NoWorkerError,
+    RemoteWorkerError,
+    SpecwireError,
+)
 from specwire.models import LoadedModel, load_model
 from specwire.models.vocab import ensure_same_vocabulary
 from specwire.v1 import draft_pb2 as pb
@@ -332,6 +338,12 @@ class DraftSources:
     # The builders: the only place remote draft sources are constructed.
 
     def _remote(self, connection: WorkerConnection, spec: DraftSpec) -> DraftSource:
+        if spec.mode == "tree" and not connection.hello.pass_curve:  # no tree passes: recurrent layers
+            raise BackendUnavailableError(
+                f"worker {connection.name} cannot draft a tree: its model {connection.hello.model.spec} "
+                "has recurrent layers, whose state cannot branch (docs/hybrid-models.md); "
+                "use --draft remote:stream, or --draft auto, which knows"
+            )
         if spec.backend == BACKEND_PER_OP:
             fp, timeout = self.target.fingerprint, self.access.round_timeout
             return PerOpDraftSource(self.runtime.portal, connection, fp, spec.granularity, timeout)

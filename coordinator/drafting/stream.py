@@ -1,9 +1,9 @@
 """Remote drafting over the stream protocol: one message each way per round.
 
 The engine runs on the coordinator's compute thread and calls this source
-synchronously; each call crosses once to the event loop (an anyio blocking
-portal), where the gRPC stream lives. ``start`` sends Open and returns at
-once, so the worker prefills and drafts round 0 while the target prefills.
+synchronously; each call crosses once to the event loop
+(``runtime.LoopPortal``), where the gRPC stream lives. ``start`` sends Open
+and returns at once, so the worker prefills and drafts round 0 while the target prefills.
 Each ``propose`` sends one Round (the previous outcome and the next k) and
 reads until the Drafts of that round arrive; replies are matched by seq, so
 drafts that arrive early are simply kept.

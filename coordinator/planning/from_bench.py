@@ -212,9 +212,16 @@ class Calibration:
         return ar_tok_s(self.ar_target)
 
 
+def unmodelled(row: dict[str, Any]) -> bool:
+    """Whether ``--from-bench`` leaves this row out (``calibrate``)."""
+    return bool(row.get("multi") or row.get("tree") or row.get("fill") or row["kind"] == "auto")
+
+
 def calibrate(bench: dict[str, Any]) -> Calibration:
-    """Every row's inputs, once: rows drafting on several workers at once (the model has no race) and
-    rows too short to measure (a calibration that ended in its first round) are left out."""
+    """Every row's inputs, once. Left out (``unmodelled``): auto (it switches set-ups), tree rows (their
+    rounds mix a worker's drafts with the local model's fill, which these inputs do not separate: the
+    profile's tree model, ``plan --profile --check-bench``, predicts them), rows of several workers at
+    once (retired races) and rows too short to measure (a calibration that ended in its first round)."""
     by_row = runs_by_row(bench)
     fitted = fit_target(bench["runs"])
     ar = [i for i, row in enumerate(bench["rows"]) if row["kind"] == "ar"]
@@ -223,7 +230,7 @@ def calibrate(bench: dict[str, Any]) -> Calibration:
     floors = worker_floors(bench)
     rows = []
     for i, row in enumerate(bench["rows"]):
-        if not by_row[i] or row.get("multi") or row["kind"] == "auto":
+        if not by_row[i] or unmodelled(row):
             continue
         inputs = None
         if row["kind"] != "ar":

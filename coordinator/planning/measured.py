@@ -47,7 +47,8 @@ CALIBRATION_TEXT = (
 )
 CALIBRATION_BUDGET_S = 2.0  # the pair's agreement is measured over as much text as this buys
 CALIBRATION_MIN_TOKENS = 16
-PROTOCOL_OWN_S = 0.5e-3  # specwire's own cost per round beyond gRPC's echo (README, round breakdown)
+# specwire's own cost per round beyond gRPC's echo (docs/protocol.md, "One round, part by part")
+PROTOCOL_OWN_S = 0.5e-3
 THIS_MACHINE = "this machine"
 
 

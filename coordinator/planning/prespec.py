@@ -12,8 +12,8 @@ reaches it ``window_s`` after it sent the drafts (the target's verification,
 the engine's bookkeeping, the link and the protocol).
 
 Then, for the verdict the target gave: a branch with all k drafts is a hit
-(no compute; a worker computing on its event loop first finishes the pass in
-flight); a branch under way is a partial hit (the pass in flight ends, the
+(no compute: the worker computes on a thread of its own and answers at once); a
+branch under way is a partial hit (the pass in flight ends, the
 branch is finished); otherwise a miss (the pass in flight ends, k drafts on
 demand). ``schedule`` turns this into the fractions of rounds of each kind and
 the drafting left on the critical path, which ``model.round_parts`` adds up.
@@ -73,15 +73,9 @@ def schedule(
     window_s: float,
     budget: int = 0,
     fanout: int = 2,
-    answers_during_pass: bool = True,
     batch: int = 1,
 ) -> Schedule:
-    """The worker's passes by ``window_s``, and the expected round that follows (module docstring).
-
-    ``answers_during_pass``: a worker computing on a thread of its own serves
-    a hit while a pass runs; one computing on its event loop reads the Round
-    only when the pass ends.
-    """
+    """The worker's passes by ``window_s``, and the expected round that follows (module docstring)."""
     budget = budget or 2 * k + 1
     done = math.floor(window_s / draft_s + 1e-9)
     spent = min(done, budget)
@@ -94,7 +88,6 @@ def schedule(
         ready = at_window.get(branch, 0) >= k
         if ready:
             hit += p
-            wait += p * (0.0 if answers_during_pass else in_flight)
             covered += p
             continue
         after = progress.get(branch, 0)  # the pass in flight ends first

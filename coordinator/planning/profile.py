@@ -56,14 +56,13 @@ def prespec(
     profile: Profile,
     draft_s: float,
     k: int | None = None,
-    answers_during_pass: bool = True,
     batch: int = 1,
     batch_draft_s: float | None = None,
     fanout: int = 0,
 ) -> Transport:
     """The stream protocol with pre-speculation: what a worker drafting a pass in ``draft_s`` gets
     done before each verdict comes back (``planning.prespec``), from the profile's acceptance and
-    agreement. ``answers_during_pass``: the worker computes on a thread of its own. ``batch``:
+    agreement (the worker computes on a thread of its own, so it answers a hit mid-pass). ``batch``:
     branches drafted side by side, a pass of them taking ``batch_draft_s``."""
     k = profile.k if k is None else k
     ahead_s = draft_s if batch_draft_s is None else batch_draft_s
@@ -73,7 +72,6 @@ def prespec(
         ahead_s,
         window(profile, k),
         fanout=fanout or DEFAULT_FANOUT,
-        answers_during_pass=answers_during_pass,
         batch=batch,
     )
     return replace(
@@ -93,11 +91,10 @@ def fill(
     batch: int = 1,
     batch_draft_s: float | None = None,
     fanout: int = 0,
-    answers_during_pass: bool = True,
 ) -> Transport:
     """Fill mode: a worker drafting a pass in ``draft_s`` answers with what is ready, and the target
-    machine's own draft model drafts the rest (``planning.prespec.fill_schedule``). A worker computing
-    on its event loop reads the Round only once its pass in flight ends: half a pass on average."""
+    machine's own draft model drafts the rest (``planning.prespec.fill_schedule``). The worker
+    computes on a thread of its own, so it answers a Round without waiting for the pass in flight."""
     k = profile.k if k is None else k
     if profile.local_draft is None:
         raise ValueError(f"profile {profile.name} gives the target machine no draft model to fill with")
@@ -120,7 +117,7 @@ def fill(
         partial=s.partial,
         fill_passes=s.filled,
         fill_draft_s=local_s,
-        in_flight_s=0.0 if answers_during_pass else ahead_s / 2,
+        in_flight_s=0.0,
     )
 
 

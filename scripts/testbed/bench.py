@@ -101,6 +101,9 @@ def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], preset: P
     workers: list[subprocess.Popen[str]] = []
     try:
         for host, label in zip(topo.hosts[1:], ("M1 Max", "M2 Pro"), strict=False):
+            flags = preset.worker_flags.get(host.name, [])
+            if "--pace" in flags:  # a paced worker labels itself with its machine's name
+                label = ""
             serve = [
                 sys.executable,
                 "-m",
@@ -113,7 +116,7 @@ def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], preset: P
                 "--model",
                 preset.worker_model,
                 "--json",
-                *preset.worker_flags.get(host.name, []),
+                *flags,
             ]
             workers.append(
                 subprocess.Popen(

@@ -50,8 +50,8 @@ from typing import Any
 
 from specwire.errors import InvalidArgumentError
 
-# This project's protocol costs, measured on loopback (README: "The per-op baseline",
-# "One stream round, part by part"); a profile file may replace them.
+# This project's protocol costs, measured on loopback (docs/per-op-baseline.md, docs/protocol.md);
+# a profile file may replace them.
 PER_CALL_S = 0.55e-3
 BYTES_PER_CALL = 471
 STREAM_PER_ROUND_S = 2.07e-3

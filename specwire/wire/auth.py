@@ -10,7 +10,7 @@ minutes, nonce not seen before), and the worker answers Hello with
 HMAC(token, "worker:" + the caller's proof), so a coordinator can tell a
 worker that holds the token from a spoofed Bonjour advertisement before it
 sends anything else. Without TLS a machine that can intercept the traffic
-can still read and alter sessions; see the README's threat model.
+can still read and alter sessions; see docs/security.md.
 
 Token lookup, in order: ``--token-file``, the ``SPECWIRE_TOKEN`` environment
 variable, then ``token`` in the user's config directory, which a worker

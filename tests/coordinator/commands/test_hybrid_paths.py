@@ -17,7 +17,7 @@ import pytest
 
 from specwire.models import LoadedModel, load_model
 from tests.coordinator.drafting.test_worker_loss import PROMPT, generate_through
-from tests.support.cli import run_cli
+from tests.support.cli import one_error_line, run_cli
 from tests.support.prompts import ar_tokens, text_ar_tokens
 from tests.support.rounding import assert_lossless
 from tests.support.servers import running_server
@@ -140,6 +140,20 @@ def test_a_llama_target_drafted_by_a_hybrid_worker(
     )
     assert remote.returncode == 0, remote.stderr
     assert json.loads(remote.stdout)["token_ids"] == text_ar_tokens(tiny, "Once upon a time", 16)
+
+
+def test_a_tree_asked_of_a_hybrid_worker_is_one_clear_error(
+    hybrid_workers: tuple[WorkerProcess, WorkerProcess],
+) -> None:
+    # Recurrent state cannot branch; the worker's Hello says so (no tree passes in its pass curve).
+    out = run_cli(
+        "coordinator", "generate", "--target", "tiny-hybrid", "--local-draft", "tiny-hybrid-draft",
+        "--draft", "remote:tree", "--worker", hybrid_workers[0].address, "--prompt", "Hello",
+        "--max-tokens", "4",
+    )  # fmt: skip
+    assert out.returncode != 0
+    line = one_error_line(out.stderr)
+    assert "cannot draft a tree" in line and "remote:stream" in line
 
 
 @pytest.mark.parametrize("mode", ["stream"])
