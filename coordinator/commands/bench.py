@@ -77,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--workers",
+        "--worker",
+        metavar="NAMES",
         default="all",
         help="worker names or HOST:PORT (comma-separated), all discovered, or none (AR and local SD only)",
     )
@@ -86,7 +88,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--target", default="default@float32", help="target model spec")
     p.add_argument(
-        "--draft", default="default", help="local draft model spec for the local SD row (none: no such row)"
+        "--local-draft",
+        "--draft",
+        dest="draft",
+        metavar="SPEC",
+        default="default",
+        help="the draft model on this machine, for local SD rows, auto and trees (none: no local drafting)",
     )
     p.add_argument("--k", type=int, default=4, help="draft tokens per round of the hand-picked rows")
     p.add_argument(

@@ -70,6 +70,8 @@ def add_drafting_arguments(p: argparse.ArgumentParser, k_default: int = 4) -> No
     )
     p.add_argument(
         "--worker",
+        "--workers",
+        metavar="NAMES",
         help="workers to draft on: Bonjour names or HOST:PORT, comma-separated, or none (default: every "
         "compatible one discovered; --draft remote takes the fastest)",
     )

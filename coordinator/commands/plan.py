@@ -85,9 +85,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     live = p.add_argument_group("measuring this set-up (no --profile or --from-bench), as --draft auto does")
     live.add_argument("--target", default="default@float32", help="target model spec")
-    live.add_argument("--draft", default="default", help="local draft model (none: no local drafting)")
     live.add_argument(
-        "--workers", default="all", help="worker names or HOST:PORT (comma-separated), all, or none"
+        "--local-draft",
+        "--draft",
+        dest="draft",
+        metavar="SPEC",
+        default="default",
+        help="the draft model on this machine (none: no local drafting)",
+    )
+    live.add_argument(
+        "--workers",
+        "--worker",
+        metavar="NAMES",
+        default="all",
+        help="worker names or HOST:PORT (comma-separated), all, or none",
     )
     live.add_argument("--temperature", type=float, default=0.0, help="the sampling temperature to plan for")
     live.add_argument(

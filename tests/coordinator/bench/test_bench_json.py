@@ -216,14 +216,17 @@ def test_tables_markdown_and_plot(bench: tuple[dict, str, Path]) -> None:
     assert (tmp / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_plan_predicts_every_row_of_the_bench_but_auto(bench: tuple[dict, str, Path]) -> None:
+def test_plan_predicts_every_row_of_the_bench_but_auto_and_trees(bench: tuple[dict, str, Path]) -> None:
     data, _, tmp = bench
     out = run_cli(
         "coordinator", "plan", "--from-bench", str(tmp / "bench.json"), "--json", str(tmp / "plan.json")
     )
     assert out.returncode == 0, out.stderr
     rows = json.loads((tmp / "plan.json").read_text())["rows"]
-    fixed = [r for r in data["rows"] if r["kind"] != "auto"]  # auto's set-up varies from round to round
+    # auto's set-up varies from round to round; a tree round mixes the worker's drafts and the local fill
+    fixed = [r for r in data["rows"] if r["kind"] != "auto" and not r.get("tree")]
+    left_out = [r["label"] for r in data["rows"] if r not in fixed]
+    assert left_out and all(label in out.stdout.split("not modelled")[-1] for label in left_out)
     assert [r["label"] for r in rows] == [r["label"] for r in fixed]
     for row, measured in zip(rows, fixed, strict=True):
         assert row["measured_tok_s"] == measured["decode_tok_s"]
