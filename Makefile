@@ -49,7 +49,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/pytest --durations=30
+	$(BIN)/pytest -n auto --dist loadfile --durations=30
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

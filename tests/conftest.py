@@ -19,7 +19,21 @@ from anyio.pytest_plugin import get_runner
 
 from specwire.models import LoadedModel, load_model
 from specwire.wire.auth import TOKEN_ENV
+from tests.support.isolation import can_isolate, enter_own_network_namespace
 from tests.support.workers import WorkerProcess, running_worker, unique_name
+
+PARALLEL_PROCESSES = 2
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (make test): two processes where each can have a loopback of its own, else one."""
+    return PARALLEL_PROCESSES if can_isolate() else 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A process started by pytest-xdist moves into its own network namespace before any test."""
+    if hasattr(config, "workerinput"):
+        enter_own_network_namespace()
 
 
 @pytest.fixture(scope="session")
