@@ -8,6 +8,13 @@
   min(1, p_i(d_i) / q_i(d_i)); the first rejection is replaced by a draw from
   norm(max(0, p_i - q_i)); if all k are accepted, a bonus token is drawn from
   p_{k+1}. Every emitted token is then distributed exactly as the target's.
+* A tree of drafts (``specwire.drafting.token_tree``): the target's token
+  after the verified prefix names the child to follow, if one holds it, and
+  so on down; the last token is the correction or, after a leaf, the bonus.
+  At T = 0 the token is the argmax; at T > 0 a draw from the target's
+  distribution, so every token is the target's own draw whatever the tree
+  holds (lossless for any tree fixed before the draws, top-choice trees
+  included).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specwire.drafting.sampling import SamplingParams, SparseDistribution, sample_dense, target_distribution
+from specwire.drafting.token_tree import TokenTree
 
 
 def accept_greedy(target_choices: Sequence[int], drafts: Sequence[int]) -> tuple[int, int]:
@@ -52,3 +60,38 @@ def accept_sampled(
         return i, sample_dense(residual_distribution(p, q.dense(p.size)), rng)
     p_bonus = target_distribution(target_logits[len(drafts)], params)
     return len(drafts), sample_dense(p_bonus, rng)
+
+
+def accept_tree_greedy(target_choices: Sequence[int], tree: TokenTree) -> tuple[list[int], int]:
+    """The path of nodes the target agrees with, and its token after the path's last node.
+
+    ``target_choices`` holds the target's argmax at the last verified token
+    (row 0) and after each node (row i + 1).
+    """
+    path: list[int] = []
+    node = -1
+    while (child := tree.child(node, int(target_choices[node + 1]))) is not None:
+        path.append(child)
+        node = child
+    return path, int(target_choices[node + 1])
+
+
+def accept_tree_sampled(
+    target_logits: np.ndarray, tree: TokenTree, params: SamplingParams, rng: np.random.Generator
+) -> tuple[list[int], int]:
+    """Walk the tree with the target's own samples: draw its token after the path, follow the child
+    holding it, stop where no child does.
+
+    Every token is a draw from the target's distribution after the tokens
+    before it, and the tree was drafted before any draw, so the output is
+    distributed exactly as the target's, whatever the tree holds.
+    """
+    path: list[int] = []
+    node = -1
+    while True:
+        token = sample_dense(target_distribution(target_logits[node + 1], params), rng)
+        child = tree.child(node, token)
+        if child is None:
+            return path, token
+        path.append(child)
+        node = child

@@ -7,6 +7,9 @@ Each round:
    batched forward pass;
 3. accept a prefix of the drafts and take the target's correction, or its
    bonus token when all k were accepted (``coordinator.decoding.acceptance``);
+   a source may draft a tree instead (``DraftBlock.tree``): the pass then
+   covers every node, each seeing only its ancestors, and the longest path
+   the target agrees with is accepted;
 4. roll the rejected positions back out of the target's cache: trimmed from
    KV caches, restored or replayed for recurrent layers
    (``coordinator.decoding.rollback``); the draft source rolls back its own
@@ -37,17 +40,24 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from coordinator.decoding.acceptance import accept_greedy, accept_sampled
+from coordinator.decoding.acceptance import (
+    accept_greedy,
+    accept_sampled,
+    accept_tree_greedy,
+    accept_tree_sampled,
+)
 from coordinator.decoding.results import GenerationResult, RoundRecord
 from coordinator.decoding.rollback import Rollback
 from coordinator.drafting.base import DraftSource, Outcome
 from specwire.drafting.drafter import DraftBlock, prefill
 from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.token_tree import TokenTree
 from specwire.drafting.warmup import warm_drafter, warm_target
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
 
 MAX_K = 32
+MAX_TREE_NODES = 256  # a tree's nodes in one verification pass
 VERIFY_STREAM = 1  # the acceptance test's random stream; draft blocks use 2 (specwire.drafting.drafter)
 
 
@@ -152,9 +162,12 @@ class SpeculativeDecoder:
             # The last round (one token left) drafts nothing: the source is not asked.
             block = source.propose(k_round, outcome) if source and k_round else DraftBlock([], None, 0, 0)
             t1 = time.perf_counter_ns()
-            accepted, token, rollback_ns = self._verify(rollback, pending, block, params, rng)
+            if block.tree is not None:  # no deeper than k: every accepted path fits in max_tokens
+                block.tree.check(self.target.vocab_size, MAX_TREE_NODES, k_round)
+            path, token, rollback_ns = self._verify(rollback, pending, block, params, rng)
             t2 = time.perf_counter_ns()
-            emitted = [*block.tokens[:accepted], token]
+            accepted = len(path)
+            emitted = [*(block.tokens[node] for node in path), token]
             stop = next((i for i, t in enumerate(emitted) if t in self.target.eos_token_ids), None)
             if stop is not None:
                 emitted = emitted[:stop]
@@ -169,7 +182,8 @@ class SpeculativeDecoder:
                 on_tokens(emitted)
             if stop is not None:
                 break
-            pending, outcome = token, Outcome(accepted, token)
+            appended = tuple(emitted) if block.tree is not None else ()
+            pending, outcome = token, Outcome(accepted, token, appended)
         result.end_ns = time.perf_counter_ns()
         result.transitions = list(getattr(policy, "switches", []))
         return result
@@ -195,8 +209,10 @@ class SpeculativeDecoder:
         block: DraftBlock,
         params: SamplingParams,
         rng: np.random.Generator,
-    ) -> tuple[int, int, int]:
-        """Accepted drafts, the target's token, and the ns rolling back the rejected ones took."""
+    ) -> tuple[list[int], int, int]:
+        """The accepted drafts (their indices), the target's token, and the ns rolling back the rest took."""
+        if block.tree is not None:
+            return self._verify_tree(rollback, pending, block.tree, params, rng)
         drafts = block.tokens
         logits = rollback.verify([pending, *drafts])[0]
         if params.greedy:
@@ -204,4 +220,19 @@ class SpeculativeDecoder:
         else:
             rows = np.array(logits.astype(mx.float32))
             accepted, token = accept_sampled(rows, drafts, block.dists or [], params, rng)
-        return accepted, token, rollback.keep_first(accepted + 1)
+        return list(range(accepted)), token, rollback.keep_first(accepted + 1)
+
+    def _verify_tree(
+        self,
+        rollback: Rollback,
+        pending: int,
+        tree: TokenTree,
+        params: SamplingParams,
+        rng: np.random.Generator,
+    ) -> tuple[list[int], int, int]:
+        logits = rollback.verify_tree(pending, tree)[0]
+        if params.greedy:
+            path, token = accept_tree_greedy(np.array(mx.argmax(logits, axis=-1)).tolist(), tree)
+        else:
+            path, token = accept_tree_sampled(np.array(logits.astype(mx.float32)), tree, params, rng)
+        return path, token, rollback.keep_path(path)

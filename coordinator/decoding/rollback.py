@@ -17,7 +17,10 @@ prompt and the accepted tokens again. Three ways, by the model's layers:
   in a pass of their own. It costs a target pass over a + 1 positions.
 
 Either way the state is exactly what a plain pass over the accepted prefix
-gives. ``RollbackStats`` counts what rolling back cost.
+gives. A tree of drafts (``verify_tree``) is fed in one pass with tree
+attention (``specwire.models.tree_pass``); ``keep_path`` then moves the
+accepted path's K/V into place and drops the rest. Trees need every layer to
+be a KV cache. ``RollbackStats`` counts what rolling back cost.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from coordinator.decoding.recurrent_pass import LayerStates, forward_keeping_states, keeps_states
 from specwire.drafting.rollback import Checkpoints
+from specwire.drafting.token_tree import TokenTree
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
+from specwire.models.tree_pass import check_tree_support, forward_at, keep_positions
 
 STRATEGIES = ("auto", "states", "replay")
 
@@ -88,6 +94,28 @@ class Rollback:
             self.checkpoints.forget_before(self.position)
             self.checkpoints.keep(self.position)
         return self.model(inputs, cache=self.cache)
+
+    def verify_tree(self, pending: int, tree: TokenTree) -> mx.array:
+        """The logits after ``pending`` and after each node of ``tree``: one pass, [1, n + 1, vocab]."""
+        check_tree_support(self.model, self.cache)
+        rooted = tree.rooted(pending)
+        self.fed = list(rooted.tokens)
+        prefix = np.ones((len(rooted), self.position), dtype=bool)
+        visible = np.concatenate([prefix, rooted.visible()], axis=1)
+        positions = [self.position + depth - 1 for depth in rooted.depths]
+        return forward_at(self.model, self.cache, rooted.tokens, positions, visible)
+
+    def keep_path(self, path: Sequence[int]) -> int:
+        """After ``verify_tree``: keep ``pending`` and the tree's nodes ``path``; returns the ns it took."""
+        started = time.perf_counter_ns()
+        kept = [self.position, *(self.position + 1 + node for node in path)]
+        if len(kept) < len(self.fed):
+            self.stats.rounds += 1
+        keep_positions(self.cache, self.position, kept)
+        self.position += len(kept)
+        spent = time.perf_counter_ns() - started
+        self.stats.rollback_ns += spent
+        return spent
 
     def keep_first(self, count: int) -> int:
         """Keep the first ``count`` positions of the last pass; drop the rest. Returns the ns it took."""

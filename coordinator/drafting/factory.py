@@ -30,6 +30,7 @@ from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
+from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve, measure_verify_curve
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.measured import MeasuredSetup, measure_here, titled
@@ -54,7 +55,7 @@ from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 log = logging.getLogger(__name__)
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
-KINDS = ("none", "local", "remote", "auto")
+KINDS = ("none", "local", "local-tree", "remote", "auto")
 MODES = REMOTE_MODES
 FILLED = ("tree",)  # the remote modes whose short answers the local draft model finishes
 
@@ -64,7 +65,8 @@ class DraftSpec:
     """What to draft with.
 
     ``kind``: ``none`` (autoregressive), ``local`` (the ``local`` draft model
-    here), ``remote`` (a worker, in ``mode``: ``stream`` or ``tree``; or over
+    here), ``local-tree`` (the same model drafting a tree,
+    ``coordinator.drafting.local_tree``), ``remote`` (a worker, in ``mode``: ``stream`` or ``tree``; or over
     the per-op ``backend``), or ``auto`` (the drafting
     policy, ``coordinator.drafting.auto``, which chooses among all of them).
     ``workers`` selects workers: Bonjour names or HOST:PORT; empty means
@@ -90,20 +92,23 @@ class DraftSpec:
         kind, _, rest = text.partition(":")
         if text in ("none", "auto"):
             return cls(text, local=local, **(remote if text == "auto" else {})).checked()  # type: ignore[arg-type]
-        if kind == "local":
-            return cls("local", local=rest or local).checked()
+        if kind in ("local", "local-tree"):
+            return cls(kind, local=rest or local).checked()
         if kind == "remote":
             return cls("remote", local=local, mode=rest or "stream", **remote).checked()  # type: ignore[arg-type]
         raise InvalidArgumentError(
-            f"--draft {text!r}: expected auto, local[:SPEC], remote[:MODE] (MODE: {', '.join(MODES)}) or none"
+            f"--draft {text!r}: expected auto, local[:SPEC], local-tree[:SPEC], remote[:MODE] "
+            f"(MODE: {', '.join(MODES)}) or none"
         )
 
     def checked(self) -> DraftSpec:
         """This spec, or ``InvalidArgumentError`` naming what does not fit together."""
         if self.kind not in KINDS:
             raise InvalidArgumentError(f"draft kind {self.kind!r}: expected one of {', '.join(KINDS)}")
-        if self.kind == "local" and not self.local:
-            raise InvalidArgumentError("--draft local needs a draft model: local:SPEC or --local-draft SPEC")
+        if self.kind in ("local", "local-tree") and not self.local:
+            raise InvalidArgumentError(
+                f"--draft {self.kind} needs a draft model: {self.kind}:SPEC or --local-draft SPEC"
+            )
         if self.backend not in (BACKEND_STREAM, BACKEND_PER_OP):
             raise InvalidArgumentError(
                 f"backend {self.backend!r}: expected {BACKEND_STREAM} or {BACKEND_PER_OP}"
@@ -179,6 +184,7 @@ class DraftSources:
         self._models: dict[str, LoadedModel] = {}
         self._measured: MeasuredSetup | None = None  # this machine, measured once (auto)
         self._planner: tuple[tuple[str, ...], Planner] | None = None  # auto's, for the workers it knows
+        self._curve: VerifyCurve | None = None
 
     async def __aenter__(self) -> DraftSources:
         return self
@@ -202,6 +208,8 @@ class DraftSources:
             return None
         if spec.kind == "local":
             return LocalDraftSource(await self.local_model(spec.local))
+        if spec.kind == "local-tree":
+            return LocalTreeDraftSource(await self.local_model(spec.local), await self.verify_curve())
         if spec.kind == "auto":
             planner, build = await self.auto(spec)
             return AutoDraftSource(planner, build)
@@ -322,6 +330,13 @@ class DraftSources:
     def local_models(self) -> list[LoadedModel]:
         """The local draft models loaded so far (to warm before timing)."""
         return list(self._models.values())
+
+    async def verify_curve(self) -> VerifyCurve:
+        """The target's verification time by positions, measured once (local tree SD sizes trees by it)."""
+        if self._curve is None:
+            self._curve = await self.runtime.compute.run(measure_verify_curve, self.target)
+            log.info("the target's verification curve: %s", self._curve)
+        return self._curve
 
     async def local_model(self, spec: str) -> LoadedModel:
         """The local draft model ``spec`` names (loaded once), checked against the target's vocabulary."""

@@ -166,7 +166,8 @@ class Scheduler:
     async def _open(self) -> tuple[DraftSource | None, dict[str, Any]]:
         """This request's draft source; with no worker to be had, what ``--on-worker-loss`` says."""
         spec = self.drafting.spec
-        described = {"draft": spec.kind if spec.kind != "local" else f"local:{spec.local}"}
+        named = spec.kind in ("local", "local-tree")
+        described = {"draft": f"{spec.kind}:{spec.local}" if named else spec.kind}
         if spec.kind == "remote":
             described["backend"] = spec.backend
         try:

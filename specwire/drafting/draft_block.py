@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specwire.drafting.sampling import SparseDistribution
+from specwire.drafting.token_tree import TokenTree
 from specwire.wire.timing import CallRecord
 
 
@@ -16,6 +17,8 @@ class DraftBlock:
     when drafting locally). ``speculation`` says how a pre-speculating worker
     served them ("hit", "partial", "miss"; empty without pre-speculation),
     and ``saved_ns`` how much of their compute ran ahead, off the critical path.
+    A block may be a tree (``tree``): ``tokens`` are then its nodes, the
+    target checks every path in one pass, and ``dists`` is not used.
     """
 
     tokens: list[int]
@@ -26,3 +29,4 @@ class DraftBlock:
     speculation: str = ""
     saved_ns: int = 0
     filled: int = 0  # the last drafts, made on this machine after a worker answered with fewer
+    tree: TokenTree | None = None

@@ -7,6 +7,11 @@ its conditionals. The same test must fail when the residual step samples
 from p instead of norm(max(0, p - q)): with 600 runs it does so at
 p ~ 1e-10, far below the floor. Seeds are fixed, so each run is
 reproducible.
+
+Trees (local tree SD) are checked the same way: three tokens generated with
+trees up to two deep, so that (t1, t2) is accepted down a path, from a
+sibling, or drawn as a correction. The check must fail when the walk
+accepts the tree's likeliest child without the target's draw.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import pytest
 from scipy.stats import chisquare
 
 import coordinator.decoding.acceptance as acceptance
+import coordinator.decoding.engine as engine
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
+from coordinator.drafting.local_tree import LocalTreeDraftSource
 from specwire.drafting.sampling import (
     SamplingParams,
     SparseDistribution,
@@ -52,14 +59,17 @@ def exact_joint(target: LoadedModel, params: SamplingParams) -> np.ndarray:
 
 
 def sd_joint_counts(
-    pair: tuple[LoadedModel, LoadedModel], k: int, runs: int, **sampling: float
+    pair: tuple[LoadedModel, LoadedModel], k: int, runs: int, tree: bool = False, **sampling: float
 ) -> np.ndarray:
     target, draft = pair
-    decoder = SpeculativeDecoder(target, LocalDraftSource(draft))
+    source = LocalTreeDraftSource(draft, None, nodes=6, width=3) if tree else LocalDraftSource(draft)
+    decoder = SpeculativeDecoder(target, source)
     vocab = target.vocab_size
     counts = np.zeros((vocab, vocab))
+    tokens = 3 if tree else 2
     for seed in range(runs):
-        result = decoder.generate(PROMPT, max_tokens=2, k=k, params=SamplingParams(seed=seed, **sampling))  # type: ignore[arg-type]
+        params = SamplingParams(seed=seed, **sampling)  # type: ignore[arg-type]
+        result = decoder.generate(PROMPT, max_tokens=tokens, k=k, params=params)
         counts[result.tokens[0], result.tokens[1]] += 1
     return counts
 
@@ -97,6 +107,32 @@ def test_check_fails_when_residual_is_replaced_by_p(
     sampling = {"temperature": 1.0, "draft_top_k": 4}
     monkeypatch.setattr(acceptance, "residual_distribution", lambda p, q: p)
     counts = sd_joint_counts(pair, 2, RUNS // 2, **sampling)
+    assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) < P_VALUE_FLOOR
+
+
+@pytest.mark.parametrize(
+    "sampling", [{"temperature": 0.7}, {"temperature": 1.0, "top_p": 0.9}], ids=["t0.7", "t1-top-p"]
+)
+def test_tree_sd_output_is_distributed_as_target(
+    pair: tuple[LoadedModel, LoadedModel], sampling: dict
+) -> None:
+    counts = sd_joint_counts(pair, 2, RUNS, tree=True, **sampling)
+    assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) >= P_VALUE_FLOOR
+
+
+def test_tree_check_fails_when_the_walk_takes_the_likeliest_child_unchecked(
+    pair: tuple[LoadedModel, LoadedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unchecked(logits, tree, params, rng):  # type: ignore[no-untyped-def]
+        path, node = [], -1
+        while (child := next((i for i, p in enumerate(tree.parents) if p == node), None)) is not None:
+            path.append(child)
+            node = child
+        return path, acceptance.sample_dense(acceptance.target_distribution(logits[node + 1], params), rng)
+
+    monkeypatch.setattr(engine, "accept_tree_sampled", unchecked)
+    sampling = {"temperature": 0.7}
+    counts = sd_joint_counts(pair, 2, RUNS // 2, tree=True, **sampling)
     assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) < P_VALUE_FLOOR
 
 

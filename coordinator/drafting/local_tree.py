@@ -1,0 +1,229 @@
+"""Local tree SD: the coordinator's own draft model drafts a tree, and the target checks it in one pass.
+
+Each round the draft model grows a tree after the verified context, one
+batched pass per depth (tree attention, ``specwire.models.tree_pass``):
+
+* the first pass feeds the context the draft has not seen (the target's last
+  token, and any accepted drafts it never fed) and gives the likeliest
+  ``width`` tokens after it;
+* each later pass feeds the likeliest nodes of the deepest level (at most
+  ``width``), so the next level holds their likeliest ``width`` children;
+* a node's score is its path's probability under the draft; a node scoring
+  below the ``nodes``-th best so far cannot lead to a node the tree keeps,
+  so it is not expanded, and a round drafts no deeper than it pays.
+
+The round then sends the target the nodes that maximise the expected tokens
+a second (Sequoia's idea, with the draft's path probabilities as the chance
+that a node is accepted): the best n nodes by score, n chosen so that
+(1 + sum of their scores) / (drafting time + the target's verification time
+over n + 1 positions) is largest. The target's time by positions is
+``VerifyCurve``, measured once at start. Where n positions cost about n
+passes (this project's CPU), n stays small; where a pass over 16 positions
+costs about one (a Mac's GPU), the tree grows to ``nodes``.
+
+After the verdict the draft's cache keeps the K/V of the accepted path's
+nodes it fed (``keep_positions``) and drops the rest, so nothing is fed twice.
+The tree does not depend on the target's draws, so verification walking it
+with the target's own samples stays lossless at T > 0
+(``coordinator.decoding.acceptance``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+from coordinator.drafting.base import Outcome
+from specwire.drafting.choices import top_choices
+from specwire.drafting.draft_block import DraftBlock
+from specwire.drafting.drafter import prefill
+from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.token_tree import TokenTree
+from specwire.errors import InvalidArgumentError
+from specwire.models import LoadedModel
+from specwire.models.tree_pass import check_tree_support, forward_at, keep_positions
+
+DEFAULT_NODES = 16
+DEFAULT_WIDTH = 4
+CURVE_POSITIONS = (1, 2, 4, 8, 16, 32)
+CURVE_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class VerifyCurve:
+    """The target's time for one verification pass, by the positions it covers (measured points)."""
+
+    positions: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def at(self, positions: int) -> float:
+        """Seconds for ``positions``: interpolated between measured points, linear past the last."""
+        if positions > self.positions[-1]:
+            return self.seconds[-1] * positions / self.positions[-1]
+        return float(np.interp(positions, self.positions, self.seconds))
+
+    def __str__(self) -> str:
+        return ", ".join(f"{p}: {s * 1e3:.2f} ms" for p, s in zip(self.positions, self.seconds, strict=True))
+
+
+def measure_verify_curve(target: LoadedModel, context: int = 128) -> VerifyCurve:
+    """The target's median pass time over each of ``CURVE_POSITIONS`` positions, after ``context`` cached."""
+    cache = make_prompt_cache(target.model)
+    prefill(target.model, cache, [0] * context)
+    seconds = []
+    for positions in CURVE_POSITIONS:
+        times = []
+        for _ in range(CURVE_REPEATS + 1):  # the first of each shape warms it
+            started = time.perf_counter()
+            mx.eval(target.model(mx.array([[0] * positions]), cache=cache))
+            times.append(time.perf_counter() - started)
+            trim_prompt_cache(cache, positions)
+        seconds.append(float(np.median(times[1:])))
+    return VerifyCurve(CURVE_POSITIONS, tuple(seconds))
+
+
+@dataclass
+class _Node:
+    token: int
+    parent: int  # an earlier node, or -1: right after the context
+    score: float  # the path's probability under the draft
+    depth: int
+
+
+class LocalTreeDraftSource:
+    """A tree-drafting source backed by a draft model in this process (module docstring)."""
+
+    def __init__(
+        self,
+        draft: LoadedModel,
+        curve: VerifyCurve | None = None,
+        nodes: int = DEFAULT_NODES,
+        width: int = DEFAULT_WIDTH,
+    ) -> None:
+        if nodes < 1 or width < 1:
+            raise InvalidArgumentError(f"a draft tree needs nodes and width of 1 or more: {nodes}, {width}")
+        self.draft = draft
+        self.curve = curve
+        self.nodes = nodes
+        self.width = width
+        self.name = f"local-tree:{draft.spec}"
+        self._cache: list | None = None
+        self._context: list[int] = []
+        self._nodes: list[_Node] = []
+        self._fed: dict[int, int] = {}  # node -> its position in the draft's cache
+        self._sent: TokenTree | None = None
+        self._sent_index: list[int] = []  # the sent tree's node i is self._nodes[self._sent_index[i]]
+        self.sizes: list[int] = []  # nodes sent each round
+
+    def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
+        """Prefill the prompt (all but its last token) into a fresh draft cache."""
+        self._cache = make_prompt_cache(self.draft.model)
+        check_tree_support(self.draft.model, self._cache)
+        prefill(self.draft.model, self._cache, list(prompt[:-1]))
+        self._context = list(prompt)
+        self._nodes, self._fed, self._sent = [], {}, None
+
+    def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
+        """Apply the last verdict, then draft a tree at most ``k`` deep."""
+        if self._cache is None:
+            raise InvalidArgumentError("propose() before start()")
+        if outcome is not None:
+            self._apply(outcome)
+        started = time.perf_counter_ns()
+        passes = self._grow(k)
+        tree = self._choose(time.perf_counter_ns() - started)
+        self.sizes.append(len(tree))
+        return DraftBlock(list(tree.tokens), None, passes, time.perf_counter_ns() - started, tree=tree)
+
+    def close(self) -> None:
+        """Drop the draft cache."""
+        self._cache = None
+
+    def _apply(self, outcome: Outcome) -> None:
+        if outcome.accepted and not outcome.appended:
+            raise InvalidArgumentError("a tree source needs the verdict's tokens (Outcome.appended)")
+        appended = outcome.tokens([])
+        assert self._cache is not None
+        kept = []
+        node = -1
+        for token in appended[:-1]:  # the accepted path; the draft fed some of its nodes
+            child = self._sent.child(node, token) if self._sent is not None else None
+            if child is None or self._sent_index[child] not in self._fed:
+                break
+            kept.append(self._fed[self._sent_index[child]])
+            node = child
+        keep_positions(self._cache, len(self._context), kept)
+        self._context.extend(appended)
+
+    def _grow(self, k: int) -> int:
+        """Grow this round's candidate nodes, at most ``k`` deep; returns the passes it took."""
+        assert self._cache is not None
+        model = self.draft.model
+        self._nodes, self._fed = [], {}
+        context = len(self._context)
+        unseen = self._context[self._cache[0].offset :]
+        rows = model(mx.array([unseen]), cache=self._cache)[0, -1:]
+        self._add_children([-1], rows)
+        passes = 1
+        level = [i for i, node in enumerate(self._nodes) if node.depth == 1]
+        for depth in range(2, k + 1):
+            bar = self._bar()
+            expand = sorted(level, key=lambda i: -self._nodes[i].score)[: self.width]
+            expand = [i for i in expand if self._nodes[i].score >= bar]
+            if not expand:
+                break
+            cached = self._cache[0].offset
+            visible = np.zeros((len(expand), cached + len(expand)), dtype=bool)
+            visible[:, :context] = True
+            for row, i in enumerate(expand):
+                visible[row, cached + row] = True
+                parent = self._nodes[i].parent
+                while parent >= 0:
+                    visible[row, self._fed[parent]] = True
+                    parent = self._nodes[parent].parent
+                self._fed[i] = cached + row
+            tokens = [self._nodes[i].token for i in expand]
+            rows = forward_at(model, self._cache, tokens, [context + depth - 2] * len(expand), visible)[0]
+            passes += 1
+            first = len(self._nodes)
+            self._add_children(expand, rows)
+            level = list(range(first, len(self._nodes)))
+        return passes
+
+    def _add_children(self, parents: list[int], rows: mx.array) -> None:
+        ids, probs = top_choices(rows, self.width)
+        mx.eval(ids, probs)
+        for parent, tokens, ps in zip(parents, np.array(ids).tolist(), np.array(probs).tolist(), strict=True):
+            base = self._nodes[parent].score if parent >= 0 else 1.0
+            depth = self._nodes[parent].depth + 1 if parent >= 0 else 1
+            for token, p in zip(tokens, ps, strict=True):
+                self._nodes.append(_Node(int(token), parent, base * float(p), depth))
+
+    def _bar(self) -> float:
+        """The ``nodes``-th best score so far: nothing below it can make the tree."""
+        scores = sorted((node.score for node in self._nodes), reverse=True)
+        return scores[self.nodes - 1] if len(scores) >= self.nodes else 0.0
+
+    def _choose(self, draft_ns: int) -> TokenTree:
+        """The best nodes by score, as many as maximise the expected tokens a second."""
+        order = sorted(range(len(self._nodes)), key=lambda i: (-self._nodes[i].score, self._nodes[i].depth))
+        order = order[: self.nodes]
+        size = len(order)
+        if self.curve is not None:
+            expected = 1.0 + np.cumsum([self._nodes[i].score for i in order])
+            seconds = np.array([draft_ns / 1e9 + self.curve.at(n + 2) for n in range(len(order))])
+            size = int(np.argmax(expected / seconds)) + 1
+        chosen = sorted(order[:size], key=lambda i: (self._nodes[i].depth, i))  # a parent before its children
+        at = {node: n for n, node in enumerate(chosen)}
+        parents = []
+        for i in chosen:
+            parent = self._nodes[i].parent
+            parents.append(at[parent] if parent >= 0 else -1)
+        self._sent = TokenTree(tuple(self._nodes[i].token for i in chosen), tuple(parents))
+        self._sent_index = chosen
+        return self._sent
