@@ -23,6 +23,7 @@ from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 PROBE_COUNT = 60
 BACKEND_AUTO = "auto"  # the drafting policy's row: every worker of the bench, the set-up it chooses
+BACKEND_LOCAL_TREE = "local-tree"  # local tree SD: the local draft model drafts a tree, verified in one pass
 # A bench row kind, not a backend a worker offers: the worker drafts a tree of continuations ahead, kept
 # across rounds, and the target's machine drafts what is not ready (T = 0).
 BACKEND_PRESPEC_TREE = f"{BACKEND_STREAM}+prespec+fill+tree"
@@ -36,7 +37,7 @@ class RowSpec:
     """One configuration the bench measures."""
 
     label: str
-    kind: str  # "ar", "local", "auto" or "remote"
+    kind: str  # "ar", "local", "local-tree", "auto" or "remote"
     backend: str = ""  # remote: stream or ggml-rpc
     granularity: str = ""
     worker: str = ""
@@ -79,7 +80,11 @@ class RemoteWorker:
 
 def wire_backend(backend: str) -> str:
     """The worker backend a bench backend runs on."""
-    return BACKEND_STREAM if backend in STREAM_MODES or backend == BACKEND_AUTO else backend
+    return (
+        BACKEND_STREAM
+        if backend in STREAM_MODES or backend in (BACKEND_AUTO, BACKEND_LOCAL_TREE)
+        else backend
+    )
 
 
 def worker_label(worker: RemoteWorker) -> str:
@@ -104,6 +109,8 @@ def plan_rows(
     if with_local:
         rows.append(RowSpec("local SD", "local"))
         rows += [RowSpec(f"local SD k={k}", "local", k=k) for k in local_ks]
+        if BACKEND_LOCAL_TREE in backends:
+            rows.append(RowSpec("local tree SD", "local-tree"))
     if BACKEND_AUTO in backends:
         rows.append(RowSpec("auto", "auto"))
     for worker in workers:
@@ -147,8 +154,8 @@ def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec,
     policy); ``local`` is the local draft model's spec."""
     if row.kind == "ar":
         return DraftSpec("none")
-    if row.kind == "local":
-        return DraftSpec("local", local=local)
+    if row.kind in ("local", "local-tree"):
+        return DraftSpec(row.kind, local=local)
     addresses = tuple(w.connection.address for w in workers.values())
     if row.kind == "auto":
         return replace(remote, kind="auto", local=local, workers=addresses or ("none",))

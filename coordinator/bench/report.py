@@ -54,7 +54,7 @@ def throughput_table(rows: Sequence[RowSummary]) -> Table:
             f"{s.decode_tps:.2f}",
             _pct(s.delta_vs_ar),
             _pct(s.delta_vs_local)
-            if s.spec.kind in ("remote", "auto")
+            if s.spec.kind in ("remote", "auto", "local-tree")
             else ("baseline" if s.spec.kind == "local" else "–"),
             _num(s.effective_draft_tps),
             _num(s.local_draft_tps),

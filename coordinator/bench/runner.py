@@ -226,7 +226,9 @@ async def run_bench(
                     progress.step(f"{row.label} · {prompt.category} #{p + 1} · repeat {repeat + 1}")
                     source = await sources.open(drafts[r])
                     decoder = SpeculativeDecoder(target, source, settings.rollback)
-                    k = 0 if source is None else AUTO_K if row.kind == "auto" else row.k or settings.k
+                    # auto and trees choose their own depth each round, up to AUTO_K
+                    own_k = row.kind in ("auto", "local-tree")
+                    k = 0 if source is None else AUTO_K if own_k else row.k or settings.k
                     before = pace.snapshot() if pace is not None else {}
                     result = await runtime.compute.run(
                         decoder.generate, ids, max_tokens=settings.max_tokens, k=k, params=settings.params

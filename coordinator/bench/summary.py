@@ -301,6 +301,6 @@ def summarize(
     local = next((s for s in out if s.spec.kind == "local"), None)  # the first: at the bench's k
     for s in out:
         s.delta_vs_ar = s.decode_tps / ar_tps - 1 if s.spec.kind != "ar" else None
-        if local is not None and s.spec.kind in ("remote", "auto"):
+        if local is not None and s.spec.kind in ("remote", "auto", "local-tree"):
             s.delta_vs_local = s.decode_tps / local.decode_tps - 1
     return out

@@ -20,6 +20,7 @@ import anyio
 
 from coordinator.bench.plan import (
     BACKEND_AUTO,
+    BACKEND_LOCAL_TREE,
     BACKEND_PRESPEC_TREE,
     STREAM_MODES,
     RemoteWorker,
@@ -66,9 +67,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--backend",
         default=f"{BACKEND_AUTO},{BACKEND_STREAM},{BACKEND_PER_OP}",
         help="rows beside AR and local SD, comma-separated: auto (the set-up the drafting policy chooses, "
-        "over every worker), and per worker stream, stream+prespec+fill+tree (the worker drafts a tree of "
-        "likely continuations ahead while the target verifies and answers at once with what it has "
-        "ready; the local draft model drafts the rest; temperature 0), ggml-rpc (the per-op baseline)",
+        "over every worker), local-tree (local tree SD: the local draft model drafts a tree, sized to "
+        "the target's measured verification curve, verified in one pass), and per worker stream, "
+        "stream+prespec+fill+tree (the worker drafts a tree of likely continuations ahead while the "
+        "target verifies and answers at once with what it has ready; the local draft model drafts the "
+        "rest; temperature 0), ggml-rpc (the per-op baseline)",
     )
     p.add_argument(
         "--granularity",
@@ -142,7 +145,7 @@ def checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The backends and granularities the flags name, once every flag is checked."""
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     granularities = [g.strip() for g in args.granularity.split(",") if g.strip()]
-    known = (BACKEND_AUTO, *STREAM_MODES, BACKEND_PER_OP)
+    known = (BACKEND_AUTO, BACKEND_LOCAL_TREE, *STREAM_MODES, BACKEND_PER_OP)
     if not backends or set(backends) - set(known):
         raise InvalidArgumentError(f"--backend {args.backend!r}: use any of {', '.join(known)}")
     if set(granularities) - set(GRANULARITIES) or not granularities:

@@ -10,7 +10,10 @@ batched pass per depth (tree attention, ``specwire.models.tree_pass``):
   ``width``), so the next level holds their likeliest ``width`` children;
 * a node's score is its path's probability under the draft; a node scoring
   below the ``nodes``-th best so far cannot lead to a node the tree keeps,
-  so it is not expanded, and a round drafts no deeper than it pays.
+  so it is not expanded;
+* a round drafts no deeper than pays: another pass is made only if, at
+  best (its children carrying all of the expanded nodes' probability), it
+  raises the expected tokens a second defined below.
 
 The round then sends the target the nodes that maximise the expected tokens
 a second (Sequoia's idea, with the draft's path probabilities as the chance
@@ -167,16 +170,19 @@ class LocalTreeDraftSource:
         self._nodes, self._fed = [], {}
         context = len(self._context)
         unseen = self._context[self._cache[0].offset :]
+        started = time.perf_counter()
         rows = model(mx.array([unseen]), cache=self._cache)[0, -1:]
         self._add_children([-1], rows)
+        pass_s = time.perf_counter() - started
         passes = 1
         level = [i for i, node in enumerate(self._nodes) if node.depth == 1]
         for depth in range(2, k + 1):
             bar = self._bar()
             expand = sorted(level, key=lambda i: -self._nodes[i].score)[: self.width]
             expand = [i for i in expand if self._nodes[i].score >= bar]
-            if not expand:
+            if not expand or not self._pays(expand, time.perf_counter() - started, pass_s):
                 break
+            before = time.perf_counter()
             cached = self._cache[0].offset
             visible = np.zeros((len(expand), cached + len(expand)), dtype=bool)
             visible[:, :context] = True
@@ -192,8 +198,27 @@ class LocalTreeDraftSource:
             passes += 1
             first = len(self._nodes)
             self._add_children(expand, rows)
+            pass_s = time.perf_counter() - before
             level = list(range(first, len(self._nodes)))
         return passes
+
+    def _pays(self, expand: list[int], elapsed_s: float, pass_s: float) -> bool:
+        """Whether one more pass, expanding ``expand``, may raise the expected tokens a second.
+
+        At best it adds the whole probability of the nodes it expands (their
+        children's, shared among them) for one node each, after one more pass
+        as long as the last one.
+        """
+        if self.curve is None:
+            return True
+        scores = np.sort([node.score for node in self._nodes])[::-1][: self.nodes]
+        sizes = np.arange(1, len(scores) + 1)
+        verify = np.array([self.curve.at(n + 1) for n in sizes])
+        now = np.max((1 + np.cumsum(scores)) / (elapsed_s + verify))
+        gain = sum(self._nodes[i].score for i in expand)
+        verify_more = np.array([self.curve.at(n + 1 + len(expand)) for n in sizes])
+        best = np.max((1 + np.cumsum(scores) + gain) / (elapsed_s + pass_s + verify_more))
+        return bool(best > now)
 
     def _add_children(self, parents: list[int], rows: mx.array) -> None:
         ids, probs = top_choices(rows, self.width)
