@@ -34,11 +34,12 @@ from typing import Any, TypeVar
 from specwire.drafting.draft_tree import DraftTree
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.speculation import PrespecConfig, Speculator
+from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import Pacer
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.v1 import draft_pb2 as pb
-from specwire.wire.protocol import sampling_from_pb
+from specwire.wire.protocol import MAX_TREE_NODES, sampling_from_pb
 from worker.checks import check_k, check_open, check_token, check_tree, prespec_config
 from worker.hosting import WorkerCounters
 
@@ -173,6 +174,14 @@ class DraftSession:
             raise InvalidArgumentError(f"round seq {msg.seq} out of order; expected {self.next_seq}")
         if self.fill and not msg.appended:
             raise InvalidArgumentError(f"round {msg.seq}: a fill session's rounds must carry appended")
+        if msg.tree_nodes and (self.tree is None or not self.fill):
+            raise InvalidArgumentError(
+                f"round {msg.seq}: tree_nodes needs a session that drafts a tree and fills"
+            )
+        if msg.tree_nodes > MAX_TREE_NODES:
+            raise InvalidArgumentError(
+                f"round {msg.seq}: tree_nodes={msg.tree_nodes}; a round takes at most {MAX_TREE_NODES}"
+            )
         if msg.accepted > self._drafted:
             raise InvalidArgumentError(
                 f"round {msg.seq}: accepted {msg.accepted} exceeds the {self._drafted} drafts "
@@ -223,7 +232,12 @@ class DraftSession:
         """
         self.check_round(msg)
         branch = None
-        if self.tree is not None:
+        if self.tree is not None and msg.tree_nodes:
+            tokens, parents, probs, spent = self.tree.ready_tree(msg.appended, msg.tree_nodes, msg.k)
+            tree = TokenTree(tuple(tokens), tuple(parents)) if tokens else None
+            block = DraftBlock(tokens, None, 0, spent, tree=tree, tree_probs=probs)
+            ready = tree.depth if tree is not None else 0
+        elif self.tree is not None:
             drafts, spent = self.tree.ready(msg.appended, msg.k)
             block = DraftBlock(drafts, None, 0, spent)
             ready = len(block.tokens)

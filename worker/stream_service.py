@@ -117,6 +117,7 @@ class DraftService:
             pace=pace_to_pb(self.pace),
             compute="thread",
             pass_curve=[pb.PassTime(rows=n, seconds=s) for n, s in info.pass_curve],
+            tree_replies=bool(info.pass_curve),  # a model that can draft a tree answers with one
         )
 
     async def draft(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:

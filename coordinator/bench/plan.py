@@ -27,8 +27,10 @@ BACKEND_LOCAL_TREE = "local-tree"  # local tree SD: the local draft model drafts
 # A bench row kind, not a backend a worker offers: the worker drafts a tree of continuations ahead, kept
 # across rounds, and the target's machine drafts what is not ready (T = 0).
 BACKEND_PRESPEC_TREE = f"{BACKEND_STREAM}+prespec+fill+tree"
+# The same worker tree, sent as a tree and verified in one pass (T = 0; at T > 0 it fills as above).
+BACKEND_TREE_VERIFY = f"{BACKEND_STREAM}+tree-verify"
 # Bench backend -> the stream protocol's mode (coordinator.drafting.factory.DraftSpec.mode).
-STREAM_MODES = {BACKEND_STREAM: "stream", BACKEND_PRESPEC_TREE: "tree"}
+STREAM_MODES = {BACKEND_STREAM: "stream", BACKEND_PRESPEC_TREE: "tree", BACKEND_TREE_VERIFY: "tree-verify"}
 PROBE_BUDGET_S = 1.0
 
 
@@ -41,23 +43,23 @@ class RowSpec:
     backend: str = ""  # remote: stream or ggml-rpc
     granularity: str = ""
     worker: str = ""
-    mode: str = ""  # remote stream rows: stream or tree
+    mode: str = ""  # remote stream rows: stream, tree or tree-verify
     k: int = 0  # drafts per round (0: the bench's --k)
 
     @property
     def prespec(self) -> bool:
         """The worker drafts ahead (a tree)."""
-        return self.mode == "tree"
+        return self.mode in ("tree", "tree-verify")
 
     @property
     def fill(self) -> bool:
         """The local draft model drafts what the worker has not (coordinator.drafting.fill)."""
-        return self.mode == "tree"
+        return self.mode in ("tree", "tree-verify")
 
     @property
     def tree(self) -> bool:
         """The worker drafts a tree of continuations across rounds (T = 0)."""
-        return self.mode == "tree"
+        return self.mode in ("tree", "tree-verify")
 
 
 @dataclass

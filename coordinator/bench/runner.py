@@ -25,6 +25,7 @@ from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
+from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.prompts import Prompt
@@ -76,6 +77,10 @@ def verify(
     if isinstance(source, FilledDraftSource):
         ok, counters, identity = verify(source.remote, result)
         return ok, {**counters, "coordinator_filled": source.filled}, identity
+    if isinstance(source, RemoteTreeDraftSource):
+        ok, counters, identity = verify(source.remote, result)
+        extra = {"coordinator_tree_rounds": source.filled, "trimmed_nodes": source.trimmed}
+        return ok, {**counters, **extra}, identity
     if isinstance(source, FailoverDraftSource):
         if source.losses:
             inner = source.current
@@ -87,7 +92,8 @@ def verify(
         return verify(source.current, result)
     if isinstance(source, StreamDraftSource):
         w = source.worker_counters
-        drafted = sum(r.drafted - r.draft.filled for r in result.rounds)  # filled: drafted here
+        # filled: drafted here; trimmed: sent by the worker, left out of verification
+        drafted = sum(r.drafted - r.draft.filled + r.draft.trimmed for r in result.rounds)
         asked = sum(1 for r in result.rounds if r.draft.calls)  # the last round may not ask the worker
         counters = {
             "client_messages_sent": source.sent,
@@ -227,7 +233,7 @@ async def run_bench(
                     source = await sources.open(drafts[r])
                     decoder = SpeculativeDecoder(target, source, settings.rollback)
                     # auto and trees choose their own depth each round, up to AUTO_K
-                    own_k = row.kind in ("auto", "local-tree")
+                    own_k = row.kind in ("auto", "local-tree") or row.mode == "tree-verify"
                     k = 0 if source is None else AUTO_K if own_k else row.k or settings.k
                     before = pace.snapshot() if pace is not None else {}
                     result = await runtime.compute.run(

@@ -55,9 +55,9 @@ from specwire.drafting.token_tree import TokenTree
 from specwire.drafting.warmup import warm_drafter, warm_target
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
+from specwire.wire.protocol import MAX_TREE_NODES
 
 MAX_K = 32
-MAX_TREE_NODES = 256  # a tree's nodes in one verification pass
 VERIFY_STREAM = 1  # the acceptance test's random stream; draft blocks use 2 (specwire.drafting.drafter)
 
 

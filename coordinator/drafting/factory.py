@@ -31,6 +31,7 @@ from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve, measure_verify_curve
+from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.measured import MeasuredSetup, measure_here, titled
@@ -56,8 +57,10 @@ from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 log = logging.getLogger(__name__)
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
 KINDS = ("none", "local", "local-tree", "remote", "auto")
-MODES = REMOTE_MODES
-FILLED = ("tree",)  # the remote modes whose short answers the local draft model finishes
+TREE_VERIFY = "tree-verify"  # the worker's tree is sent as a tree, and the target verifies it in one pass
+MODES = (*REMOTE_MODES, TREE_VERIFY)
+FILLED = ("tree", TREE_VERIFY)  # the remote modes whose short answers the local draft model finishes
+TREE_REPLY_NODES = 64  # the most nodes a tree-verifying round asks for (the curve then sizes it)
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ def prespec_for(mode: str, rows: int = 0) -> pb.PreSpeculation | None:
     this many), three candidates a position (``planning.setups``)."""
     if mode == "stream":
         return None
+    if mode == TREE_VERIFY:
+        mode = "tree"
     return pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=rows, fanout=FILL_FANOUT)
 
 
@@ -216,6 +221,8 @@ class DraftSources:
         if spec.mode in FILLED:
             filler = await self.local_model(spec.local)
             remote = await self._failover(spec)
+            if spec.mode == TREE_VERIFY:
+                return RemoteTreeDraftSource(remote, filler, await self.verify_curve())
             return FilledDraftSource(remote, filler)
         return await self._failover(spec)
 
@@ -353,7 +360,7 @@ class DraftSources:
     # The builders: the only place remote draft sources are constructed.
 
     def _remote(self, connection: WorkerConnection, spec: DraftSpec) -> DraftSource:
-        if spec.mode == "tree" and not connection.hello.pass_curve:  # no tree passes: recurrent layers
+        if spec.mode in FILLED and not connection.hello.pass_curve:  # no tree passes: recurrent layers
             raise BackendUnavailableError(
                 f"worker {connection.name} cannot draft a tree: its model {connection.hello.model.spec} "
                 "has recurrent layers, whose state cannot branch (docs/hybrid-models.md); "
@@ -362,11 +369,14 @@ class DraftSources:
         if spec.backend == BACKEND_PER_OP:
             fp, timeout = self.target.fingerprint, self.access.round_timeout
             return PerOpDraftSource(self.runtime.portal, connection, fp, spec.granularity, timeout)
-        return self._stream(connection, spec.prespec)
+        nodes = TREE_REPLY_NODES if spec.mode == TREE_VERIFY else 0
+        return self._stream(connection, spec.prespec, nodes)
 
-    def _stream(self, connection: WorkerConnection, prespec: pb.PreSpeculation | None) -> StreamDraftSource:
+    def _stream(
+        self, connection: WorkerConnection, prespec: pb.PreSpeculation | None, tree_nodes: int = 0
+    ) -> StreamDraftSource:
         fp, timeout = self.target.fingerprint, self.access.round_timeout
-        return StreamDraftSource(self.runtime.portal, connection, fp, timeout, prespec)
+        return StreamDraftSource(self.runtime.portal, connection, fp, timeout, prespec, tree_nodes)
 
     # Recovery from worker loss; called from the compute thread.
 

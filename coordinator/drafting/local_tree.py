@@ -121,6 +121,7 @@ class LocalTreeDraftSource:
         self._fed: dict[int, int] = {}  # node -> its position in the draft's cache
         self._sent: TokenTree | None = None
         self._sent_index: list[int] = []  # the sent tree's node i is self._nodes[self._sent_index[i]]
+        self._grown_at: int | None = None  # where the last tree's nodes begin in the cache (None: no tree)
         self.sizes: list[int] = []  # nodes sent each round
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
@@ -129,14 +130,18 @@ class LocalTreeDraftSource:
         check_tree_support(self.draft.model, self._cache)
         prefill(self.draft.model, self._cache, list(prompt[:-1]))
         self._context = list(prompt)
-        self._nodes, self._fed, self._sent = [], {}, None
+        self._nodes, self._fed, self._sent, self._grown_at = [], {}, None, None
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Apply the last verdict, then draft a tree at most ``k`` deep."""
+        if outcome is not None:
+            self.observe(outcome)
+        return self.draft_tree(k)
+
+    def draft_tree(self, k: int) -> DraftBlock:
+        """Draft a tree at most ``k`` deep after the context as it stands."""
         if self._cache is None:
             raise InvalidArgumentError("propose() before start()")
-        if outcome is not None:
-            self._apply(outcome)
         started = time.perf_counter_ns()
         passes = self._grow(k)
         tree = self._choose(time.perf_counter_ns() - started)
@@ -147,20 +152,25 @@ class LocalTreeDraftSource:
         """Drop the draft cache."""
         self._cache = None
 
-    def _apply(self, outcome: Outcome) -> None:
+    def observe(self, outcome: Outcome) -> None:
+        """Apply a verdict (whoever drafted the tree it verified): the context grows by its tokens, and
+        the draft's cache keeps the nodes of this source's last tree that it accepted."""
+        if self._cache is None:
+            raise InvalidArgumentError("a verdict before start()")
         if outcome.accepted and not outcome.appended:
             raise InvalidArgumentError("a tree source needs the verdict's tokens (Outcome.appended)")
         appended = outcome.tokens([])
-        assert self._cache is not None
-        kept = []
-        node = -1
-        for token in appended[:-1]:  # the accepted path; the draft fed some of its nodes
-            child = self._sent.child(node, token) if self._sent is not None else None
-            if child is None or self._sent_index[child] not in self._fed:
-                break
-            kept.append(self._fed[self._sent_index[child]])
-            node = child
-        keep_positions(self._cache, len(self._context), kept)
+        if self._grown_at is not None:  # this source drafted the last round: keep what it accepted
+            kept = []
+            node = -1
+            for token in appended[:-1]:  # the accepted path; the draft fed some of its nodes
+                child = self._sent.child(node, token) if self._sent is not None else None
+                if child is None or self._sent_index[child] not in self._fed:
+                    break
+                kept.append(self._fed[self._sent_index[child]])
+                node = child
+            keep_positions(self._cache, self._grown_at, kept)
+        self._grown_at = None
         self._context.extend(appended)
 
     def _grow(self, k: int) -> int:
@@ -172,6 +182,7 @@ class LocalTreeDraftSource:
         unseen = self._context[self._cache[0].offset :]
         started = time.perf_counter()
         rows = model(mx.array([unseen]), cache=self._cache)[0, -1:]
+        self._grown_at = context  # this round's nodes are fed after the context
         self._add_children([-1], rows)
         pass_s = time.perf_counter() - started
         passes = 1

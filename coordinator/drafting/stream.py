@@ -26,6 +26,7 @@ from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.stream_call import StreamCall
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.token_tree import TokenTree
 from specwire.errors import InvalidArgumentError, RemoteWorkerError
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import (
@@ -34,6 +35,7 @@ from specwire.wire.protocol import (
     dists_from_pb,
     sampling_to_pb,
     timing_from_pb,
+    tree_from_pb,
 )
 from specwire.wire.timing import CallRecord
 
@@ -55,8 +57,10 @@ class StreamDraftSource:
         fingerprint: str,
         round_timeout: float = ROUND_TIMEOUT_S,
         prespec: pb.PreSpeculation | None = None,
+        tree_nodes: int = 0,
     ) -> None:
         self.portal = portal
+        self.tree_nodes = tree_nodes  # > 0: each Round asks for a tree of at most this many nodes
         self.connection = connection
         self.fingerprint = fingerprint
         self.round_timeout = round_timeout
@@ -74,6 +78,7 @@ class StreamDraftSource:
         self.worker_counters = pb.SessionCounters()
         self._seq = 0
         self._open_k = 0
+        self._tree_nodes = 0
         self._early: dict[int, tuple[pb.Drafts, int, int, int, int]] = {}
         self._open_record: tuple[int, int, int, int] = (0, 0, 0, 0)
 
@@ -123,6 +128,7 @@ class StreamDraftSource:
     async def open_session(self, prompt: list[int], params: SamplingParams, k: int) -> None:
         self._reset()
         self._open_k = k
+        self._tree_nodes = self.tree_nodes if params.greedy else 0  # a worker's tree drafts first choices
         self._stream = StreamCall(self.connection, DRAFT_METHOD, self.round_timeout)
         prespec = self.prespec
         if prespec is not None and prespec.tree and not params.greedy:  # a tree drafts first choices only
@@ -155,7 +161,12 @@ class StreamDraftSource:
             self._seq += 1
             seq = self._seq
             round_msg = pb.Round(
-                seq=seq, accepted=outcome.accepted, token=outcome.token, k=k, appended=appended or []
+                seq=seq,
+                accepted=outcome.accepted,
+                token=outcome.token,
+                k=k,
+                appended=appended or [],
+                tree_nodes=self._tree_nodes,
             )
             sent = await self._send(pb.DraftRequest(round=round_msg), f"round {seq}")
         drafts, raw_len, deserialize_ns, read_at, received_at = await self._receive_drafts(seq)
@@ -174,6 +185,19 @@ class StreamDraftSource:
             read_ns=read_at,
         )
         dists = dists_from_pb(drafts)
+        tree = self._tree_of(drafts, k)
+        if tree is not None:
+            return DraftBlock(
+                tokens=list(tree.tokens),
+                dists=None,
+                forward_passes=0,
+                compute_ns=drafts.timing.compute_ns,
+                calls=[record],
+                speculation=SPECULATION_NAMES.get(drafts.speculation.outcome, ""),
+                saved_ns=drafts.speculation.saved_ns,
+                tree=tree,
+                tree_probs=list(drafts.node_probs),
+            )
         tokens = list(drafts.tokens)[:k]
         return DraftBlock(
             tokens=tokens,
@@ -184,6 +208,18 @@ class StreamDraftSource:
             speculation=SPECULATION_NAMES.get(drafts.speculation.outcome, ""),
             saved_ns=drafts.speculation.saved_ns,
         )
+
+    def _tree_of(self, drafts: pb.Drafts, k: int) -> TokenTree | None:
+        """The tree a reply carries (None: a chain), or ``RemoteWorkerError`` for one not asked for."""
+        try:
+            tree = tree_from_pb(drafts)
+            if tree is not None:
+                if not self._tree_nodes:
+                    raise InvalidArgumentError("a tree of drafts where a chain was asked for")
+                tree.check(self.connection.hello.model.vocab_size, self._tree_nodes, k)
+        except InvalidArgumentError as err:
+            raise RemoteWorkerError(f"worker {self.connection.name} sent a malformed tree: {err}") from err
+        return tree
 
     async def _send(self, request: pb.DraftRequest, action: str) -> tuple[int, int, int, int]:
         """Encode and write one message; returns (send time, encode ns, bytes, when gRPC took it)."""

@@ -30,3 +30,5 @@ class DraftBlock:
     saved_ns: int = 0
     filled: int = 0  # the last drafts, made on this machine after a worker answered with fewer
     tree: TokenTree | None = None
+    tree_probs: list[float] = field(default_factory=list)  # each node's estimated chance of acceptance
+    trimmed: int = 0  # a worker's tree nodes left out of verification (they did not pay)

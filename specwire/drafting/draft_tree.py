@@ -15,9 +15,10 @@ boundaries turn out to be. Each node is a token after the verified prefix:
   worker drafts several rounds ahead along the likeliest chain while it also
   covers the likeliest corrections;
 * a Round is answered with the chain of first choices after its verdict's
-  node (``ready``); the verdict then makes that node the root and the rest
-  of the tree is dropped (``advance``), so drafting done for a later round is
-  kept.
+  node (``ready``), or, when it asks for a tree, with the best nodes under
+  that node (``ready_tree``), which the target verifies in one pass; the
+  verdict then makes that node the root and the rest of the tree is dropped
+  (``advance``), so drafting done for a later round is kept.
 
 Every expanded node holds the KV cache of its path (a ``Line``, shared with
 the nodes before it on that path), from which its children's rows are cut.
@@ -127,6 +128,38 @@ class DraftTree:
             spent += node.compute_ns
             node = node.children.get(node.first)
         return drafts, spent
+
+    def ready_tree(
+        self, appended: Sequence[int], nodes: int, depth: int
+    ) -> tuple[list[int], list[int], list[float], int]:
+        """The tree ready after a verdict that appends ``appended``: at most ``nodes`` nodes, ``depth``
+        deep, best first (each after its parent), as tokens, parent indices (-1: the verdict's last
+        token) and each node's chance of lying on the target's path; and the compute (ns) of the
+        passes that expanded them. Reads only what finished passes set (see ``_expand``)."""
+        node: Node | None = self.root
+        for token in appended:
+            node = node.children.get(token) if node is not None else None
+        tokens: list[int] = []
+        parents: list[int] = []
+        probs: list[float] = []
+        if node is None or node.first is None or nodes <= 0 or depth <= 0:
+            return tokens, parents, probs, 0
+        spent = node.compute_ns
+        base = node.probability
+        order = itertools.count()
+        heap = [(-c.probability, next(order), c, -1, 1) for c in node.children.values()]
+        heapq.heapify(heap)
+        while heap and len(tokens) < nodes:
+            _, _, child, parent, level = heapq.heappop(heap)
+            index = len(tokens)
+            tokens.append(child.token)
+            parents.append(parent)
+            probs.append(child.probability / base)
+            if child.first is not None and level < depth:  # expanded: its children are final
+                spent += child.compute_ns
+                for grandchild in child.children.values():
+                    heapq.heappush(heap, (-grandchild.probability, next(order), grandchild, index, level + 1))
+        return tokens, parents, probs, spent
 
     def advance(self, appended: Sequence[int]) -> None:
         """The verdict appended ``appended`` to the verified prefix: re-root there, drop the rest.

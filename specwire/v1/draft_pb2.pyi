@@ -156,7 +156,7 @@ class PassTime(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port", "auth_proof", "pace", "compute", "pass_curve")
+    __slots__ = ("protocol_version", "identity", "model", "backends", "draft_tokens_per_second", "max_sessions", "counters", "echo_port", "auth_proof", "pace", "compute", "pass_curve", "tree_replies")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,7 @@ class HelloReply(_message.Message):
     PACE_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_FIELD_NUMBER: _ClassVar[int]
     PASS_CURVE_FIELD_NUMBER: _ClassVar[int]
+    TREE_REPLIES_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     identity: WorkerIdentity
     model: ModelInfo
@@ -181,7 +182,8 @@ class HelloReply(_message.Message):
     pace: Pace
     compute: str
     pass_curve: _containers.RepeatedCompositeFieldContainer[PassTime]
-    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ..., echo_port: _Optional[int] = ..., auth_proof: _Optional[str] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ..., compute: _Optional[str] = ..., pass_curve: _Optional[_Iterable[_Union[PassTime, _Mapping]]] = ...) -> None: ...
+    tree_replies: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., backends: _Optional[_Iterable[str]] = ..., draft_tokens_per_second: _Optional[float] = ..., max_sessions: _Optional[int] = ..., counters: _Optional[_Union[WorkerCounters, _Mapping]] = ..., echo_port: _Optional[int] = ..., auth_proof: _Optional[str] = ..., pace: _Optional[_Union[Pace, _Mapping]] = ..., compute: _Optional[str] = ..., pass_curve: _Optional[_Iterable[_Union[PassTime, _Mapping]]] = ..., tree_replies: _Optional[bool] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "draft_top_k", "seed")
@@ -238,18 +240,20 @@ class PreSpeculation(_message.Message):
     def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., batch: _Optional[int] = ..., fill: _Optional[bool] = ..., tree: _Optional[bool] = ...) -> None: ...
 
 class Round(_message.Message):
-    __slots__ = ("seq", "accepted", "token", "k", "appended")
+    __slots__ = ("seq", "accepted", "token", "k", "appended", "tree_nodes")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     APPENDED_FIELD_NUMBER: _ClassVar[int]
+    TREE_NODES_FIELD_NUMBER: _ClassVar[int]
     seq: int
     accepted: int
     token: int
     k: int
     appended: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ..., appended: _Optional[_Iterable[int]] = ...) -> None: ...
+    tree_nodes: int
+    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ..., appended: _Optional[_Iterable[int]] = ..., tree_nodes: _Optional[int] = ...) -> None: ...
 
 class DraftReply(_message.Message):
     __slots__ = ("opened", "drafts")
@@ -326,7 +330,7 @@ class Speculation(_message.Message):
     def __init__(self, outcome: _Optional[_Union[SpeculationOutcome, str]] = ..., saved_ns: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., branches: _Optional[int] = ...) -> None: ...
 
 class Drafts(_message.Message):
-    __slots__ = ("seq", "tokens", "dist_sizes", "dist_ids", "dist_probs", "timing", "counters", "speculation")
+    __slots__ = ("seq", "tokens", "dist_sizes", "dist_ids", "dist_probs", "timing", "counters", "speculation", "parents", "node_probs")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     DIST_SIZES_FIELD_NUMBER: _ClassVar[int]
@@ -335,6 +339,8 @@ class Drafts(_message.Message):
     TIMING_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
+    NODE_PROBS_FIELD_NUMBER: _ClassVar[int]
     seq: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     dist_sizes: _containers.RepeatedScalarFieldContainer[int]
@@ -343,7 +349,9 @@ class Drafts(_message.Message):
     timing: ServerTiming
     counters: SessionCounters
     speculation: Speculation
-    def __init__(self, seq: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., dist_sizes: _Optional[_Iterable[int]] = ..., dist_ids: _Optional[_Iterable[int]] = ..., dist_probs: _Optional[_Iterable[float]] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., counters: _Optional[_Union[SessionCounters, _Mapping]] = ..., speculation: _Optional[_Union[Speculation, _Mapping]] = ...) -> None: ...
+    parents: _containers.RepeatedScalarFieldContainer[int]
+    node_probs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, seq: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., dist_sizes: _Optional[_Iterable[int]] = ..., dist_ids: _Optional[_Iterable[int]] = ..., dist_probs: _Optional[_Iterable[float]] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., counters: _Optional[_Union[SessionCounters, _Mapping]] = ..., speculation: _Optional[_Union[Speculation, _Mapping]] = ..., parents: _Optional[_Iterable[int]] = ..., node_probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Op(_message.Message):
     __slots__ = ("code", "outputs", "inputs", "args", "data")

@@ -14,12 +14,13 @@ import numpy as np
 
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams, SparseDistribution
+from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import Pace
 from specwire.errors import InvalidArgumentError
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.timing import ServerTiming
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: tree replies (Round.tree_nodes, Drafts.parents)
 SERVICE_NAME = "specwire.v1.DraftWorker"
 HELLO_METHOD = f"/{SERVICE_NAME}/Hello"
 DRAFT_METHOD = f"/{SERVICE_NAME}/Draft"
@@ -30,6 +31,7 @@ EXECUTE_METHOD = f"/{TENSOR_SERVICE_NAME}/Execute"
 BACKEND_STREAM = "stream"
 BACKEND_PER_OP = "ggml-rpc"
 MAX_K = 32
+MAX_TREE_NODES = 256  # the most nodes a Round may ask a tree of
 
 
 def sampling_to_pb(params: SamplingParams) -> pb.SamplingParams:
@@ -61,7 +63,19 @@ def drafts_to_pb(seq: int, block: DraftBlock) -> pb.Drafts:
         msg.dist_sizes.extend(d.ids.size for d in block.dists)
         msg.dist_ids.extend(np.concatenate([d.ids for d in block.dists]).tolist())
         msg.dist_probs.extend(np.concatenate([d.probs for d in block.dists]).tolist())
+    if block.tree is not None:
+        msg.parents.extend(block.tree.parents)
+        msg.node_probs.extend(block.tree_probs)
     return msg
+
+
+def tree_from_pb(msg: pb.Drafts) -> TokenTree | None:
+    """The tree of drafts a Drafts message carries (None for a chain); a malformed one is refused."""
+    if not msg.parents:
+        return None
+    if len(msg.node_probs) not in (0, len(msg.tokens)):
+        raise InvalidArgumentError("malformed Drafts: node probabilities do not match the tree's nodes")
+    return TokenTree(tuple(msg.tokens), tuple(msg.parents))
 
 
 def dists_from_pb(msg: pb.Drafts) -> list[SparseDistribution] | None:

@@ -28,9 +28,10 @@ class SessionSource:
 
     name = "session"
 
-    def __init__(self, model: LoadedModel, prespec: pb.PreSpeculation) -> None:
+    def __init__(self, model: LoadedModel, prespec: pb.PreSpeculation, tree_nodes: int = 0) -> None:
         self.model = model
         self.prespec = prespec
+        self.tree_nodes = tree_nodes  # > 0: each Round asks for a tree (a tree session's reply)
         self.totals = WorkerCounters()
         self.outcomes: list[int] = []
         self._session: DraftSession | None = None
@@ -60,7 +61,14 @@ class SessionSource:
             return DraftBlock(block.tokens[:k], block.dists[:k] if block.dists else None, 0, 0)
         self._seq += 1
         appended = list(getattr(outcome, "appended", ()))
-        msg = pb.Round(seq=self._seq, accepted=outcome.accepted, token=outcome.token, k=k, appended=appended)  # type: ignore[attr-defined]
+        msg = pb.Round(
+            seq=self._seq,
+            accepted=outcome.accepted,  # type: ignore[attr-defined]
+            token=outcome.token,  # type: ignore[attr-defined]
+            k=k,
+            appended=appended,
+            tree_nodes=self.tree_nodes,
+        )
         self._speculate()
         if self._session.fill:  # answered with what is ready; the rest is drafted next, as on a worker
             answer = self._session.answer_ready(msg)

@@ -148,3 +148,63 @@ async def test_a_tree_it_cannot_draft_ends_only_its_session(
         reply = pb.DraftReply.FromString(await good.read()).drafts
         assert reply.seq == 1 and reply.counters.rounds == 2 and reply.HasField("speculation")
         await good.done_writing()
+
+
+@pytest.mark.parametrize(("nodes", "depth"), [(1, 3), (6, 2), (40, 8)])
+def test_a_round_that_asks_for_a_tree_gets_the_best_nodes_under_its_verdict(
+    pair: tuple[LoadedModel, LoadedModel], nodes: int, depth: int
+) -> None:
+    """Every node is one of the draft's likeliest tokens after its own path, each after its parent,
+    best first, no more and no deeper than asked; the draft's first choice leads."""
+    _, draft = pair
+    session = _open(draft, batch=4, budget=6)
+    first = session.first_drafts().block.tokens
+    session.plan_speculation()
+    while session.speculate():
+        pass
+    appended = first[:2]  # the first draft accepted, then the draft's own second as the target's token
+    verdict = pb.Round(seq=1, accepted=1, token=appended[-1], k=depth, appended=appended, tree_nodes=nodes)
+    block = session.answer_ready(verdict).computed.block
+    context = [*PROMPT, *appended]
+    tree = block.tree
+    assert tree is not None and 1 <= len(tree) <= nodes and tree.depth <= depth
+    assert len(block.tree_probs) == len(tree)
+    assert block.tree_probs == sorted(block.tree_probs, reverse=True)
+    for i, token in enumerate(tree.tokens):
+        path = [tree.tokens[j] for j in tree.path(i)][:-1]
+        ids, _ = top_choices(draft.model(mx.array([context + path]))[0, -1:], 3)
+        assert token in np.array(ids)[0].tolist(), f"node {i}"
+    assert tree.tokens[0] == _greedy(draft, context, 1)[0]
+
+
+@pytest.mark.anyio
+async def test_a_tree_asked_of_a_session_that_cannot_grow_one_ends_only_that_session(
+    tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    fill = pb.PreSpeculation(enabled=True, fill=True)
+    tree = pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=4)
+    async with worker_channel(tiny_worker.address) as channel:
+        for prespec, nodes, why in [
+            (None, 4, "needs a session that drafts a tree"),
+            (fill, 4, "needs a session"),
+            (tree, 100_000, "takes at most 256"),
+        ]:
+            call = channel.stream_stream(DRAFT_METHOD)(timeout=60)
+            await call.write(open_request(tiny.fingerprint, [1, 2, 3], K, prespec))
+            assert pb.DraftReply.FromString(await call.read()).WhichOneof("kind") == "opened"
+            first = pb.DraftReply.FromString(await call.read()).drafts
+            verdict = pb.Round(seq=1, accepted=K, token=5, k=K, appended=[*first.tokens, 5], tree_nodes=nodes)
+            await call.write(pb.DraftRequest(round=verdict).SerializeToString())
+            with anyio.fail_after(30), pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert why in (err.value.details() or "")
+        healthy = channel.stream_stream(DRAFT_METHOD)(timeout=60)  # the worker serves on
+        await healthy.write(open_request(tiny.fingerprint, [1, 2, 3], K, tree))
+        assert pb.DraftReply.FromString(await healthy.read()).WhichOneof("kind") == "opened"
+        first = pb.DraftReply.FromString(await healthy.read()).drafts
+        verdict = pb.Round(seq=1, accepted=K, token=5, k=K, appended=[*first.tokens, 5], tree_nodes=8)
+        await healthy.write(pb.DraftRequest(round=verdict).SerializeToString())
+        reply = pb.DraftReply.FromString(await healthy.read()).drafts
+        assert reply.seq == 1 and len(reply.parents) == len(reply.tokens) == len(reply.node_probs) <= 8
+        await healthy.done_writing()

@@ -1,0 +1,124 @@
+"""Remote tree verification: a worker's tree of drafts, checked by the target in one pass.
+
+A worker in a tree session (``PreSpeculation`` tree and fill) keeps a tree of
+the draft model's likeliest continuations and expands it best first while
+the target verifies (``specwire.drafting.draft_tree``). Each Round here asks
+for that tree under the verdict (``Round.tree_nodes``): the worker answers at
+once with the nodes it has, best first, each with its chance of lying on the
+target's path. The target verifies the first n of them, n chosen so that
+the expected tokens of the round over the target's time for n + 1 positions
+(its measured ``VerifyCurve``) is largest: the whole tree where positions
+are free, a few nodes where each costs a pass. A chain verifies only one
+path of the tree; this verifies every path the worker has ready.
+
+When the worker has nothing ready under the verdict (the target took a path
+it had not expanded), the coordinator's own draft model drafts a tree here
+(``LocalTreeDraftSource``), so a round never waits for the worker's passes.
+That source sees every verdict, so its context stays the target's.
+
+At T > 0 a worker's tree is not drafted (it holds first choices): the
+session drafts as fill mode does, a chain the worker has ready, and the rest
+here; a chain reply is verified by rejection sampling as always.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from coordinator.drafting.base import DraftSource, Outcome
+from coordinator.drafting.fill import FilledDraftSource
+from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
+from specwire.drafting.draft_block import DraftBlock
+from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.token_tree import TokenTree
+from specwire.models import LoadedModel
+
+FIRST_K = 2  # the first round's chain, drafted by the worker on demand while it prefills the tree
+
+
+class RemoteTreeDraftSource:
+    """A worker's trees, sized to the target's curve, and a local tree when it has none (module docstring)."""
+
+    def __init__(self, remote: DraftSource, draft: LoadedModel, curve: VerifyCurve) -> None:
+        self.remote = remote
+        self.curve = curve
+        self.local = LocalTreeDraftSource(draft, curve)
+        self.chains = FilledDraftSource(remote, draft)  # T > 0: the worker's chains, filled here
+        self.name = f"{remote.name}+tree-verify+local-tree:{draft.spec}"
+        self.filled = 0  # rounds the local draft model drafted, the worker having nothing ready
+        self.trimmed = 0  # nodes the worker sent that did not pay to verify
+        self._sampled = False
+        self._last: list[int] = []  # the drafts of a chain round (the first), whose verdict names none
+
+    @property
+    def losses(self) -> list:
+        """Workers lost on the way (the remote source's record)."""
+        return list(getattr(self.remote, "losses", []))
+
+    def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
+        """Open the worker's session (it prefills meanwhile), then prefill the local draft model."""
+        self.filled = self.trimmed = 0
+        self._sampled = not params.greedy
+        if self._sampled:
+            self.chains.start(prompt, params, k)
+            return
+        self._last = []
+        self.remote.start(prompt, params, min(k, FIRST_K))
+        self.local.start(prompt, params, k)
+
+    def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
+        """Send the verdict; verify the worker's tree, or one drafted here if it has none ready."""
+        if self._sampled:
+            return self.chains.propose(k, outcome)
+        if outcome is None:  # the Open's answer: a short chain the worker drafted on demand
+            block = self.remote.propose(min(k, FIRST_K), None)
+            self._last = list(block.tokens)
+            return block
+        # spelt out: the worker and the local tree each drafted some of the rounds
+        outcome = Outcome(outcome.accepted, outcome.token, tuple(outcome.tokens(self._last)))
+        self.local.observe(outcome)
+        self._last = []
+        block = self.remote.propose(k, outcome)
+        if block.tree is not None:
+            return self._sized(block)
+        self.filled += 1
+        local = self.local.draft_tree(k)
+        return replace(local, calls=block.calls, speculation=block.speculation, filled=len(local.tokens))
+
+    def _sized(self, block: DraftBlock) -> DraftBlock:
+        """The tree's first n nodes (a tree too: each node comes after its parent), n from the curve."""
+        tree = block.tree
+        assert tree is not None
+        if len(block.tree_probs) != len(tree):
+            return block
+        expected = 1.0 + np.cumsum(block.tree_probs)
+        seconds = np.array([self.curve.at(n + 1) for n in range(1, len(tree) + 1)])
+        n = int(np.argmax(expected / seconds)) + 1
+        if n == len(tree):
+            return block
+        self.trimmed += len(tree) - n
+        sized = TokenTree(tree.tokens[:n], tree.parents[:n])
+        return replace(
+            block,
+            tokens=list(sized.tokens),
+            tree=sized,
+            tree_probs=block.tree_probs[:n],
+            trimmed=len(tree) - n,
+        )
+
+    def close(self) -> None:
+        """End the worker's session and drop the local caches."""
+        if self._sampled:
+            self.chains.close()
+            return
+        self.local.close()
+        self.remote.close()
+
+    def abort(self) -> None:
+        """Drop the worker's session at once."""
+        abort = getattr(self.remote, "abort", None)
+        if abort is not None:
+            abort()

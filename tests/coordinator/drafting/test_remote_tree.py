@@ -1,0 +1,122 @@
+"""Remote tree verification: a worker's tree under each verdict, verified in one pass.
+
+In-process first (the worker's session code without gRPC, on tiny models
+that disagree), then through a real worker over gRPC: the output is the
+target's own at T = 0, rounds are served from the worker's tree and, when it
+has nothing ready, from a tree drafted here, and the worker's counters
+account for every node it sent. A malformed tree ends the session with a
+clear error naming the worker.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.drafting.local_tree import VerifyCurve
+from coordinator.drafting.remote_tree import RemoteTreeDraftSource
+from coordinator.drafting.stream import StreamDraftSource
+from coordinator.runtime import coordinator_runtime
+from coordinator.workers.connection import connect
+from specwire.drafting.sampling import SamplingParams
+from specwire.errors import RemoteWorkerError
+from specwire.models import LoadedModel, load_model
+from specwire.v1 import draft_pb2 as pb
+from tests.support.credentials import credentials
+from tests.support.prompts import PROMPTS
+from tests.support.session_source import SessionSource
+from tests.support.tiny_models import disagreeing_pair
+from tests.support.workers import WorkerProcess
+
+TREE = pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=4, fanout=2)
+FLAT = VerifyCurve((1, 64), (1.0, 1.0))  # positions are free: every node the worker sends is verified
+
+
+@pytest.mark.parametrize("budget", [1, 3, 8])
+def test_worker_trees_are_lossless_and_a_worker_with_none_ready_leaves_a_local_tree(budget: int) -> None:
+    target, draft = disagreeing_pair()
+    prompt, params = [2, 5, 1], SamplingParams()
+    ar = SpeculativeDecoder(target).generate(prompt, max_tokens=60, k=0, params=params)
+    worker = SessionSource(draft, pb.PreSpeculation(**{**_fields(TREE), "budget": budget}), tree_nodes=16)
+    source = RemoteTreeDraftSource(worker, draft, FLAT)
+    result = SpeculativeDecoder(target, source).generate(prompt, max_tokens=60, k=6, params=params)
+    assert result.tokens == ar.tokens
+    trees = [r for r in result.rounds[1:] if r.draft.tree is not None and not r.draft.filled]
+    local = [r for r in result.rounds[1:] if r.draft.filled]
+    assert len(trees) + len(local) == len(result.rounds) - 1 - (result.rounds[-1].k == 0)
+    assert local and source.filled == len(local)
+    if budget >= 3:  # a worker that runs ahead serves rounds from its own tree
+        assert trees
+    if budget >= 8:  # far enough ahead that the target accepts deep into it
+        assert max(r.accepted for r in trees) >= 2
+
+
+def _fields(msg: pb.PreSpeculation) -> dict:
+    return {f.name: getattr(msg, f.name) for f, _ in msg.ListFields()}
+
+
+def test_a_tree_is_cut_to_what_pays_on_the_verification_curve() -> None:
+    target, draft = disagreeing_pair()
+    steep = VerifyCurve((1, 2, 64), (1.0, 2.0, 64.0))  # each position a pass: a tree rarely pays
+    worker = SessionSource(draft, pb.PreSpeculation(**{**_fields(TREE), "budget": 8}), tree_nodes=16)
+    source = RemoteTreeDraftSource(worker, draft, steep)
+    SpeculativeDecoder(target, source).generate([2, 5, 1], max_tokens=40, k=6, params=SamplingParams())
+    assert source.trimmed > 0  # the source counts the nodes it left out
+
+
+@pytest.mark.anyio
+async def test_trees_through_a_worker_are_lossless_and_every_node_is_counted(
+    tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    prompt = tiny.tokenizer.encode(PROMPTS[0])
+    draft = load_model("tiny")
+    async with coordinator_runtime() as runtime:
+        connection = await connect(tiny_worker.address, credentials())
+        try:
+            remote = StreamDraftSource(
+                runtime.portal, connection, tiny.fingerprint, prespec=TREE, tree_nodes=24
+            )
+            source = RemoteTreeDraftSource(remote, draft, FLAT)
+            decoder = SpeculativeDecoder(tiny, source)
+            params = SamplingParams()
+            ar = await runtime.compute.run(
+                SpeculativeDecoder(tiny).generate, prompt, max_tokens=48, k=0, params=params
+            )
+            result = await runtime.compute.run(decoder.generate, prompt, max_tokens=48, k=6, params=params)
+            assert result.tokens == ar.tokens
+            counters = remote.worker_counters
+            asked = [r for r in result.rounds if r.draft.calls]
+            assert counters.rounds == len(asked)
+            assert counters.draft_tokens == sum(r.drafted - r.draft.filled + r.draft.trimmed for r in asked)
+        finally:
+            await connection.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("tokens", "parents", "says"),
+    [
+        ([5, 6], [-1], "one parent per token"),
+        ([5, 6], [-1, 1], "must be an earlier node"),
+        ([5, 6, 7], [-1, 0, 1], "at most 2"),
+        ([5, 6, 7, 8, 9, 10, 11], [-1, 0, 1, 2, 3, 4, 5], "7 deep"),
+        ([5, 60_000], [-1, 0], "outside a vocabulary"),
+    ],
+)
+async def test_a_malformed_tree_from_a_worker_is_refused_naming_it(
+    tiny_worker: WorkerProcess, tiny: LoadedModel, tokens: list[int], parents: list[int], says: str
+) -> None:
+    async with coordinator_runtime() as runtime:
+        connection = await connect(tiny_worker.address, credentials())
+        try:
+            remote = StreamDraftSource(
+                runtime.portal, connection, tiny.fingerprint, prespec=TREE, tree_nodes=2
+            )
+            remote._tree_nodes = 8 if says == "7 deep" else 2
+            drafts = pb.Drafts(seq=1, tokens=tokens, parents=parents)
+            with pytest.raises(
+                RemoteWorkerError, match=rf"worker {connection.name} sent a malformed tree: .*{says}"
+            ):
+                remote._tree_of(drafts, k=6)
+        finally:
+            await connection.close()
