@@ -88,6 +88,8 @@ def _row(
 ) -> tuple[float, dict[str, float]] | None:
     if row["kind"] == "ar":
         return ar_tok_s(target), {"verify": target.verify_s(1) * 1e3}
+    if row["kind"] == "local-tree" or row.get("mode") == "tree-verify":  # no model of tree verification yet
+        return None
     if row.get("k") and int(row["k"]) != k:  # a row at a k of its own (bench --local-k)
         k = int(row["k"])
         acceptance = planned.acceptance(profile) if k == profile.k else _acceptance_at(profile, k)

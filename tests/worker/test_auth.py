@@ -23,7 +23,14 @@ from specwire.v1 import draft_pb2 as pb
 from specwire.wire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
 from specwire.wire.bonjour import SERVICE_TYPE, WorkerAdvert
 from specwire.wire.echo_frames import AUTHENTICATE, ECHO, HEADER
-from specwire.wire.protocol import DRAFT_METHOD, ECHO_METHOD, ECHO_STREAM_METHOD, EXECUTE_METHOD, HELLO_METHOD
+from specwire.wire.protocol import (
+    DRAFT_METHOD,
+    ECHO_METHOD,
+    ECHO_STREAM_METHOD,
+    EXECUTE_METHOD,
+    HELLO_METHOD,
+    PROTOCOL_VERSION,
+)
 from tests.support.cli import one_error_line, run_cli
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 
@@ -156,7 +163,9 @@ def test_coordinator_without_the_token_gets_a_clear_error(tiny_worker: WorkerPro
 async def advertise(name: str, port: int, extra: dict[str, str], fingerprint: str) -> AsyncZeroconf:
     """A Bonjour record with no real worker behind the port's proof."""
     zc = AsyncZeroconf(interfaces=["127.0.0.1"], ip_version=IPVersion.V4Only)
-    advert = WorkerAdvert(name, ("127.0.0.1",), port, 1, ("stream",), "default", fingerprint, extra=extra)
+    advert = WorkerAdvert(
+        name, ("127.0.0.1",), port, PROTOCOL_VERSION, ("stream",), "default", fingerprint, extra=extra
+    )
     info = AsyncServiceInfo(
         SERVICE_TYPE,
         f"{name}.{SERVICE_TYPE}",

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from coordinator.drafting.auto import START_MARGIN
+from coordinator.planning.setups import MODES
 from tests.support.cli import run_cli
 from tests.support.workers import WorkerProcess
 
@@ -259,5 +261,11 @@ def test_plan_measures_this_set_up_and_predicts_what_auto_chooses_from(
     assert worker["colocated"] is True
     assert {("ar", ""), ("local", ""), ("stream", title)} == modes
     best = max(plan["rows"], key=lambda r: r["tok_s"])
-    assert plan["auto"]["tok_s"] == pytest.approx(best["tok_s"])
+    # auto takes the simplest set-up predicted within START_MARGIN of the fastest
+    assert plan["auto"]["tok_s"] >= best["tok_s"] * (1 - START_MARGIN)
+    simplest = min(
+        (r for r in plan["rows"] if r["tok_s"] >= best["tok_s"] * (1 - START_MARGIN)),
+        key=lambda r: MODES.index(r["mode"]),
+    )
+    assert plan["auto"]["setup"].startswith(simplest["setup"])
     assert f"auto would choose {plan['auto']['setup']}" in out.stdout
