@@ -49,7 +49,8 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/pytest -n auto --dist loadfile --durations=30
+	$(BIN)/pytest -n auto --dist loadfile -m "not serial" --durations=30
+	$(BIN)/pytest -m serial --durations=5
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -46,6 +46,9 @@ REPEATS = 4  # bench runs per delay
 MAX_TOKENS = 48
 RELATIVE = 0.15
 NOISE_MS = {"network": 0.15, "protocol": 0.45, "compute": 1.0}  # measured: 0.07, 0.28, 0.68
+LATE_WAKEUPS = (
+    0.5  # a loaded machine's relay holds up to this much past the delay (seen: 0.23, two test processes)
+)
 
 
 def summary(size: int, p50_us: float) -> RttSummary:
@@ -197,6 +200,7 @@ def within(measured: float, expected: float, share: str) -> bool:
     return abs(measured - expected) <= max(RELATIVE * abs(expected), NOISE_MS[share])
 
 
+@pytest.mark.serial
 def test_added_delay_lands_in_the_network_share_only(tmp_path: Path) -> None:
     base, slow = measure(tmp_path)
     shares = f"no delay {base}, +{ADDED_DELAY_MS} ms each way {slow}"

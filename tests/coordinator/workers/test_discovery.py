@@ -20,7 +20,7 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError
 from specwire.models import LoadedModel
 from specwire.v1 import draft_pb2 as pb
-from specwire.wire.protocol import DRAFT_METHOD
+from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
 from tests.support.cli import one_error_line, run_cli
 from tests.support.credentials import channel as worker_channel
 from tests.support.credentials import credentials
@@ -50,7 +50,7 @@ async def test_discover_lists_worker_with_txt_matching_what_it_serves(tiny_worke
     assert row["backends"] == list(hello.backends)
     assert row["pid"] == hello.identity.pid == worker.pid
     assert row["draft_tok_s"] == pytest.approx(hello.draft_tokens_per_second, abs=0.01)
-    assert row["protocol_version"] == hello.protocol_version == 1
+    assert row["protocol_version"] == hello.protocol_version == PROTOCOL_VERSION
 
 
 async def test_discover_table_output(tiny_worker: WorkerProcess) -> None:

@@ -29,6 +29,7 @@ def pass_times_ms(model: LoadedModel, passes: int, positions: int = 1) -> np.nda
     return np.array(times)
 
 
+@pytest.mark.serial
 def test_a_paced_pass_takes_its_profile_s_time(tiny: LoadedModel) -> None:
     pacer = Pacer(PassCurve(decode_tok_s=1e3 / PACED_MS, prefill_tok_s=1e3 / PACED_MS * 5), "test")
     paced = pace_model(tiny, pacer)
