@@ -22,11 +22,11 @@ from specwire.wire.auth import TOKEN_ENV
 from tests.support.isolation import can_isolate, enter_own_network_namespace
 from tests.support.workers import WorkerProcess, running_worker, unique_name
 
-PARALLEL_PROCESSES = 2
+PARALLEL_PROCESSES = 3  # on 2 cores: most tests wait on worker processes, and timing tests run alone
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto` (make test): two processes where each can have a loopback of its own, else one."""
+    """`-n auto` (make test): three processes where each can have a loopback of its own, else one."""
     return PARALLEL_PROCESSES if can_isolate() else 0
 
 

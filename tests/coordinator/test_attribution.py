@@ -46,9 +46,6 @@ REPEATS = 4  # bench runs per delay
 MAX_TOKENS = 48
 RELATIVE = 0.15
 NOISE_MS = {"network": 0.15, "protocol": 0.45, "compute": 1.0}  # measured: 0.07, 0.28, 0.68
-LATE_WAKEUPS = (
-    0.5  # a loaded machine's relay holds up to this much past the delay (seen: 0.23, two test processes)
-)
 
 
 def summary(size: int, p50_us: float) -> RttSummary:
