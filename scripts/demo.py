@@ -40,6 +40,8 @@ REAL_BENCH = ["--max-tokens", "16", "--k", "4", "--plot", "demo-bench.png", "--j
 PACED_BENCH = ["--pace", "paper:m2-ultra", "--target", "tiny", "--draft", "tiny-draft", "--max-tokens", "64"]
 PACED_BENCH += ["--backend", "auto,stream,stream+prespec+fill+tree,ggml-rpc", "--granularity", "op,token"]
 PACED_BENCH += ["--k", "2", "--local-k", "4", "--json", "demo-paced-bench.json"]
+# A row whose pace a busy 2-core machine could not hold is marked NOT HELD and named below, not fatal.
+PACED_BENCH += ["--allow-overruns"]
 PACED_PLOT = "demo-paced.png"  # the rows beside the paper's Table 11 and the planner's prediction
 FAST_BENCH = ["--target", "tiny", "--draft", "tiny", "--granularity", "op,layer,token,round"]
 FAST_BENCH += ["--max-tokens", "64", "--k", "4", "--json", "demo-fast-bench.json"]
@@ -183,10 +185,26 @@ def paced_part(argv: list[str] | None = None) -> int:
     finally:
         stop(processes)
     if code == 0:
+        say_not_held(report)
         plan = [sys.executable, "-m", "coordinator.cli", "plan", "--profile", "paper"]
         check = [*plan, "--check-bench", report, "--plot", PACED_PLOT]
         code = subprocess.run(check, check=False).returncode
     return code
+
+
+def say_not_held(report: str) -> None:
+    """Name the rows whose paced compute overran (the bench marks them NOT HELD in its tables)."""
+    try:
+        rows = json.loads(Path(report).read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        return
+    missed = [r["label"] for r in rows if (r.get("pace") or {}).get("held") is False]
+    if missed:
+        print(
+            f"demo: the pace was not held on {', '.join(missed)}: this machine was too busy to emulate the "
+            "Macs exactly there (more than 1% of a side's passes overran); rerun on an idle machine",
+            file=sys.stderr,
+        )
 
 
 def real_part(argv: list[str], fast: bool) -> int:

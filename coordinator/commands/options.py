@@ -48,7 +48,8 @@ def add_interface_argument(p: argparse.ArgumentParser) -> None:
 DRAFT_HELP = (
     "how to draft: auto (the set-up predicted fastest on this machine and its workers, re-decided as "
     "rounds are measured), local[:SPEC] (a draft model here; SPEC defaults to --local-draft), "
-    "remote[:MODE] (one worker; MODE stream or tree, default stream), or none "
+    "local-tree[:SPEC] (the same model drafting a tree, verified in one pass), remote[:MODE] (one "
+    "worker; MODE stream, tree, or tree-verify: its tree verified whole; default stream), or none "
     "(autoregressive)"
 )
 
@@ -61,7 +62,8 @@ def add_drafting_arguments(p: argparse.ArgumentParser, k_default: int = 4) -> No
         "--k",
         type=int,
         default=k_default,
-        help="drafts per round for --draft local and remote (auto chooses its own k each round)",
+        help="drafts per round for --draft local and remote; for trees, the deepest a round goes (auto "
+        "chooses its own k each round)",
     )
     p.add_argument(
         "--local-draft",
