@@ -164,10 +164,10 @@ class SpeculativeDecoder:
             t1 = time.perf_counter_ns()
             if block.tree is not None:  # no deeper than k: every accepted path fits in max_tokens
                 block.tree.check(self.target.vocab_size, MAX_TREE_NODES, k_round)
-            path, token, rollback_ns = self._verify(rollback, pending, block, params, rng)
+            kept, token, rollback_ns = self._verify(rollback, pending, block, params, rng)
             t2 = time.perf_counter_ns()
-            accepted = len(path)
-            emitted = [*(block.tokens[node] for node in path), token]
+            accepted = len(kept)
+            emitted = [*kept, token]
             stop = next((i for i, t in enumerate(emitted) if t in self.target.eos_token_ids), None)
             if stop is not None:
                 emitted = emitted[:stop]
@@ -210,7 +210,7 @@ class SpeculativeDecoder:
         params: SamplingParams,
         rng: np.random.Generator,
     ) -> tuple[list[int], int, int]:
-        """The accepted drafts (their indices), the target's token, and the ns rolling back the rest took."""
+        """The accepted drafts, the target's token, and the ns rolling back the rest took."""
         if block.tree is not None:
             return self._verify_tree(rollback, pending, block.tree, params, rng)
         drafts = block.tokens
@@ -220,7 +220,7 @@ class SpeculativeDecoder:
         else:
             rows = np.array(logits.astype(mx.float32))
             accepted, token = accept_sampled(rows, drafts, block.dists or [], params, rng)
-        return list(range(accepted)), token, rollback.keep_first(accepted + 1)
+        return drafts[:accepted], token, rollback.keep_first(accepted + 1)
 
     def _verify_tree(
         self,
@@ -235,4 +235,4 @@ class SpeculativeDecoder:
             path, token = accept_tree_greedy(np.array(mx.argmax(logits, axis=-1)).tolist(), tree)
         else:
             path, token = accept_tree_sampled(np.array(logits.astype(mx.float32)), tree, params, rng)
-        return path, token, rollback.keep_path(path)
+        return [tree.tokens[node] for node in path], token, rollback.keep_path(path)

@@ -74,6 +74,7 @@ class Rollback:
         self.position = position  # tokens the cache holds once the prompt is prefilled
         self.fed: list[int] = []
         self.states: dict[int, LayerStates] = {}
+        self._trees_checked = False
 
     @property
     def strategy(self) -> str:
@@ -97,7 +98,9 @@ class Rollback:
 
     def verify_tree(self, pending: int, tree: TokenTree) -> mx.array:
         """The logits after ``pending`` and after each node of ``tree``: one pass, [1, n + 1, vocab]."""
-        check_tree_support(self.model, self.cache)
+        if not self._trees_checked:  # once a generation: the model and its cache do not change
+            check_tree_support(self.model, self.cache)
+            self._trees_checked = True
         rooted = tree.rooted(pending)
         self.fed = list(rooted.tokens)
         prefix = np.ones((len(rooted), self.position), dtype=bool)

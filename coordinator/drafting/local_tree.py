@@ -70,6 +70,14 @@ class VerifyCurve:
             return self.seconds[-1] * positions / self.positions[-1]
         return float(np.interp(positions, self.positions, self.seconds))
 
+    def best_size(self, probs: Sequence[float], fixed_s: float = 0.0) -> int:
+        """How many of the nodes (best first, with each one's chance of acceptance ``probs``) maximise
+        expected tokens a second: (1 + their chances) / (``fixed_s`` + a verification over them and the
+        last verified token)."""
+        expected = 1.0 + np.cumsum(probs)
+        seconds = np.array([fixed_s + self.at(n + 1) for n in range(1, len(probs) + 1)])
+        return int(np.argmax(expected / seconds)) + 1
+
     def __str__(self) -> str:
         return ", ".join(f"{p}: {s * 1e3:.2f} ms" for p, s in zip(self.positions, self.seconds, strict=True))
 
@@ -251,9 +259,7 @@ class LocalTreeDraftSource:
         order = order[: self.nodes]
         size = len(order)
         if self.curve is not None:
-            expected = 1.0 + np.cumsum([self._nodes[i].score for i in order])
-            seconds = np.array([draft_ns / 1e9 + self.curve.at(n + 2) for n in range(len(order))])
-            size = int(np.argmax(expected / seconds)) + 1
+            size = self.curve.best_size([self._nodes[i].score for i in order], draft_ns / 1e9)
         chosen = sorted(order[:size], key=lambda i: (self._nodes[i].depth, i))  # a parent before its children
         at = {node: n for n, node in enumerate(chosen)}
         parents = []

@@ -26,8 +26,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
-
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
@@ -94,9 +92,7 @@ class RemoteTreeDraftSource:
         assert tree is not None
         if len(block.tree_probs) != len(tree):
             return block
-        expected = 1.0 + np.cumsum(block.tree_probs)
-        seconds = np.array([self.curve.at(n + 1) for n in range(1, len(tree) + 1)])
-        n = int(np.argmax(expected / seconds)) + 1
+        n = self.curve.best_size(block.tree_probs)
         if n == len(tree):
             return block
         self.trimmed += len(tree) - n

@@ -185,28 +185,19 @@ class StreamDraftSource:
             read_ns=read_at,
         )
         dists = dists_from_pb(drafts)
-        tree = self._tree_of(drafts, k)
-        if tree is not None:
-            return DraftBlock(
-                tokens=list(tree.tokens),
-                dists=None,
-                forward_passes=0,
-                compute_ns=drafts.timing.compute_ns,
-                calls=[record],
-                speculation=SPECULATION_NAMES.get(drafts.speculation.outcome, ""),
-                saved_ns=drafts.speculation.saved_ns,
-                tree=tree,
-                tree_probs=list(drafts.node_probs),
-            )
-        tokens = list(drafts.tokens)[:k]
+        tree = self._tree_of(
+            drafts, k
+        )  # a tree keeps all its nodes (k bounds its depth); a chain its first k
         return DraftBlock(
-            tokens=tokens,
+            tokens=list(drafts.tokens) if tree is not None else list(drafts.tokens)[:k],
             dists=dists[:k] if dists is not None else None,
-            forward_passes=len(drafts.tokens),
+            forward_passes=0 if tree is not None else len(drafts.tokens),
             compute_ns=drafts.timing.compute_ns,
             calls=[record],
             speculation=SPECULATION_NAMES.get(drafts.speculation.outcome, ""),
             saved_ns=drafts.speculation.saved_ns,
+            tree=tree,
+            tree_probs=list(drafts.node_probs),
         )
 
     def _tree_of(self, drafts: pb.Drafts, k: int) -> TokenTree | None:
