@@ -32,7 +32,7 @@ git rev-parse HEAD > "$LOG_DIR/commit.txt" 2>/dev/null || true
 pids=()
 for g in "${groups[@]}"; do
   paths=$(group_paths "$g") || exit 2
-  timeout "$LIMIT" unshare -n sh -c "python3 scripts/gpu/loopback_up.py && exec python3 -m pytest \
+  timeout "$LIMIT" unshare -n sh -c "python3 -m tests.support.isolation && exec python3 -m pytest \
     -p no:cacheprovider -rfEs --tb=short -q --durations=10 --junitxml='$LOG_DIR/gpu-$g.xml' $paths" \
     > "$LOG_DIR/gpu-$g.log" 2>&1 &
   pids+=($!)

@@ -40,11 +40,14 @@ def enter_own_network_namespace() -> None:
     if libc.unshare(CLONE_NEWNET) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"unshare(CLONE_NEWNET): {os.strerror(errno)}")
-    _loopback_up()
+    loopback_up()
 
 
-def _loopback_up() -> None:
-    """A new namespace starts with `lo` down; bring it up without needing `ip`."""
+def loopback_up() -> None:
+    """A new namespace starts with `lo` down; bring it up without needing `ip`.
+
+    ``python3 -m tests.support.isolation`` does only this (scripts/gpu/suite.sh, inside ``unshare -n``).
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH", fcntl.ioctl(sock, SIOCGIFFLAGS, request)[:18])[1]
@@ -62,3 +65,7 @@ def _probe_in_child() -> bool:
         os._exit(0)
     _, status = os.waitpid(pid, 0)
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+if __name__ == "__main__":
+    loopback_up()
