@@ -40,7 +40,8 @@ from coordinator.planning.against_profile import load_checked
 from coordinator.planning.from_bench import check_bench, unmodelled
 from coordinator.planning.measured import MeasuredSetup
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
-from coordinator.planning.setups import best_per_mode
+from coordinator.planning.setups import TREE_DEPTH, best_per_mode
+from coordinator.planning.tree_verify import local_tree, remote_tree
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.speculation import TREE_ROWS
 from specwire.emulation.paper import load_profile
@@ -154,6 +155,11 @@ def project_profile(profile: Profile, ceiling_rounds: int = 0) -> dict[str, Any]
             }
             | {"best_tok_s": best_local.tok_s, "parts_ms": {}}
         )
+        tree = local_tree(profile, TREE_DEPTH)
+        rows.append(
+            {"machine": "target machine", "backend": "local tree SD", "k": TREE_DEPTH, "tok_s": tree.tok_s}
+            | {"best_k": TREE_DEPTH, "best_tok_s": tree.tok_s, "parts_ms": {}, "nodes": tree.nodes}
+        )
     # Each backend's transport at a given k (pre-speculation's depends on k: branches need k passes).
     fixed: dict[str, Transport] = {"stream": planned.stream(profile)}
     if profile.ops_per_pass:
@@ -177,8 +183,12 @@ def project_profile(profile: Profile, ceiling_rounds: int = 0) -> dict[str, Any]
                 {"machine": machine.name, "backend": name, "k": k, "tok_s": p.tok_s, "best_k": best.k}
                 | {"best_tok_s": best.tok_s, "parts_ms": parts}
             )
-        if profile.local_draft is not None and ceiling_rounds:  # the tree: a Monte Carlo, like the ceiling
+        if profile.local_draft is not None and ceiling_rounds:  # the trees: Monte Carlos, like the ceiling
             rows.append(_tree_row(profile, machine, k, ceiling_rounds))
+            rows.append(_tree_verify_row(profile, [machine], ceiling_rounds))
+    drafting = [m for m in profile.workers if m.draft is not None]
+    if profile.local_draft is not None and ceiling_rounds and len(drafting) > 1:
+        rows.append(_tree_verify_row(profile, drafting, ceiling_rounds))
     for row in rows:
         row["delta_vs_ar"] = row["tok_s"] / ar - 1
         row["delta_vs_local"] = None if local is None else row["tok_s"] / local - 1
@@ -213,6 +223,20 @@ def _tree_row(profile: Profile, machine: Machine, k: int, rounds: int) -> dict[s
         "best_tok_s": by_k[best_k],
         "parts_ms": {},
         "rows": TREE_ROWS,
+    }
+
+
+def _tree_verify_row(profile: Profile, machines: list[Machine], rounds: int) -> dict[str, Any]:
+    """``machines`` growing one tree, verified in one pass a round (``planning.tree_verify``)."""
+    t = remote_tree(profile, machines, TREE_DEPTH, TREE_ROWS, rounds)
+    name = " + ".join(m.name for m in machines)
+    return {"machine": name, "backend": "stream+tree-verify", "k": TREE_DEPTH, "tok_s": t.tok_s} | {
+        "best_k": TREE_DEPTH,
+        "best_tok_s": t.tok_s,
+        "parts_ms": {},
+        "rows": TREE_ROWS,
+        "nodes": t.nodes,
+        "local_trees": t.local_share,
     }
 
 

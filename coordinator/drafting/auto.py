@@ -9,12 +9,13 @@ every set-up it could run (``coordinator.planning.setups``), cached by
 temperature and acceptance.
 
 ``AutoDraftSource`` is the draft source of one generation. It starts on the
-fastest predicted set-up (AR, local SD or a worker in one of the stream
-protocol's modes, with its k) and tells the engine each round's k (0 for an
+fastest predicted set-up (AR, local SD, local tree SD, or a worker in one of
+the stream protocol's modes, with its k) and tells the engine each round's k (0 for an
 autoregressive round). After every round it learns:
 
-* the pair's acceptance (a moving average of accepted per drafted), which
-  moves every prediction;
+* the pair's acceptance (a moving average of accepted per drafted, from
+  chain rounds: a tree's accepted path may take any of the draft's choices),
+  which moves every prediction;
 * the current set-up's measured tok/s over its last ``WINDOW`` rounds, as a
   share of what the model predicts for it: every set-up is then expected
   to give its prediction times its own measured share, or, never measured,
@@ -97,7 +98,7 @@ class Planner:
         self.modes = tuple(modes) if modes is not None else None
         self._ranking: dict[tuple[bool, float, float, frozenset[str]], list[Predicted]] = {}
         self._prior: dict[float, float] = {}
-        self._trees: dict[tuple[float, str], Predicted] = {}
+        self._trees: dict[tuple[float, str, str], Predicted] = {}  # by temperature, worker, mode
 
     def prior(self, temperature: float) -> float:
         """The calibrated per-draft acceptance at ``temperature``."""
@@ -120,8 +121,9 @@ class Planner:
     def _rank(self, temperature: float, alpha: float, lost: frozenset[str]) -> list[Predicted]:
         base = self.measured.profile(temperature, alpha)
         modes = self.modes if self.modes is not None else MODES
-        here = [m for m in modes if m in ("ar", "local")]
-        out = ranked(base, [s for s in candidates(base, temperature <= 0, here) if not s.remote])
+        trees = self.measured.trees
+        here = [m for m in modes if m in ("ar", "local", "local-tree")]
+        out = ranked(base, [s for s in candidates(base, temperature <= 0, here, trees=trees) if not s.remote])
         for worker in self.measured.workers:
             if worker.title in lost:
                 continue
@@ -130,10 +132,13 @@ class Planner:
             # A worker on this machine computes on its processors: drafting there while the target
             # verifies overlaps nothing, so only drafting on demand is planned for it.
             own = ("stream",) if worker.colocated else modes
-            setups = [s for s in candidates(profile, temperature <= 0, own, no_tree) if s.remote]
-            out += ranked(profile, [s for s in setups if s.mode != "tree"])
+            setups = [s for s in candidates(profile, temperature <= 0, own, no_tree, trees) if s.remote]
+            out += ranked(profile, [s for s in setups if s.mode == "stream"])
             if any(s.mode == "tree" for s in setups):
                 out.append(self._tree(temperature, alpha, worker))
+            verify = next((s for s in setups if s.mode == "tree-verify"), None)
+            if verify is not None:
+                out.append(self._tree_verify(temperature, alpha, verify))
         return sorted(out, key=lambda p: -p.tok_s)
 
     def _tree(self, temperature: float, alpha: float, worker: WorkerSpeed) -> Predicted:
@@ -143,7 +148,7 @@ class Planner:
         paced test bed: k = 1 and 3 measured well below 2 where the move predicted them faster)."""
         prior = self.prior(temperature)
         at_prior = self.measured.profile_for(worker, self.measured.profile(temperature, prior))
-        key = (round(temperature, 2), worker.title)
+        key = (round(temperature, 2), worker.title, "tree")
         if key not in self._trees:
             trees = [Setup("tree", k, worker.title) for k in TREE_KS]
             self._trees[key] = max(
@@ -153,6 +158,21 @@ class Planner:
         now = self.measured.profile_for(worker, self.measured.profile(temperature, alpha))
         fill = replace(best.setup, mode="fill")
         return Predicted(best.setup, best.tok_s * predict_setup(now, fill) / predict_setup(at_prior, fill))
+
+    def _tree_verify(self, temperature: float, alpha: float, setup: Setup) -> Predicted:
+        """The worker's tree verified in one pass: its Monte Carlo at the calibrated acceptance (once per
+        process), moved to ``alpha`` as local tree SD moves (its rounds without a ready tree are local
+        trees, and the Monte Carlo is too slow to run between rounds)."""
+        prior = self.prior(temperature)
+        key = (round(temperature, 2), setup.worker, setup.mode)
+        worker = next(w for w in self.measured.workers if w.title == setup.worker)
+        if key not in self._trees:
+            at_prior = self.measured.profile_for(worker, self.measured.profile(temperature, prior))
+            self._trees[key] = Predicted(setup, predict_setup(at_prior, setup))
+        local = Setup("local-tree", setup.k)
+        then = predict_setup(self.measured.profile(temperature, prior), local)
+        now = predict_setup(self.measured.profile(temperature, alpha), local)
+        return Predicted(setup, self._trees[key].tok_s * now / then)
 
 
 @dataclass
@@ -260,7 +280,9 @@ class AutoDraftSource:
         self._context += r.tokens
         self._round += 1
         self._since_switch += 1
-        if r.drafted:
+        if r.draft.tree is not None:
+            pass  # a tree's path may take any of the draft's choices: no measure of its first choice's
+        elif r.drafted:
             self._accepted = ALPHA_DECAY * self._accepted + r.accepted
             self._rejections = ALPHA_DECAY * self._rejections + (r.accepted < r.drafted)
         elif self.source is None:  # drafting is tried again once the estimate drifts back

@@ -256,7 +256,8 @@ class DraftSources:
             self._planner = (key, Planner(measured))
         planner = self._planner[1]
         by_title = dict(zip((w.title for w in planner.measured.workers), connections, strict=True))
-        return planner, functools.partial(self._build, by_title, local)
+        curve = await self.verify_curve() if planner.measured.trees and local is not None else None
+        return planner, functools.partial(self._build, by_title, local, curve)
 
     async def _auto_workers(self, spec: DraftSpec) -> list[WorkerConnection]:
         """Connections to the workers auto may draft on: those named, else every compatible one found
@@ -292,7 +293,11 @@ class DraftSources:
         return connections
 
     def _build(
-        self, by_title: dict[str, WorkerConnection], local: LoadedModel | None, setup: Setup
+        self,
+        by_title: dict[str, WorkerConnection],
+        local: LoadedModel | None,
+        curve: VerifyCurve | None,
+        setup: Setup,
     ) -> DraftSource | None:
         """The source of one of auto's set-ups (None: AR); compute thread, no network until started."""
         if setup.mode == "ar":
@@ -300,7 +305,14 @@ class DraftSources:
         if setup.mode == "local":
             assert local is not None
             return LocalDraftSource(local)
-        stream = self._stream(by_title[setup.worker], prespec_for(setup.mode))
+        if setup.mode == "local-tree":
+            assert local is not None and curve is not None
+            return LocalTreeDraftSource(local, curve)
+        nodes = TREE_REPLY_NODES if setup.mode == TREE_VERIFY else 0
+        stream = self._stream(by_title[setup.worker], prespec_for(setup.mode), nodes)
+        if setup.mode == TREE_VERIFY:
+            assert local is not None and curve is not None
+            return RemoteTreeDraftSource(stream, local, curve)
         if setup.mode in FILLED:
             assert local is not None
             return FilledDraftSource(stream, local)

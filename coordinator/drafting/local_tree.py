@@ -42,6 +42,7 @@ import numpy as np
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from coordinator.drafting.base import Outcome
+from coordinator.planning.tree_verify import best_size
 from specwire.drafting.choices import top_choices
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.drafter import prefill
@@ -74,9 +75,7 @@ class VerifyCurve:
         """How many of the nodes (best first, with each one's chance of acceptance ``probs``) maximise
         expected tokens a second: (1 + their chances) / (``fixed_s`` + a verification over them and the
         last verified token)."""
-        expected = 1.0 + np.cumsum(probs)
-        seconds = np.array([fixed_s + self.at(n + 1) for n in range(1, len(probs) + 1)])
-        return int(np.argmax(expected / seconds)) + 1
+        return best_size(list(probs), self.at, fixed_s)
 
     def __str__(self) -> str:
         return ", ".join(f"{p}: {s * 1e3:.2f} ms" for p, s in zip(self.positions, self.seconds, strict=True))

@@ -11,7 +11,9 @@ the per-op baseline's calls and bytes.
 
 Each row: AR; local SD with the target machine's draft curve; the stream
 protocol; pre-speculation (``planning.prespec``: which branches the worker
-drafts before the verdict; the tree, ``planning.profile.tree``); the per-op baseline at op granularity (a call
+drafts before the verdict; the tree, ``planning.profile.tree``); tree
+verification (local tree SD and a worker's tree, ``planning.tree_verify``);
+the per-op baseline at op granularity (a call
 per operation) and token granularity (a call per pass, carrying the logits
 row); several workers racing (the fastest machine's prediction: each round
 goes to every worker and the first reply wins). Rows the profile cannot
@@ -25,7 +27,8 @@ from typing import Any
 
 from coordinator.planning import profile as planned
 from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, predict
-from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, candidates, ranked
+from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, TREE_DEPTH, candidates, ranked
+from coordinator.planning.tree_verify import local_tree, remote_tree
 from specwire.drafting.speculation import TREE_ROWS
 from specwire.emulation import paper
 from specwire.emulation.profile import Profile
@@ -88,8 +91,11 @@ def _row(
 ) -> tuple[float, dict[str, float]] | None:
     if row["kind"] == "ar":
         return ar_tok_s(target), {"verify": target.verify_s(1) * 1e3}
-    if row["kind"] == "local-tree" or row.get("mode") == "tree-verify":  # no model of tree verification yet
-        return None
+    if row["kind"] == "local-tree":
+        if profile.local_draft is None:
+            return None
+        local = local_tree(profile, int(row.get("k") or TREE_DEPTH))
+        return local.tok_s, {"local drafts": local.draft_s * 1e3}
     if row.get("k") and int(row["k"]) != k:  # a row at a k of its own (bench --local-k)
         k = int(row["k"])
         acceptance = planned.acceptance(profile) if k == profile.k else _acceptance_at(profile, k)
@@ -140,6 +146,12 @@ def _remote(
         else:
             return None
         return _predicted(target, draft_s, acceptance, k, link, transport)
+    if row.get("mode") == "tree-verify":
+        if profile.local_draft is None:
+            return None
+        rows = int(prespec.get("tree_rows") or prespec.get("batch") or TREE_ROWS)
+        t = remote_tree(profile, [machine], int(row.get("k") or TREE_DEPTH), rows, TREE_ROUNDS)
+        return t.tok_s, {}
     if row["kind"] == "auto":  # the drafting policy: the best set-up the profile predicts on this worker
         best = ranked(profile, [s for s in candidates(profile, True) if s.worker in ("", machine.name)])[0]
         return best.tok_s, {}

@@ -60,45 +60,43 @@ class Ceiling:
 
 
 @dataclass(eq=False)
-class _Node:
+class RankNode:
     probability: float  # of lying on the target's path, given the verified prefix
-    parent: _Node | None
+    parent: RankNode | None
     depth: int = 0
     known: bool = False
     taken: bool = False  # in a worker's pass, ended or not
     expanded: bool = False  # that pass has ended
-    children: dict[int, _Node] = field(default_factory=dict)
+    children: dict[int, RankNode] = field(default_factory=dict)
 
-    def child(self, rank: int, shares: list[float]) -> _Node:
+    def child(self, rank: int, shares: list[float]) -> RankNode:
         """The node of the draft's ``rank``-th choice here; ``shares[rank]``: the target takes it."""
         node = self.children.get(rank)
         if node is None:
-            node = self.children[rank] = _Node(self.probability * shares[rank], self, self.depth + 1)
+            node = self.children[rank] = RankNode(self.probability * shares[rank], self, self.depth + 1)
         return node
 
 
-class _Tree:
+class RankTree:
     """The workers' speculation: nodes by the draft's choice rank, rooted at the verified prefix."""
 
     def __init__(self, outcomes: Outcomes, horizon: int | None = None) -> None:
         self.horizon = horizon  # the deepest node drafted, from the verified prefix (None: no limit)
-        alpha = outcomes.alpha
-        self.shares = [0.0, alpha] + [(1 - alpha) * outcomes.correction(r) for r in range(2, GUESSED + 1)]
-        self.shares.append(0.0)  # beyond the choices a worker drafts after
-        self.root = _Node(1.0, None, known=True)
+        self.shares = [*rank_shares(outcomes), 0.0]  # beyond the choices a worker drafts after
+        self.root = RankNode(1.0, None, known=True)
         self._order = itertools.count()
-        self._frontier: list[tuple[float, int, _Node]] = []
+        self._frontier: list[tuple[float, int, RankNode]] = []
         self._offer(self.root)
 
-    def _offer(self, node: _Node) -> None:
+    def _offer(self, node: RankNode) -> None:
         if self.horizon is not None and node.depth - self.root.depth > self.horizon:
             return
         if not node.taken and (node.known or (node.parent is not None and node.parent.expanded)):
             heapq.heappush(self._frontier, (-node.probability, next(self._order), node))
 
-    def take(self, rows: int) -> list[_Node]:
+    def take(self, rows: int) -> list[RankNode]:
         """The ``rows`` likeliest nodes for a pass, each with the pushed chain after it (one row)."""
-        taken: list[_Node] = []
+        taken: list[RankNode] = []
         for _ in range(rows):
             while self._frontier and self._frontier[0][2].taken:
                 heapq.heappop(self._frontier)
@@ -114,7 +112,7 @@ class _Tree:
                 node = first
         return taken
 
-    def expand(self, nodes: list[_Node]) -> None:
+    def expand(self, nodes: list[RankNode]) -> None:
         """A pass over ``nodes`` has ended: their next tokens are known."""
         for node in nodes:
             node.expanded = True
@@ -124,7 +122,7 @@ class _Tree:
             for rank in range(1, GUESSED + 1):
                 self._offer(node.child(rank, self.shares))
 
-    def _live(self, node: _Node) -> bool:
+    def _live(self, node: RankNode) -> bool:
         while node.parent is not None:
             node = node.parent
         return node is self.root
@@ -136,7 +134,7 @@ class _Tree:
             node, n = node.child(1, self.shares), n + 1
         return n
 
-    def push(self, k: int, known: bool = True) -> list[_Node]:
+    def push(self, k: int, known: bool = True) -> list[RankNode]:
         """The round's k drafts; ``known``: the workers know them (the coordinator sent what it drafted)."""
         chain, node = [], self.root
         for _ in range(k):
@@ -147,7 +145,7 @@ class _Tree:
             chain.append(node)
         return chain
 
-    def advance(self, node: _Node) -> None:
+    def advance(self, node: RankNode) -> None:
         """The verdict: ``node`` (the target's token) becomes the verified prefix's end."""
         scale = node.probability
         node.parent, node.known = None, True
@@ -187,10 +185,10 @@ def ceiling(
     it.
     """
     rng = random.Random(seed)
-    tree = _Tree(outcomes, k_max + 1 if one_round_ahead else None)
+    tree = RankTree(outcomes, k_max + 1 if one_round_ahead else None)
     alpha = outcomes.alpha
     clocks = [0.0] * len(workers)  # when each worker's pass in flight ends
-    passes: list[list[_Node]] = [[] for _ in workers]
+    passes: list[list[RankNode]] = [[] for _ in workers]
     now = tokens = 0.0
     ready_counts: dict[int, int] = {}
     k_total = 0
@@ -223,13 +221,13 @@ def ceiling(
         run_until(now)
         node, accepted = tree.root, 0
         for draft in chain:
-            rank = _rank(rng, tree.shares)
+            rank = target_rank(rng, tree.shares)
             if rank != 1:
                 break
             node, accepted = draft, accepted + 1
         else:
-            rank = _rank(rng, tree.shares)
-        tree.advance(node.child(rank, tree.shares) if rank <= GUESSED else _Node(0.0, node))
+            rank = target_rank(rng, tree.shares)
+        tree.advance(node.child(rank, tree.shares) if rank <= GUESSED else RankNode(0.0, node))
         tokens += accepted + 1
     return Ceiling(
         tok_s=tokens / now,
@@ -238,7 +236,13 @@ def ceiling(
     )
 
 
-def _rank(rng: random.Random, shares: list[float]) -> int:
+def rank_shares(outcomes: Outcomes) -> list[float]:
+    """P(the target's token is the draft's rank-th choice), ranks 1..``GUESSED`` (index 0 unused)."""
+    alpha = outcomes.alpha
+    return [0.0, alpha] + [(1 - alpha) * outcomes.correction(r) for r in range(2, GUESSED + 1)]
+
+
+def target_rank(rng: random.Random, shares: list[float]) -> int:
     """The target's token at one position, as the draft's choice rank (GUESSED + 1: none guessed)."""
     u = rng.random()
     for rank in range(1, GUESSED + 1):

@@ -36,7 +36,9 @@ from specwire.drafting.drafter import LanguageModel, prefill
 from specwire.drafting.sampling import SamplingParams, draft_distribution, target_distribution
 from specwire.drafting.warmup import WARM_CONTEXT, warm_drafter, warm_target
 from specwire.emulation.profile import Machine, PassCurve, Profile
+from specwire.errors import UnsupportedModelError
 from specwire.models import LoadedModel
+from specwire.models.tree_pass import check_tree_support
 
 VERIFY_SIZES = (1, 2, 3, 5, 9)
 CALIBRATION_TEXT = (
@@ -174,7 +176,18 @@ def measure_here(target: LoadedModel, local: LoadedModel | None) -> MeasuredSetu
     draft = fit_curve(pass_times(local.model, (1,)))
     per_token_s = verify.per_position_s + 1 / verify.decode_tok_s / 8 + draft.per_position_s
     length = max(CALIBRATION_MIN_TOKENS, int(CALIBRATION_BUDGET_S / max(per_token_s, 1e-9)))
-    return MeasuredSetup(verify, draft, agreement(target, local, most_tokens=length))
+    pair = agreement(target, local, most_tokens=length)
+    return MeasuredSetup(verify, draft, pair, trees=_trees(target, local))
+
+
+def _trees(*models: LoadedModel) -> bool:
+    """Whether every one of ``models`` can pass over a tree (``specwire.models.tree_pass``)."""
+    try:
+        for m in models:
+            check_tree_support(m.model, make_prompt_cache(m.model))
+    except UnsupportedModelError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -185,6 +198,7 @@ class MeasuredSetup:
     local_draft: PassCurve | None
     agreement: Agreement | None
     workers: tuple[WorkerSpeed, ...] = ()
+    trees: bool = False  # the target and the local draft pass over trees (no recurrent layers)
 
     def alpha(self, temperature: float) -> float:
         """The pair's per-draft acceptance at ``temperature`` (a prior of 0.7 without a calibration)."""

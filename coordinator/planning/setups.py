@@ -6,7 +6,11 @@ the stream protocol's modes (``stream``: each round drafted on demand;
 ``tree``: the worker keeps a tree of the likely continuations across rounds
 and drafts its likeliest nodes while the target verifies, answers each
 round at once with the drafts it has ready, and the local draft model drafts
-the rest; greedy only), each at a k. ``fill`` (the same without the tree,
+the rest; greedy only), each at a k; and the tree-verifying set-ups
+(``local-tree``: the target machine's draft model drafts a tree, which the
+target checks in one pass; ``tree-verify``: a worker's tree is checked in one
+pass, a local tree where it has none ready; greedy only; their k is the
+deepest a tree may be, ``TREE_DEPTH``, ``planning.tree_verify``). ``fill`` (the same without the tree,
 one round ahead) is no set-up of its own any more; the model keeps it, as
 what a tree's prediction moves with (``coordinator.drafting.auto``).
 
@@ -24,15 +28,18 @@ from dataclasses import dataclass, replace
 
 from coordinator.planning import profile as planned
 from coordinator.planning.model import Acceptance, Transport, ar_tok_s, predict
+from coordinator.planning.tree_verify import local_tree, remote_tree
 from specwire.drafting.speculation import TREE_ROWS
 from specwire.emulation.profile import Machine, Profile
 
-MODES = ("ar", "local", "stream", "tree")
-REMOTE_MODES = ("stream", "tree")
+MODES = ("ar", "local", "local-tree", "stream", "tree", "tree-verify")  # simplest first
+REMOTE_MODES = ("stream", "tree", "tree-verify")
+TREE_MODES = ("local-tree", "tree-verify")  # the target verifies a tree (plain KV caches on both models)
+TREE_DEPTH = 8  # the deepest tree a tree-verifying round may send (the most drafts a round of auto's)
 CHAIN_KS = tuple(range(1, 9))  # k a chain set-up is predicted at
 TREE_KS = (1, 2, 3, 4)  # the tree's Monte Carlo per k costs more: a shorter range
 FILL_ROWS, FILL_FANOUT = 8, 3  # fill's branches: eight a pass, three candidates a position
-TREE_ROUNDS = 400  # the tree's Monte Carlo (planning.ceiling), seeded: the same figure every time
+TREE_ROUNDS = 400  # the trees' Monte Carlos (planning.ceiling, planning.tree_verify), seeded
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,10 @@ class Setup:
             return "AR"
         if self.mode == "local":
             return f"local SD k={self.k}"
+        if self.mode == "local-tree":
+            return "local tree SD"
+        if self.mode == "tree-verify":
+            return f"tree-verify → {self.worker}"
         return f"{self.mode} → {self.worker} k={self.k}"
 
 
@@ -79,6 +90,8 @@ def predict_setup(profile: Profile, setup: Setup) -> float:
     target = planned.target(profile)
     if setup.mode == "ar":
         return ar_tok_s(target)
+    if setup.mode == "local-tree":
+        return local_tree(profile, setup.k).tok_s
     p = at_k(profile, setup.k)
     acceptance, link = planned.acceptance(p), planned.link(p)
     if setup.mode == "local":
@@ -91,6 +104,8 @@ def predict_setup(profile: Profile, setup: Setup) -> float:
     draft_s = 1 / machine.draft.decode_tok_s
     if setup.mode == "tree":
         return planned.tree(p, machine, setup.k, TREE_ROWS, TREE_ROUNDS).tok_s
+    if setup.mode == "tree-verify":
+        return remote_tree(profile, [machine], setup.k, TREE_ROWS, TREE_ROUNDS).tok_s
     if setup.mode == "stream":
         transport = planned.stream(p)
     elif setup.mode == "fill":
@@ -104,20 +119,31 @@ def predict_setup(profile: Profile, setup: Setup) -> float:
 
 
 def candidates(
-    profile: Profile, greedy: bool = True, modes: Iterable[str] = MODES, no_tree: Iterable[str] = ()
+    profile: Profile,
+    greedy: bool = True,
+    modes: Iterable[str] = MODES,
+    no_tree: Iterable[str] = (),
+    trees: bool = True,
 ) -> list[Setup]:
     """Every set-up ``profile``'s machines can run in ``modes``: local modes need the target machine's
-    draft model, a tree needs greedy decoding and a worker not in ``no_tree`` (recurrent layers)."""
+    draft model, a tree needs greedy decoding and a worker not in ``no_tree`` (recurrent layers), and
+    tree verification also ``trees`` (the target and the local draft can pass over a tree)."""
     modes, no_tree = set(modes), set(no_tree)
     has_local = profile.local_draft is not None
     out = [Setup("ar")] if "ar" in modes else []
     if has_local and "local" in modes:
         out += [Setup("local", k) for k in CHAIN_KS]
+    if has_local and greedy and trees and "local-tree" in modes:
+        out.append(Setup("local-tree", TREE_DEPTH))
     for machine in _drafting(profile.workers):
         for mode in REMOTE_MODES:
-            if mode not in modes or (mode == "tree" and not has_local):
+            if mode not in modes or (mode != "stream" and not has_local):
                 continue
-            if mode == "tree" and (not greedy or machine.name in no_tree):
+            if mode != "stream" and (not greedy or machine.name in no_tree):
+                continue
+            if mode == "tree-verify":
+                if trees:
+                    out.append(Setup(mode, TREE_DEPTH, machine.name))
                 continue
             out += [Setup(mode, k, machine.name) for k in (TREE_KS if mode == "tree" else CHAIN_KS)]
     return out

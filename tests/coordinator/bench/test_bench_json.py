@@ -259,7 +259,7 @@ def test_plan_measures_this_set_up_and_predicts_what_auto_chooses_from(
     title = worker["title"]
     # On this very machine, unpaced, the worker shares its processors: only drafting on demand is planned.
     assert worker["colocated"] is True
-    assert {("ar", ""), ("local", ""), ("stream", title)} == modes
+    assert {("ar", ""), ("local", ""), ("local-tree", ""), ("stream", title)} == modes
     best = max(plan["rows"], key=lambda r: r["tok_s"])
     # auto takes the simplest set-up predicted within START_MARGIN of the fastest
     assert plan["auto"]["tok_s"] >= best["tok_s"] * (1 - START_MARGIN)

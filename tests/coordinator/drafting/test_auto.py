@@ -77,7 +77,9 @@ async def test_auto_on_this_machine_alone_is_lossless_and_says_why(tiny: LoadedM
     assert result.tokens == ar_tokens(tiny, prompt, 32)
     report = source.report()
     chosen = report["chosen"]
-    assert chosen["setup"] == chosen["predicted"][0]["setup"] and len(chosen["predicted"]) == 2  # AR, local
+    assert (
+        chosen["setup"] == chosen["predicted"][0]["setup"] and len(chosen["predicted"]) == 3
+    )  # AR, local SD, local tree SD
     assert report["switches"][0]["reason"].startswith("predicted")
     assert result.transitions == source.switches
 

@@ -40,7 +40,7 @@ def test_the_paper_profile_reproduces_table_7s_local_sd(tmp_path: Path) -> None:
     out = plan("--profile", "paper", "--ceiling-rounds", "600", tmp=tmp_path)
     local = next(c for c in out["table11"] if c["figure"] == "local SD")
     assert local["predicted"] == pytest.approx(local["paper"], rel=0.15)
-    assert {r["machine"] for r in out["rows"]} == {"target machine", "M1 Max", "M2 Pro"}
+    assert {r["machine"] for r in out["rows"]} == {"target machine", "M1 Max", "M2 Pro", "M1 Max + M2 Pro"}
     # The paper's draft walked per op by specwire, beside llama.cpp's graph nodes for it.
     walk = out["per_op_walk"]
     assert walk == {

@@ -1,0 +1,191 @@
+"""Tree verification, predicted from a hardware profile: local tree SD, and workers' trees verified in
+one target pass.
+
+The pair is taken as the ceiling takes it (``planning.ceiling``): at each
+position the target's token is the draft's j-th choice with the pair's
+agreement (``shares``: alpha for the first choice, then the corrections),
+independently of other positions, so a node lies on the target's path with
+the product of the shares along its path, and a round's expected accepted
+drafts are the sum of its nodes' chances.
+
+* Local tree SD (``coordinator.drafting.local_tree``): the target machine's
+  draft model grows the tree a pass per depth, expanding the ``width``
+  likeliest nodes of the deepest level; the round verifies the ``n`` best
+  nodes. Depth and ``n`` are those that give the most tokens a second, as the
+  source's own rule chooses them. The tree is the same every round, so this
+  is closed form.
+* A worker's tree (``coordinator.drafting.remote_tree``): a seeded Monte
+  Carlo over rounds. The workers expand the likeliest nodes of one tree,
+  ``rows`` a pass, back to back (at most ``budget`` passes after a verdict) (``planning.ceiling``'s tree, with several
+  workers sharing it and no node expanded twice); each round the target
+  verifies the best nodes the workers have expanded under the verdict, as
+  many as pay on its curve; where they have none, a local tree as above. The
+  workers hear the verdict a window after the round starts (verification,
+  engine, link, protocol).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinator.planning import profile as planned
+from coordinator.planning.ceiling import GUESSED, RankNode, RankTree, Worker, rank_shares, target_rank
+from coordinator.planning.prespec import Outcomes
+from specwire.drafting.draft_tree import DEFAULT_PASSES
+from specwire.emulation.profile import Machine, Profile
+
+LOCAL_NODES, LOCAL_WIDTH = 16, 4  # the local tree's defaults (coordinator.drafting.local_tree)
+REPLY_NODES = 64  # the most nodes a worker's tree reply carries (coordinator.drafting.factory)
+
+
+@dataclass(frozen=True)
+class TreeRound:
+    """A tree round on average: tok/s, nodes verified, expected tokens and the share drafted here."""
+
+    tok_s: float
+    nodes: float
+    tokens: float
+    draft_s: float = 0.0  # the target machine's drafting a round (local tree SD)
+    local_share: float = 1.0  # rounds whose tree the target machine drafted (a worker had none ready)
+
+
+def best_size(chances: list[float], verify_s: Callable[[int], float], fixed_s: float = 0.0) -> int:
+    """How many of ``chances`` (best first) give the most expected tokens a second, the rule every tree
+    is sized by: (1 + their sum) / (``fixed_s`` + a verification over them and the last verified token)."""
+    best, best_n, total = 0.0, 0, 1.0
+    for n, c in enumerate(chances, start=1):
+        total += c
+        rate = total / (fixed_s + verify_s(n + 1))
+        if rate > best:
+            best, best_n = rate, n
+    return best_n
+
+
+def local_tree(profile: Profile, k_max: int, nodes: int = LOCAL_NODES, width: int = LOCAL_WIDTH) -> TreeRound:
+    """Local tree SD on ``profile``'s target machine, at most ``k_max`` deep (module docstring)."""
+    return _local(profile, k_max, nodes, width)[0]
+
+
+def _local(
+    profile: Profile, k_max: int, nodes: int = LOCAL_NODES, width: int = LOCAL_WIDTH
+) -> tuple[TreeRound, list[tuple[int, ...]]]:
+    """Local tree SD's round, and the nodes it verifies as paths of choice ranks (the same every round)."""
+    if profile.local_draft is None:
+        raise ValueError(f"profile {profile.name} gives the target machine no draft model")
+    draft, target = profile.local_draft, planned.target(profile)
+    share = rank_shares(Outcomes(planned.acceptance(profile).profile[0], profile.agreement))
+    level: list[tuple[float, tuple[int, ...]]] = [(share[r], (r,)) for r in range(1, width + 1)]
+    grown = list(level)
+    draft_s = draft.pass_s(1)
+    best: tuple[TreeRound, list[tuple[int, ...]]] = (TreeRound(0.0, 0, 0.0), [])
+    for depth in range(1, k_max + 1):
+        if depth > 1:
+            scores = sorted((s for s, _ in grown), reverse=True)
+            bar = scores[nodes - 1] if len(scores) >= nodes else 0.0
+            expand = [n for n in sorted(level, reverse=True)[:width] if n[0] >= bar]
+            if not expand:
+                break
+            draft_s += draft.pass_s(len(expand))
+            level = [(s * share[r], (*path, r)) for s, path in expand for r in range(1, width + 1)]
+            grown += level
+        chosen = sorted(grown, key=lambda n: (-n[0], len(n[1])))[:nodes]
+        n = best_size([s for s, _ in chosen], target.verify_s, draft_s + target.engine_s)
+        tokens = 1 + sum(s for s, _ in chosen[:n])
+        round_s = draft_s + target.engine_s + target.verify_s(n + 1)
+        if tokens / round_s > best[0].tok_s:
+            best = (TreeRound(tokens / round_s, n, tokens, draft_s), [path for _, path in chosen[:n]])
+    return best
+
+
+def remote_tree(
+    profile: Profile,
+    machines: list[Machine],
+    k_max: int,
+    rows: int,
+    rounds: int,
+    seed: int = 0,
+    reply_nodes: int = REPLY_NODES,
+    budget: int = DEFAULT_PASSES,
+) -> TreeRound:
+    """``machines`` growing one tree, the target verifying what they have under each verdict (module
+    docstring); rounds they have nothing ready for take a local tree."""
+    if profile.local_draft is None:
+        raise ValueError(f"profile {profile.name} gives the target machine no draft model")
+    outcomes = Outcomes(planned.acceptance(profile).profile[0], profile.agreement)
+    target = planned.target(profile)
+    local, local_shape = _local(profile, k_max)
+    fixed_s = target.engine_s + planned.link(profile).rtt_s + profile.stream_per_round_s
+    workers = [Worker(m.draft.pass_s, rows) for m in machines if m.draft is not None]
+    rng = random.Random(seed)
+    tree = RankTree(outcomes)
+    clocks = [0.0] * len(workers)
+    made = [0] * len(workers)  # passes since the last verdict
+    passes: list[list[RankNode]] = [[] for _ in workers]
+    now = tokens = nodes = 0.0
+    misses = 0
+
+    def run_until(t: float) -> None:
+        """Every pass that ends by ``t``; a worker that made ``budget`` since the verdict waits for one."""
+        while True:
+            i = min(range(len(workers)), key=lambda j: clocks[j])
+            if clocks[i] > t:
+                return
+            tree.expand(passes[i])
+            passes[i] = tree.take(workers[i].rows) if made[i] < budget else []
+            made[i] += 1
+            clocks[i] = clocks[i] + workers[i].pass_s(len(passes[i])) if passes[i] else t + 1e-9
+
+    for _ in range(rounds):
+        verified = _ready(tree.root, reply_nodes, k_max)
+        if verified:
+            n = best_size([v.probability for v in verified], target.verify_s, fixed_s)
+            verified = verified[:n]
+        else:  # nothing ready: the target machine drafts its own tree
+            misses += 1
+            now += local.draft_s
+            verified = [_at(tree.root, path, tree.shares) for path in local_shape]
+        chosen = {id(v) for v in verified}
+        now += fixed_s + target.verify_s(len(verified) + 1)
+        run_until(now)
+        node, accepted = tree.root, 0
+        while True:
+            rank = target_rank(rng, tree.shares)
+            child = node.children.get(rank) if rank <= GUESSED else None
+            if child is None or id(child) not in chosen:
+                break
+            node, accepted = child, accepted + 1
+        tree.advance(node.child(rank, tree.shares) if rank <= GUESSED else RankNode(0.0, node))
+        made = [0] * len(workers)
+        tokens += accepted + 1
+        nodes += len(verified)
+    return TreeRound(tokens / now, nodes / rounds, tokens / rounds, local_share=misses / rounds)
+
+
+def _ready(root: RankNode, most: int, depth: int) -> list[RankNode]:
+    """The nodes under ``root`` whose token is known (their parent expanded), best first, each after its
+    parent, at most ``most`` of them and ``depth`` deep."""
+    if not root.expanded:
+        return []
+    order = itertools.count()
+    heap = [(-c.probability, next(order), c, 1) for c in root.children.values()]
+    heapq.heapify(heap)
+    out: list[RankNode] = []
+    while heap and len(out) < most:
+        _, _, node, level = heapq.heappop(heap)
+        out.append(node)
+        if node.expanded and level < depth:
+            for c in node.children.values():
+                heapq.heappush(heap, (-c.probability, next(order), c, level + 1))
+    return out
+
+
+def _at(root: RankNode, path: tuple[int, ...], share: list[float]) -> RankNode:
+    """The node ``path`` (choice ranks) leads to from ``root``."""
+    node = root
+    for rank in path:
+        node = node.child(rank, share)
+    return node
