@@ -16,8 +16,9 @@ drafts are the sum of its nodes' chances.
   is closed form.
 * A worker's tree (``coordinator.drafting.remote_tree``): a seeded Monte
   Carlo over rounds. The workers expand the likeliest nodes of one tree,
-  ``rows`` a pass, back to back (at most ``budget`` passes after a verdict) (``planning.ceiling``'s tree, with several
-  workers sharing it and no node expanded twice); each round the target
+  ``rows`` a pass, back to back, at most ``budget`` passes after a verdict
+  (``planning.ceiling``'s tree, with several workers sharing it and no node
+  expanded twice); each round the target
   verifies the best nodes the workers have expanded under the verdict, as
   many as pay on its curve; where they have none, a local tree as above. The
   workers hear the verdict a window after the round starts (verification,

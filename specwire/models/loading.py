@@ -7,7 +7,9 @@ A spec is one of
 * ``tiny``: a fast random-weight model with the default model's tokenizer,
   for measuring protocol cost (``specwire.models.tiny``; its text is meaningless);
 * ``tiny-draft``: a draft model of its own for ``tiny``, accepted about as
-  often as the paper's draft (``specwire.models.tiny``);
+  often as the paper's draft (``specwire.models.tiny``); ``tiny-draft-specinfer``
+  the same first choices, its later ones agreeing with ``tiny`` as SpecInfer's
+  published pair agrees;
 * ``tiny-hybrid`` and ``tiny-hybrid-draft``: the same idea in Qwen3.5's hybrid
   layout, Gated DeltaNet layers with full attention every fourth
   (``specwire.models.tiny_hybrid``);
@@ -36,7 +38,13 @@ from specwire.models.gguf import load_gguf
 from specwire.models.gguf_header import is_gguf, read_metadata
 from specwire.models.gguf_tokenizer import build_tokenizer
 from specwire.models.op_counts import text_config
-from specwire.models.tiny import TINY_DRAFT_MODEL, TINY_MODEL, build_tiny
+from specwire.models.tiny import (
+    TINY_DRAFT_MODEL,
+    TINY_MODEL,
+    TINY_SPECINFER_DRAFT_MODEL,
+    build_tiny,
+    build_tiny_specinfer,
+)
 from specwire.models.tiny_hybrid import TINY_HYBRID_DRAFT_MODEL, TINY_HYBRID_MODEL, build_tiny_hybrid
 from specwire.models.vocab import vocabulary_fingerprint
 
@@ -166,6 +174,7 @@ def _load_gguf_model(path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
 BUILT = {
     TINY_MODEL: (build_tiny, False),
     TINY_DRAFT_MODEL: (build_tiny, True),
+    TINY_SPECINFER_DRAFT_MODEL: (build_tiny_specinfer, True),
     TINY_HYBRID_MODEL: (build_tiny_hybrid, False),
     TINY_HYBRID_DRAFT_MODEL: (build_tiny_hybrid, True),
 }

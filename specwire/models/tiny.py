@@ -39,6 +39,13 @@ SEED = 20260323  # the paper's month; any fixed value gives every process the sa
 # the built-in prompts it accepts 1.77 drafts a round (2026-11-25): the paper's 1.78 (Table 7) within 10%.
 DRAFT_NOISE = 0.07
 DRAFT_SEED = 4
+# tiny-draft-specinfer: tiny-draft with its first choice kept (so the same drafts are accepted) and
+# every other token's logit moved by CHOICES_NOISE times a fixed N(0, 1) draw per token
+# (CHOICES_SEED), so the target's token is less often among its second to fourth choices: calibrated
+# (scripts/pair_agreement.py) to SpecInfer's LLaMA-68M/7B top-2 and top-4 agreement (docs/emulation.md).
+TINY_SPECINFER_DRAFT_MODEL = "tiny-draft-specinfer"
+CHOICES_NOISE = 0.9
+CHOICES_SEED = 68
 ARGS: dict[str, Any] = {
     "model_type": "llama",
     "hidden_size": 8,
@@ -102,6 +109,36 @@ class OutputLayer(nn.Linear):
             held = (weight, mx.contiguous(weight.T))
             self["_by_column"] = held
         return x @ held[1]
+
+
+def build_tiny_specinfer(vocab_size: int, draft: bool = True) -> tuple[nn.Module, dict[str, Any]]:
+    """``tiny-draft-specinfer``: ``tiny-draft`` whose choices after the first are shuffled by a fixed
+    noise per token (``CHOICES_NOISE``), its first choice and that choice's lead over the next kept."""
+    model, args = build_tiny(vocab_size, draft=True)
+    head = ChoicesNoiseOutputLayer(args["hidden_size"], vocab_size, bias=False)
+    head.weight = model.lm_head.weight
+    head.noise = mx.array(np.random.default_rng(CHOICES_SEED).standard_normal(vocab_size, np.float32))
+    head.noise = head.noise * CHOICES_NOISE
+    model.lm_head = head
+    mx.eval(model.parameters())
+    return model, args
+
+
+class ChoicesNoiseOutputLayer(OutputLayer):
+    """An output layer whose logits, but the largest, move by a fixed vector (``noise``); the largest
+    stays the largest, as far ahead of the others as it was."""
+
+    noise: mx.array
+
+    def __call__(self, x: mx.array) -> mx.array:
+        logits = super().__call__(x)
+        first = mx.argmax(logits, axis=-1, keepdims=True)
+        is_first = mx.arange(logits.shape[-1]) == first
+        lead = mx.take_along_axis(logits, first, axis=-1) - mx.max(
+            mx.where(is_first, -mx.inf, logits), -1, True
+        )
+        moved = mx.where(is_first, -mx.inf, logits + self.noise)
+        return mx.where(is_first, mx.max(moved, axis=-1, keepdims=True) + lead, moved)
 
 
 def load_weights(
