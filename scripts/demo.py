@@ -38,7 +38,8 @@ DELAY_MS = 0.15
 # Short enough to finish in minutes on a CPU; the paper used 200 tokens.
 REAL_BENCH = ["--max-tokens", "16", "--k", "4", "--plot", "demo-bench.png", "--json", "demo-bench.json"]
 PACED_BENCH = ["--pace", "paper:m2-ultra", "--target", "tiny", "--draft", "tiny-draft", "--max-tokens", "64"]
-PACED_BENCH += ["--backend", "auto,stream,stream+prespec+fill+tree,ggml-rpc", "--granularity", "op,token"]
+PACED_BENCH += ["--backend", "auto,local-tree,stream,stream+prespec+fill+tree,stream+tree-verify,ggml-rpc"]
+PACED_BENCH += ["--granularity", "op,token"]
 PACED_BENCH += ["--k", "2", "--local-k", "4", "--json", "demo-paced-bench.json"]
 # A row whose pace a busy 2-core machine could not hold is marked NOT HELD and named below, not fatal.
 PACED_BENCH += ["--allow-overruns"]

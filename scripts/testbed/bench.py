@@ -42,9 +42,10 @@ def paced_preset(profile: str, topo: Topology) -> Preset:
     coordinator's ``tiny`` target and local ``tiny-draft`` run paced as the
     target machine. T = 0, the built-in prompts, 128 tokens, 2 repeats; AR,
     local SD at k = 2 (its best on these machines) and at the paper's k = 4,
-    auto (the drafting policy with both workers), and per worker, at k = 2, the
-    stream protocol, tree pre-speculation (the best hand-picked set-up) and
-    the per-op baseline at op granularity. The planner then predicts every
+    local tree SD, auto (the drafting policy with both workers), and per
+    worker, at k = 2, the stream protocol, tree pre-speculation (a chain from
+    the worker's tree), tree verification (the worker's tree verified in one
+    pass) and the per-op baseline at op granularity. The planner then predicts every
     row from the profile alone (``coordinator plan --profile --check-bench``).
     """
     coordinator, *workers = topo.hosts
@@ -55,7 +56,8 @@ def paced_preset(profile: str, topo: Topology) -> Preset:
         coordinator_flags=[],
         bench_flags=[
             *("--pace", f"{profile}:{coordinator.name}", "--target", "tiny", "--draft", "tiny-draft"),
-            *("--backend", "auto,stream,stream+prespec+fill+tree,ggml-rpc", "--granularity", "op"),
+            *("--backend", "auto,local-tree,stream,stream+prespec+fill+tree,stream+tree-verify,ggml-rpc"),
+            *("--granularity", "op"),
             *("--k", "2", "--local-k", "4", "--max-tokens", "128", "--repeats", "2"),
             "--allow-overruns",  # a row whose pace was not held is marked and shown, then the preset fails
         ],

@@ -133,12 +133,10 @@ class ChoicesNoiseOutputLayer(OutputLayer):
     def __call__(self, x: mx.array) -> mx.array:
         logits = super().__call__(x)
         first = mx.argmax(logits, axis=-1, keepdims=True)
-        is_first = mx.arange(logits.shape[-1]) == first
-        lead = mx.take_along_axis(logits, first, axis=-1) - mx.max(
-            mx.where(is_first, -mx.inf, logits), -1, True
-        )
-        moved = mx.where(is_first, -mx.inf, logits + self.noise)
-        return mx.where(is_first, mx.max(moved, axis=-1, keepdims=True) + lead, moved)
+        others = mx.put_along_axis(logits, first, mx.array(-mx.inf), axis=-1)
+        lead = mx.take_along_axis(logits, first, axis=-1) - mx.max(others, axis=-1, keepdims=True)
+        moved = others + self.noise
+        return mx.put_along_axis(moved, first, mx.max(moved, axis=-1, keepdims=True) + lead, axis=-1)
 
 
 def load_weights(
