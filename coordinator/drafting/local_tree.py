@@ -33,6 +33,7 @@ with the target's own samples stays lossless at T > 0
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,9 +68,7 @@ class VerifyCurve:
 
     def at(self, positions: int) -> float:
         """Seconds for ``positions``: interpolated between measured points, linear past the last."""
-        if positions > self.positions[-1]:
-            return self.seconds[-1] * positions / self.positions[-1]
-        return float(np.interp(positions, self.positions, self.seconds))
+        return _interpolated(self.positions, self.seconds, positions)
 
     def best_size(self, probs: Sequence[float], fixed_s: float = 0.0) -> int:
         """How many of the nodes (best first, with each one's chance of acceptance ``probs``) maximise
@@ -79,6 +78,13 @@ class VerifyCurve:
 
     def __str__(self) -> str:
         return ", ".join(f"{p}: {s * 1e3:.2f} ms" for p, s in zip(self.positions, self.seconds, strict=True))
+
+
+@functools.lru_cache(maxsize=4096)  # trees are sized every round, over the same few counts
+def _interpolated(positions: tuple[int, ...], seconds: tuple[float, ...], n: int) -> float:
+    if n > positions[-1]:
+        return seconds[-1] * n / positions[-1]
+    return float(np.interp(n, positions, seconds))
 
 
 def measure_verify_curve(target: LoadedModel, context: int = 128) -> VerifyCurve:

@@ -14,6 +14,9 @@ drafts are the sum of its nodes' chances.
   nodes. Depth and ``n`` are those that give the most tokens a second, as the
   source's own rule chooses them. The tree is the same every round, so this
   is closed form.
+
+Both add the coordinator's own time a tree round costs beyond a chain round's
+(``HOST_S``).
 * A worker's tree (``coordinator.drafting.remote_tree``): a seeded Monte
   Carlo over rounds. The workers expand the likeliest nodes of one tree,
   ``rows`` a pass, back to back, at most ``budget`` passes after a verdict
@@ -41,6 +44,11 @@ from specwire.emulation.profile import Machine, Profile
 
 LOCAL_NODES, LOCAL_WIDTH = 16, 4  # the local tree's defaults (coordinator.drafting.local_tree)
 REPLY_NODES = 64  # the most nodes a worker's tree reply carries (coordinator.drafting.factory)
+# The coordinator's own time in a tree round beyond a chain round's (the tree's mask, the cache's
+# compaction, sizing, the walk): 3.1 ms measured on the paced test bed (2026-11-25, 2-core VM, the
+# tiny-draft-specinfer pair: 42.1 ms a local tree round where its passes take 37.9; a chain round 1.1
+# ms over its passes, which the model's chain rows leave out within their error).
+HOST_S = 3.0e-3
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,7 @@ def _local(
         chosen = sorted(grown, key=lambda n: (-n[0], len(n[1])))[:nodes]
         n = best_size([s for s, _ in chosen], target.verify_s, draft_s + target.engine_s)
         tokens = 1 + sum(s for s, _ in chosen[:n])
-        round_s = draft_s + target.engine_s + target.verify_s(n + 1)
+        round_s = draft_s + target.engine_s + HOST_S + target.verify_s(n + 1)
         if tokens / round_s > best[0].tok_s:
             best = (TreeRound(tokens / round_s, n, tokens, draft_s), [path for _, path in chosen[:n]])
     return best
@@ -119,7 +127,7 @@ def remote_tree(
     outcomes = Outcomes(planned.acceptance(profile).profile[0], profile.agreement)
     target = planned.target(profile)
     local, local_shape = _local(profile, k_max)
-    fixed_s = target.engine_s + planned.link(profile).rtt_s + profile.stream_per_round_s
+    fixed_s = target.engine_s + HOST_S + planned.link(profile).rtt_s + profile.stream_per_round_s
     workers = [Worker(m.draft.pass_s, rows) for m in machines if m.draft is not None]
     rng = random.Random(seed)
     tree = RankTree(outcomes)
