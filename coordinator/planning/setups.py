@@ -8,11 +8,12 @@ and drafts its likeliest nodes while the target verifies, answers each
 round at once with the drafts it has ready, and the local draft model drafts
 the rest; greedy only), each at a k; and the tree-verifying set-ups
 (``local-tree``: the target machine's draft model drafts a tree, which the
-target checks in one pass; ``tree-verify``: a worker's tree is checked in one
-pass, a local tree where it has none ready; greedy only; their k is the
-deepest a tree may be, ``TREE_DEPTH``, ``planning.tree_verify``). ``fill`` (the same without the tree,
-one round ahead) is no set-up of its own any more; the model keeps it, as
-what a tree's prediction moves with (``coordinator.drafting.auto``).
+target checks in one pass; ``tree-verify``: a worker's tree is checked in
+one pass, a local tree where it has none ready; greedy only; their k is
+the deepest a tree may be, ``TREE_DEPTH``; ``planning.tree_verify``).
+``fill`` (the same without the tree, one round ahead) is no set-up of its
+own any more; the model keeps it, as what a tree's prediction moves with
+(``coordinator.drafting.auto``).
 
 ``ranked`` predicts every set-up from a hardware profile (``specwire.emulation.profile``:
 the paper's, a file, or this machine's measured one,
@@ -34,9 +35,8 @@ from specwire.emulation.profile import Machine, Profile
 
 MODES = ("ar", "local", "local-tree", "stream", "tree", "tree-verify")  # simplest first
 REMOTE_MODES = ("stream", "tree", "tree-verify")
-TREE_MODES = ("local-tree", "tree-verify")  # the target verifies a tree (plain KV caches on both models)
-TREE_DEPTH = 8  # the deepest tree a tree-verifying round may send (the most drafts a round of auto's)
 CHAIN_KS = tuple(range(1, 9))  # k a chain set-up is predicted at
+TREE_DEPTH = max(CHAIN_KS)  # the deepest tree a tree-verifying round may send (auto's most drafts a round)
 TREE_KS = (1, 2, 3, 4)  # the tree's Monte Carlo per k costs more: a shorter range
 FILL_ROWS, FILL_FANOUT = 8, 3  # fill's branches: eight a pass, three candidates a position
 TREE_ROUNDS = 400  # the trees' Monte Carlos (planning.ceiling, planning.tree_verify), seeded

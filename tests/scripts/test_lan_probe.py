@@ -28,9 +28,12 @@ def test_raw_tcp_floor_is_below_grpc_and_json_is_valid(worker: WorkerProcess, tm
     assert sizes[0] == 16 and sizes[-1] == 1 << 20
     for tcp, unary, stream in zip(report["tcp"], report["grpc_unary"], report["grpc_stream"], strict=True):
         assert tcp["size"] == unary["size"] == stream["size"]
-        assert tcp["p50_us"] < unary["p50_us"] and tcp["p50_us"] < stream["p50_us"]
         assert 0 < tcp["min_us"] <= tcp["p50_us"] <= tcp["p95_us"] <= tcp["p99_us"]
         assert tcp["samples"] >= 2
+    # The floor: at the smallest size, where gRPC's own work is most of an echo, raw TCP's fastest echo is
+    # below both of gRPC's (fastest, not median: a busy machine moves medians, and at 1 MiB copying decides).
+    tcp, unary, stream = report["tcp"][0], report["grpc_unary"][0], report["grpc_stream"][0]
+    assert tcp["min_us"] < unary["min_us"] and tcp["min_us"] < stream["min_us"]
     assert report["upload_bytes_per_s"] > 0 and report["download_bytes_per_s"] > 0
     assert "unary-tcp" in out.stdout and "throughput: to worker" in out.stdout
 

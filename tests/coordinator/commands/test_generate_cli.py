@@ -25,15 +25,15 @@ def test_generate_streams_text_and_prints_stats() -> None:
 
 
 def test_generate_by_default_says_what_it_chose_and_why() -> None:
-    # No worker on this machine's own: auto chooses between AR and local SD, from what it measured, and
-    # says so under the stats line with the next two set-ups it predicted.
+    # No worker on this machine's own: auto chooses between AR, local SD and local tree SD, from what it
+    # measured, and says so under the stats line with the next two set-ups it predicted.
     args = ["--prompt", "The sky is blue because", "--worker", "none", *FAST]
     out = run_cli("coordinator", "generate", *args)
     assert out.returncode == 0, out.stderr
     line = re.search(r"\[specwire\] drafting: (.+), predicted [\d.]+ tok/s \(next: (.+)\)", out.stderr)
     assert line is not None, out.stderr
     nexts = [n.rsplit(" ", 1)[0] for n in line.group(2).split(", ")]
-    assert {s.split(" k=")[0] for s in [line.group(1), *nexts]} == {"AR", "local SD"}
+    assert {s.split(" k=")[0] for s in [line.group(1), *nexts]} == {"AR", "local SD", "local tree SD"}
 
 
 def test_generate_json_and_stdin_prompt() -> None:
