@@ -13,6 +13,7 @@ import json
 import os
 import signal
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,40 @@ def test_the_planner_ranks_every_setup_it_can_run_and_leaves_out_the_rest() -> N
     assert all(p.setup.worker != "M1 Max" for p in without_a)
     low, high = planner.ranking(0.0, 0.1), planner.ranking(0.0, 0.95)
     assert low[0].setup.mode == "ar" and high[0].setup.mode != "ar"  # drafting pays only when accepted
+
+
+def test_trees_verified_in_one_pass_are_ranked_where_both_models_and_the_worker_can_pass_over_them() -> None:
+    with_trees = Planner(replace(_measured(tree_b=False), trees=True))
+    modes = {(p.setup.mode, p.setup.worker) for p in with_trees.ranking(0.0, 0.7)}
+    assert {("local-tree", ""), ("tree-verify", "M1 Max")} <= modes
+    assert ("tree-verify", "M2 Pro") not in modes  # its model cannot draft a tree
+    # No agreement measured past the draft's first choice: a tree is a chain with a tree's host time.
+    ranked = [p.setup.mode for p in with_trees.ranking(0.0, 0.66)]
+    assert ranked.index("local") < ranked.index("local-tree")
+    assert not {p.setup.mode for p in with_trees.ranking(0.7, 0.5)} & {"local-tree", "tree-verify"}
+    without = {p.setup.mode for p in Planner(_measured()).ranking(0.0, 0.7)}  # a hybrid target, say
+    assert not without & {"local-tree", "tree-verify"}
+
+
+async def test_auto_takes_local_tree_sd_on_the_papers_m2_ultra_and_stays_lossless(tiny: LoadedModel) -> None:
+    pace = CoordinatorPace.of(parse_pace("paper:M2 Ultra"))
+    access = WorkerAccess(credentials(), ["127.0.0.1"], 1.0, 20.0)
+    prompt = tiny.tokenizer.encode(PROMPTS[0])
+    async with coordinator_runtime() as runtime:
+        paced = pace.target_model(tiny)
+        async with DraftSources(runtime, paced, access, pace) as sources:
+            source = await sources.open(DraftSpec("auto", local="tiny-draft", workers=("none",)))
+            assert isinstance(source, AutoDraftSource)
+            result = await runtime.compute.run(
+                SpeculativeDecoder(paced, source).generate,
+                prompt,
+                max_tokens=32,
+                k=AUTO_K,
+                params=SamplingParams(),
+            )
+    assert result.tokens == ar_tokens(tiny, prompt, 32)
+    assert source.report()["chosen"]["setup"] == "local tree SD"
+    assert all(r.draft.tree is not None for r in result.rounds)
 
 
 async def test_auto_on_this_machine_alone_is_lossless_and_says_why(tiny: LoadedModel) -> None:
