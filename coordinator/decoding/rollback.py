@@ -20,7 +20,9 @@ Either way the state is exactly what a plain pass over the accepted prefix
 gives. A tree of drafts (``verify_tree``) is fed in one pass with tree
 attention (``specwire.models.tree_pass``); ``keep_path`` then moves the
 accepted path's K/V into place and drops the rest. Trees need every layer to
-be a KV cache. ``RollbackStats`` counts what rolling back cost.
+be a KV cache, or a dense Qwen3.5 model, whose tree pass keeps every node's
+Gated DeltaNet state (``coordinator.decoding.recurrent_tree``) and puts the
+accepted path's back. ``RollbackStats`` counts what rolling back cost.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import mlx.core as mx
 import numpy as np
 
 from coordinator.decoding.recurrent_pass import LayerStates, forward_keeping_states, keeps_states
+from coordinator.decoding.recurrent_tree import forward_tree_keeping_states
 from specwire.drafting.rollback import Checkpoints
 from specwire.drafting.token_tree import TokenTree
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
@@ -99,13 +102,21 @@ class Rollback:
     def verify_tree(self, pending: int, tree: TokenTree) -> mx.array:
         """The logits after ``pending`` and after each node of ``tree``: one pass, [1, n + 1, vocab]."""
         if not self._trees_checked:  # once a generation: the model and its cache do not change
-            check_tree_support(self.model, self.cache)
+            if self.strategy != "states":  # dense Qwen3.5 keeps every node's state (recurrent_tree)
+                check_tree_support(self.model, self.cache)
             self._trees_checked = True
         rooted = tree.rooted(pending)
         self.fed = list(rooted.tokens)
         prefix = np.ones((len(rooted), self.position), dtype=bool)
         visible = np.concatenate([prefix, rooted.visible()], axis=1)
         positions = [self.position + depth - 1 for depth in rooted.depths]
+        if self.strategy == "states":
+            logits, self.states = forward_tree_keeping_states(
+                self.model, self.cache, rooted.tokens, rooted.parents, positions, visible
+            )
+            held = sum(conv.nbytes + state.nbytes for layer in self.states.values() for conv, state in layer)
+            self.stats.state_bytes = max(self.stats.state_bytes, held)
+            return logits
         return forward_at(self.model, self.cache, rooted.tokens, positions, visible)
 
     def keep_path(self, path: Sequence[int]) -> int:
@@ -114,7 +125,12 @@ class Rollback:
         kept = [self.position, *(self.position + 1 + node for node in path)]
         if len(kept) < len(self.fed):
             self.stats.rounds += 1
-        keep_positions(self.cache, self.position, kept)
+        last = path[-1] + 1 if path else 0  # the rooted tree's index of the path's last token
+        for i, layer in self.states.items():  # a recurrent layer: the state after the path's last token
+            self.cache[i][0], self.cache[i][1] = layer[last]
+        attention = [layer for i, layer in enumerate(self.cache) if i not in self.states]
+        keep_positions(attention, self.position, kept)
+        self.states = {}
         self.position += len(kept)
         spent = time.perf_counter_ns() - started
         self.stats.rollback_ns += spent

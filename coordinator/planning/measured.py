@@ -31,6 +31,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+from coordinator.decoding.recurrent_pass import keeps_states
 from coordinator.planning.model import Acceptance
 from specwire.drafting.drafter import LanguageModel, prefill
 from specwire.drafting.sampling import SamplingParams, draft_distribution, target_distribution
@@ -193,11 +194,14 @@ def measure_here(target: LoadedModel, local: LoadedModel | None) -> MeasuredSetu
     return MeasuredSetup(verify, draft, pair, trees=_trees(target, local))
 
 
-def _trees(*models: LoadedModel) -> bool:
-    """Whether every one of ``models`` can pass over a tree (``specwire.models.tree_pass``)."""
+def _trees(target: LoadedModel, draft: LoadedModel) -> bool:
+    """Whether the target can verify a tree (plain KV caches, or a dense Qwen3.5 model, whose tree pass
+    keeps every node's state) and the draft can draft one (plain KV caches)."""
+    target_cache = make_prompt_cache(target.model)
     try:
-        for m in models:
-            check_tree_support(m.model, make_prompt_cache(m.model))
+        if not keeps_states(target.model, target_cache):
+            check_tree_support(target.model, target_cache)
+        check_tree_support(draft.model, make_prompt_cache(draft.model))
     except UnsupportedModelError:
         return False
     return True
@@ -211,7 +215,7 @@ class MeasuredSetup:
     local_draft: PassCurve | None
     agreement: Agreement | None
     workers: tuple[WorkerSpeed, ...] = ()
-    trees: bool = False  # the target and the local draft pass over trees (no recurrent layers)
+    trees: bool = False  # the target verifies trees and the local draft drafts them (measured._trees)
 
     def alpha(self, temperature: float) -> float:
         """The pair's per-draft acceptance at ``temperature`` (a prior of 0.7 without a calibration)."""

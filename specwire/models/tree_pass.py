@@ -59,7 +59,7 @@ def check_tree_support(model: Any, cache: Sequence[Any]) -> None:
             )
 
 
-class _RopeAtPositions(nn.Module):
+class RopeAtPositions(nn.Module):
     """A layer's rotary embedding, with each of the pass's tokens at a position of its own."""
 
     def __init__(self, rope: nn.Module, positions: mx.array) -> None:
@@ -78,7 +78,7 @@ def _placed(model: Any, cache: Sequence[Any], positions: mx.array, mask: mx.arra
     ropes = [attention.rope for attention in attentions]
     try:
         for attention, rope in zip(attentions, ropes, strict=True):
-            attention.rope = _RopeAtPositions(rope, positions)
+            attention.rope = RopeAtPositions(rope, positions)
         for layer in cache:
             layer.make_mask = lambda *args, **kwargs: mask
         yield

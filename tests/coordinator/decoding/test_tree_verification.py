@@ -89,6 +89,20 @@ def test_t0_output_equals_ar_at_every_tree_size(
         assert any(r.accepted > 0 for r in tree.rounds)
 
 
+@pytest.mark.parametrize(("nodes", "width", "k"), [(4, 2, 3), (16, 4, 6)])
+def test_t0_output_equals_ar_for_a_hybrid_target_verifying_trees(nodes: int, width: int, k: int) -> None:
+    # Qwen3.5's layout (Gated DeltaNet and full attention), trees from a llama draft of the same vocabulary.
+    target, draft = load_model("tiny-hybrid"), load_model("tiny-draft")
+    params = SamplingParams()
+    source = LocalTreeDraftSource(draft, None, nodes, width)
+    tokens = target.tokenizer.encode(PROMPTS[0])
+    ar = SpeculativeDecoder(target).generate(tokens, max_tokens=32, k=0, params=params)
+    tree = SpeculativeDecoder(target, source).generate(tokens, max_tokens=32, k=k, params=params)
+    assert tree.tokens == ar.tokens
+    assert tree.rollback is not None and tree.rollback.strategy == "states"
+    assert max(source.sizes) > 1 and all(r.draft.tree is not None for r in tree.rounds if r.k)
+
+
 def test_t0_output_equals_ar_with_a_draft_that_disagrees_at_every_depth() -> None:
     target, draft = disagreeing_pair()
     params = SamplingParams()

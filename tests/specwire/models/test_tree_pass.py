@@ -110,10 +110,43 @@ def test_a_tree_too_large_too_deep_or_outside_the_vocabulary_is_refused() -> Non
             tree.check(**kwargs)
 
 
-def test_a_hybrid_model_is_refused_by_architecture() -> None:
+def cache_arrays(layer: object) -> list[mx.array]:
+    """A layer cache's arrays: keys and values held, or a recurrent layer's window and state."""
+    kv = getattr(layer, "keys_and_values", None)
+    return list(kv()) if kv is not None else list(layer.cache)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def tiny_hybrid() -> LoadedModel:
+    return load_model("tiny-hybrid")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_hybrid_tree_pass_keeps_what_a_chain_pass_over_the_accepted_path_keeps(
+    tiny_hybrid: LoadedModel, seed: int
+) -> None:
+    # Qwen3.5's layout: every node's Gated DeltaNet window and state continue its own parent's.
+    rng = np.random.default_rng(100 + seed)
+    tree = random_tree(rng, int(rng.integers(1, 24)), tiny_hybrid.vocab_size)
+    node = int(rng.integers(-1, len(tree)))
+    path = tree.path(node)
+    tree_rows, tree_cache = verified(tiny_hybrid, PROMPT, tree, path)
+    chain_rows, chain_cache = verified(tiny_hybrid, PROMPT, None, [tree.tokens[i] for i in path])
+    assert np.array_equal(np.array(tree_rows), np.array(chain_rows))  # bit for bit
+    for a, b in zip(tree_cache, chain_cache, strict=True):
+        for x, y in zip(cache_arrays(a), cache_arrays(b), strict=True):
+            assert np.array_equal(np.array(x), np.array(y))
+    after = [int(rng.integers(0, tiny_hybrid.vocab_size))]
+    assert np.array_equal(
+        np.array(tiny_hybrid.model(mx.array([after]), cache=tree_cache)),
+        np.array(tiny_hybrid.model(mx.array([after]), cache=chain_cache)),
+    )
+
+
+def test_a_recurrent_model_that_keeps_no_per_position_states_is_refused_by_architecture() -> None:
     hybrid = load_model("tiny-hybrid")
     cache = make_prompt_cache(hybrid.model)
-    rollback = Rollback(hybrid.model, cache, len(PROMPT) - 1)
+    rollback = Rollback(hybrid.model, cache, len(PROMPT) - 1, strategy="replay")
     prefill(hybrid.model, cache, PROMPT[:-1])
     with pytest.raises(UnsupportedModelError, match=r"qwen3_5.* so it drafts and verifies chains"):
         rollback.verify_tree(PROMPT[-1], TokenTree.chain([5, 6]))

@@ -1,0 +1,123 @@
+"""A Qwen3.5 verification pass over a tree of drafts: every node at its own path's state.
+
+Tree verification (``specwire.models.tree_pass``) feeds every node of a tree
+in one pass, each attending to its ancestors only. A Gated DeltaNet layer has
+no positions to mask: it carries a convolution window and a recurrent state
+from one token to the next. Over a tree, each node must continue its own
+parent's, so this pass runs mlx-lm's ``qwen3_5`` modules in their order, as
+``coordinator.decoding.recurrent_pass`` does for a chain, with three changes:
+
+* full-attention layers take the tree mask, and each token's rotary position
+  is its depth after the verified text;
+* a Gated DeltaNet layer's convolution for a node reads the window of its
+  own path (its ancestors' projected inputs, then the cache's window), one
+  window per node as a batch;
+* the delta rule advances one node at a time from its parent's state (the
+  first token's parent is the cache), and every node's window and state are
+  kept.
+
+After the verdict, the caller puts the accepted path's last node's window and
+state into each Gated DeltaNet layer's cache, and keeps the path's K/V in the
+attention layers' (``keep_positions``). Only dense Qwen3.5 single-sequence
+passes are run this way (``recurrent_pass.keeps_states``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models.gated_delta import gated_delta_update, normalize_qk
+
+from coordinator.decoding.recurrent_pass import LayerStates
+from specwire.models.tree_pass import RopeAtPositions
+
+
+def forward_tree_keeping_states(
+    model: nn.Module,
+    cache: list,
+    tokens: Sequence[int],
+    parents: Sequence[int],
+    positions: Sequence[int],
+    visible: np.ndarray,
+) -> tuple[mx.array, dict[int, LayerStates]]:
+    """Logits [1, L, vocab] of ``tokens`` (each after ``parents[i]``, an earlier token, or -1: after the
+    cache) at rotary ``positions``, attention where ``visible`` ([L, cached + L]) is true; and each Gated
+    DeltaNet layer's (window, state) after every token."""
+    language = model.language_model
+    text = language.model
+    hidden = text.embed_tokens(mx.array([list(tokens)]))
+    mask = mx.array(visible)
+    at = mx.array(list(positions))
+    states: dict[int, LayerStates] = {}
+    for i, (layer, c) in enumerate(zip(text.layers, cache, strict=True)):
+        normed = layer.input_layernorm(hidden)
+        if layer.is_linear:
+            mixed, states[i] = _gated_delta_tree(layer.linear_attn, normed, parents, c)
+        else:
+            attention = layer.self_attn
+            rope = attention.rope
+            attention.rope = RopeAtPositions(rope, at)
+            try:
+                mixed = attention(normed, mask, c)
+            finally:
+                attention.rope = rope
+        hidden = hidden + mixed
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    out = text.norm(hidden)
+    if language.args.tie_word_embeddings:
+        return text.embed_tokens.as_linear(out), states
+    return language.lm_head(out), states
+
+
+def _gated_delta_tree(
+    module: Any, x: mx.array, parents: Sequence[int], cache: Any
+) -> tuple[mx.array, LayerStates]:
+    """mlx-lm's ``GatedDeltaNet.__call__`` over a tree: each node from its parent's window and state."""
+    batch, length, _ = x.shape
+    qkv = module.in_proj_qkv(x)
+    z = module.in_proj_z(x).reshape(batch, length, module.num_v_heads, module.head_v_dim)
+    b = module.in_proj_b(x)
+    a = module.in_proj_a(x)
+    keep = module.conv_kernel_size - 1
+    before = cache[0]
+    if before is None:
+        before = mx.zeros((batch, keep, module.conv_dim), dtype=x.dtype)
+    windows: list[mx.array] = []  # each node's last ``keep`` inputs, itself included
+    inputs: list[mx.array] = []  # each node's whole convolution input: its parent's window, then itself
+    for t, parent in enumerate(parents):
+        previous = before if parent < 0 else windows[parent]
+        full = mx.concatenate([previous, qkv[:, t : t + 1]], axis=1)
+        inputs.append(full)
+        windows.append(full[:, 1:])
+    conv_out = nn.silu(module.conv1d(mx.concatenate(inputs, axis=0)))  # [L, 1, conv_dim]
+    conv_out = conv_out.reshape(batch, length, -1)
+    parts = mx.split(conv_out, [module.key_dim, 2 * module.key_dim], -1)
+    heads = (module.num_k_heads, module.num_k_heads, module.num_v_heads)
+    dims = (module.head_k_dim, module.head_k_dim, module.head_v_dim)
+    q, k, v = (t.reshape(batch, length, h, d) for t, h, d in zip(parts, heads, dims, strict=True))
+    q, k = normalize_qk(q, k, inv_scale=module.head_k_dim**-0.5, eps=1e-6)
+    outs: list[mx.array] = []
+    kept: LayerStates = []
+    for t, parent in enumerate(parents):
+        step = slice(t, t + 1)
+        state = cache[1] if parent < 0 else kept[parent][1]
+        out, state = gated_delta_update(
+            q[:, step],
+            k[:, step],
+            v[:, step],
+            a[:, step],
+            b[:, step],
+            module.A_log,
+            module.dt_bias,
+            state,
+            None,
+            use_kernel=not module.training,
+        )
+        outs.append(out)
+        kept.append((mx.contiguous(windows[t]), state))
+    out = module.norm(mx.concatenate(outs, axis=1), z)
+    return module.out_proj(out.reshape(batch, length, -1)), kept
