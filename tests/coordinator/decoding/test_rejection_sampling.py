@@ -23,6 +23,7 @@ from scipy.stats import chisquare
 
 import coordinator.decoding.acceptance as acceptance
 import coordinator.decoding.engine as engine
+import coordinator.decoding.recurrent_tree as recurrent_tree
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource
@@ -33,6 +34,7 @@ from specwire.drafting.sampling import (
     target_distribution,
 )
 from specwire.models import LoadedModel
+from specwire.models.tiny_hybrid import build_tiny_hybrid
 from tests.support.tiny_models import as_loaded, tiny_llama
 
 PROMPT = [2, 5, 1]
@@ -119,6 +121,37 @@ def test_tree_sd_output_is_distributed_as_target(
 ) -> None:
     counts = sd_joint_counts(pair, 2, TREE_RUNS, tree=True, **sampling)
     assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) >= P_VALUE_FLOOR
+
+
+@pytest.fixture(scope="module")
+def hybrid_target_pair() -> tuple[LoadedModel, LoadedModel]:
+    """A target in Qwen3.5's layout and a llama draft over the same 8 tokens."""
+    target, args = build_tiny_hybrid(8)
+    draft, draft_args = tiny_llama(1)
+    return as_loaded(target, args, "hybrid-target"), as_loaded(draft, draft_args, "tiny-draft")
+
+
+def test_tree_sd_with_a_hybrid_target_is_distributed_as_target(
+    hybrid_target_pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    # Every node's Gated DeltaNet state is its own path's; half the runs of the llama pair's test.
+    counts = sd_joint_counts(hybrid_target_pair, 2, TREE_RUNS // 2, tree=True, temperature=0.7)
+    expected = exact_joint(hybrid_target_pair[0], SamplingParams(temperature=0.7))
+    assert chi_square_p(counts, expected) >= P_VALUE_FLOOR
+
+
+def test_hybrid_tree_check_fails_when_each_node_continues_the_previous_tokens_state(
+    hybrid_target_pair: tuple[LoadedModel, LoadedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chained = recurrent_tree._gated_delta_tree
+
+    def sequential(module, x, parents, cache):  # type: ignore[no-untyped-def]
+        return chained(module, x, [t - 1 for t in range(len(parents))], cache)
+
+    monkeypatch.setattr(recurrent_tree, "_gated_delta_tree", sequential)
+    counts = sd_joint_counts(hybrid_target_pair, 2, TREE_RUNS // 2, tree=True, temperature=0.7)
+    expected = exact_joint(hybrid_target_pair[0], SamplingParams(temperature=0.7))
+    assert chi_square_p(counts, expected) < P_VALUE_FLOOR
 
 
 def test_tree_check_fails_when_the_walk_takes_the_likeliest_child_unchecked(
