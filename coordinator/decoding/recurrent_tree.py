@@ -43,10 +43,13 @@ def forward_tree_keeping_states(
     parents: Sequence[int],
     positions: Sequence[int],
     visible: np.ndarray,
+    starts: Sequence[dict[int, tuple[mx.array, mx.array]] | None] | None = None,
 ) -> tuple[mx.array, dict[int, LayerStates]]:
     """Logits [1, L, vocab] of ``tokens`` (each after ``parents[i]``, an earlier token, or -1: after the
-    cache) at rotary ``positions``, attention where ``visible`` ([L, cached + L]) is true; and each Gated
-    DeltaNet layer's (window, state) after every token."""
+    cache, or after ``starts[i]``, a Gated DeltaNet (window, state) by layer kept from an earlier pass)
+    at rotary ``positions``, attention where ``visible`` ([L, cached + L]) is true; and each Gated
+    DeltaNet layer's (window, state) after every token. The Gated DeltaNet caches are left as they
+    were: the caller puts back the state of the path it keeps."""
     language = model.language_model
     text = language.model
     hidden = text.embed_tokens(mx.array([list(tokens)]))
@@ -56,7 +59,8 @@ def forward_tree_keeping_states(
     for i, (layer, c) in enumerate(zip(text.layers, cache, strict=True)):
         normed = layer.input_layernorm(hidden)
         if layer.is_linear:
-            mixed, states[i] = _gated_delta_tree(layer.linear_attn, normed, parents, c)
+            before = [None if start is None else start[i] for start in starts] if starts else None
+            mixed, states[i] = _gated_delta_tree(layer.linear_attn, normed, parents, c, before)
         else:
             attention = layer.self_attn
             rope = attention.rope
@@ -74,22 +78,29 @@ def forward_tree_keeping_states(
 
 
 def _gated_delta_tree(
-    module: Any, x: mx.array, parents: Sequence[int], cache: Any
+    module: Any,
+    x: mx.array,
+    parents: Sequence[int],
+    cache: Any,
+    starts: Sequence[tuple[mx.array, mx.array] | None] | None = None,
 ) -> tuple[mx.array, LayerStates]:
-    """mlx-lm's ``GatedDeltaNet.__call__`` over a tree: each node from its parent's window and state."""
+    """mlx-lm's ``GatedDeltaNet.__call__`` over a tree: each node from its parent's window and state (a
+    token without a parent in the pass: from ``starts[t]``, else the cache's)."""
     batch, length, _ = x.shape
     qkv = module.in_proj_qkv(x)
     z = module.in_proj_z(x).reshape(batch, length, module.num_v_heads, module.head_v_dim)
     b = module.in_proj_b(x)
     a = module.in_proj_a(x)
     keep = module.conv_kernel_size - 1
-    before = cache[0]
-    if before is None:
-        before = mx.zeros((batch, keep, module.conv_dim), dtype=x.dtype)
+    window = cache[0]
+    if window is None:
+        window = mx.zeros((batch, keep, module.conv_dim), dtype=x.dtype)
+    start = [None if starts is None else starts[t] for t in range(length)]
     windows: list[mx.array] = []  # each node's last ``keep`` inputs, itself included
     inputs: list[mx.array] = []  # each node's whole convolution input: its parent's window, then itself
     for t, parent in enumerate(parents):
-        previous = before if parent < 0 else windows[parent]
+        own = start[t]
+        previous = windows[parent] if parent >= 0 else window if own is None else own[0]
         full = mx.concatenate([previous, qkv[:, t : t + 1]], axis=1)
         inputs.append(full)
         windows.append(full[:, 1:])
@@ -104,7 +115,8 @@ def _gated_delta_tree(
     kept: LayerStates = []
     for t, parent in enumerate(parents):
         step = slice(t, t + 1)
-        state = cache[1] if parent < 0 else kept[parent][1]
+        own = start[t]
+        state = kept[parent][1] if parent >= 0 else cache[1] if own is None else own[1]
         out, state = gated_delta_update(
             q[:, step],
             k[:, step],

@@ -40,8 +40,10 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
+from coordinator.decoding.recurrent_pass import keeps_states
+from coordinator.decoding.recurrent_tree import forward_tree_keeping_states
 from coordinator.drafting.base import Outcome
 from coordinator.planning.tree_verify import best_size
 from specwire.drafting.choices import top_choices
@@ -49,7 +51,7 @@ from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.drafter import prefill
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
-from specwire.errors import InvalidArgumentError
+from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
 from specwire.models.tree_pass import check_tree_support, forward_at, keep_positions
 
@@ -135,12 +137,23 @@ class LocalTreeDraftSource:
         self._sent: TokenTree | None = None
         self._sent_index: list[int] = []  # the sent tree's node i is self._nodes[self._sent_index[i]]
         self._grown_at: int | None = None  # where the last tree's nodes begin in the cache (None: no tree)
+        self._recurrent: list[int] = []  # the draft's recurrent layers (dense Qwen3.5: their states by node)
+        self._attention: list = []  # its other layers' caches
+        self._root: dict[int, tuple[mx.array, mx.array]] = {}  # recurrent states after the context
+        self._states: dict[int, dict[int, tuple[mx.array, mx.array]]] = {}  # ... after each node fed
         self.sizes: list[int] = []  # nodes sent each round
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Prefill the prompt (all but its last token) into a fresh draft cache."""
         self._cache = make_prompt_cache(self.draft.model)
-        check_tree_support(self.draft.model, self._cache)
+        self._recurrent = []
+        try:
+            check_tree_support(self.draft.model, self._cache)
+        except UnsupportedModelError:
+            if not keeps_states(self.draft.model, self._cache):
+                raise
+            self._recurrent = [i for i, layer in enumerate(self._cache) if not isinstance(layer, KVCache)]
+        self._attention = [layer for i, layer in enumerate(self._cache) if i not in self._recurrent]
         prefill(self.draft.model, self._cache, list(prompt[:-1]))
         self._context = list(prompt)
         self._nodes, self._fed, self._sent, self._grown_at = [], {}, None, None
@@ -175,14 +188,17 @@ class LocalTreeDraftSource:
         appended = outcome.tokens([])
         if self._grown_at is not None:  # this source drafted the last round: keep what it accepted
             kept = []
-            node = -1
+            node, last = -1, -1
             for token in appended[:-1]:  # the accepted path; the draft fed some of its nodes
                 child = self._sent.child(node, token) if self._sent is not None else None
                 if child is None or self._sent_index[child] not in self._fed:
                     break
-                kept.append(self._fed[self._sent_index[child]])
+                last = self._sent_index[child]
+                kept.append(self._fed[last])
                 node = child
-            keep_positions(self._cache, self._grown_at, kept)
+            keep_positions(self._attention, self._grown_at, kept)
+            for i, state in self._states.get(last, self._root).items():  # recurrent layers: the path's
+                self._cache[i][0], self._cache[i][1] = state
         self._grown_at = None
         self._context.extend(appended)
 
@@ -192,9 +208,11 @@ class LocalTreeDraftSource:
         model = self.draft.model
         self._nodes, self._fed = [], {}
         context = len(self._context)
-        unseen = self._context[self._cache[0].offset :]
+        unseen = self._context[self._attention[0].offset :]
         started = time.perf_counter()
         rows = model(mx.array([unseen]), cache=self._cache)[0, -1:]
+        self._root = {i: (self._cache[i][0], self._cache[i][1]) for i in self._recurrent}
+        self._states = {}
         self._grown_at = context  # this round's nodes are fed after the context
         self._add_children([-1], rows)
         pass_s = time.perf_counter() - started
@@ -207,7 +225,7 @@ class LocalTreeDraftSource:
             if not expand or not self._pays(expand, time.perf_counter() - started, pass_s):
                 break
             before = time.perf_counter()
-            cached = self._cache[0].offset
+            cached = self._attention[0].offset
             visible = np.zeros((len(expand), cached + len(expand)), dtype=bool)
             visible[:, :context] = True
             for row, i in enumerate(expand):
@@ -217,14 +235,29 @@ class LocalTreeDraftSource:
                     visible[row, self._fed[parent]] = True
                     parent = self._nodes[parent].parent
                 self._fed[i] = cached + row
-            tokens = [self._nodes[i].token for i in expand]
-            rows = forward_at(model, self._cache, tokens, [context + depth - 2] * len(expand), visible)[0]
+            rows = self._level(expand, [context + depth - 2] * len(expand), visible)
             passes += 1
             first = len(self._nodes)
             self._add_children(expand, rows)
             pass_s = time.perf_counter() - before
             level = list(range(first, len(self._nodes)))
         return passes
+
+    def _level(self, expand: list[int], positions: list[int], visible: np.ndarray) -> mx.array:
+        """One pass feeding ``expand``'s nodes: their next-token logits [n, vocab]. A recurrent layer
+        takes each node from its parent's state (the context's for a first-level node) and keeps its
+        own for its children and the verdict."""
+        assert self._cache is not None
+        tokens = [self._nodes[i].token for i in expand]
+        if not self._recurrent:
+            return forward_at(self.draft.model, self._cache, tokens, positions, visible)[0]
+        starts = [self._states.get(self._nodes[i].parent, self._root) for i in expand]
+        logits, states = forward_tree_keeping_states(
+            self.draft.model, self._cache, tokens, [-1] * len(tokens), positions, visible, starts
+        )
+        for row, i in enumerate(expand):
+            self._states[i] = {layer: kept[row] for layer, kept in states.items()}
+        return logits[0]
 
     def _pays(self, expand: list[int], elapsed_s: float, pass_s: float) -> bool:
         """Whether one more pass, expanding ``expand``, may raise the expected tokens a second.

@@ -195,15 +195,16 @@ def measure_here(target: LoadedModel, local: LoadedModel | None) -> MeasuredSetu
 
 
 def _trees(target: LoadedModel, draft: LoadedModel) -> bool:
-    """Whether the target can verify a tree (plain KV caches, or a dense Qwen3.5 model, whose tree pass
-    keeps every node's state) and the draft can draft one (plain KV caches)."""
-    target_cache = make_prompt_cache(target.model)
-    try:
-        if not keeps_states(target.model, target_cache):
-            check_tree_support(target.model, target_cache)
-        check_tree_support(draft.model, make_prompt_cache(draft.model))
-    except UnsupportedModelError:
-        return False
+    """Whether the target can verify a tree and the draft draft one here: plain KV caches, or dense
+    Qwen3.5, whose tree passes keep every node's state (``coordinator.decoding.recurrent_tree``)."""
+    for model in (target, draft):
+        cache = make_prompt_cache(model.model)
+        if keeps_states(model.model, cache):
+            continue
+        try:
+            check_tree_support(model.model, cache)
+        except UnsupportedModelError:
+            return False
     return True
 
 

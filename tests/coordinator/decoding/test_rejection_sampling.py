@@ -145,8 +145,8 @@ def test_hybrid_tree_check_fails_when_each_node_continues_the_previous_tokens_st
 ) -> None:
     chained = recurrent_tree._gated_delta_tree
 
-    def sequential(module, x, parents, cache):  # type: ignore[no-untyped-def]
-        return chained(module, x, [t - 1 for t in range(len(parents))], cache)
+    def sequential(module, x, parents, cache, starts=None):  # type: ignore[no-untyped-def]
+        return chained(module, x, [t - 1 for t in range(len(parents))], cache, starts)
 
     monkeypatch.setattr(recurrent_tree, "_gated_delta_tree", sequential)
     counts = sd_joint_counts(hybrid_target_pair, 2, TREE_RUNS // 2, tree=True, temperature=0.7)

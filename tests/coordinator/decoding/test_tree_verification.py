@@ -103,6 +103,30 @@ def test_t0_output_equals_ar_for_a_hybrid_target_verifying_trees(nodes: int, wid
     assert max(source.sizes) > 1 and all(r.draft.tree is not None for r in tree.rounds if r.k)
 
 
+def first_choice_depth(tree: TokenTree) -> int:
+    """How deep the draft's first choices go in a local tree (a node's first child is its first choice)."""
+    depth, node = 0, -1
+    while True:
+        child = next((i for i, p in enumerate(tree.parents) if p == node), None)
+        if child is None:
+            return depth
+        depth, node = depth + 1, child
+
+
+def test_a_hybrid_draft_drafting_for_itself_has_its_whole_first_choice_path_accepted() -> None:
+    # Each node's Gated DeltaNet state continues its parent's, through passes a level at a time: were
+    # any node's state not its path's, its first choice would differ from the same model's verdict.
+    model = load_model("tiny-hybrid-draft")
+    source = LocalTreeDraftSource(model, None, 8, 2)
+    tokens = model.tokenizer.encode(PROMPTS[1])
+    result = SpeculativeDecoder(model, source).generate(tokens, max_tokens=40, k=4, params=SamplingParams())
+    ar = SpeculativeDecoder(model).generate(tokens, max_tokens=40, k=0, params=SamplingParams())
+    assert result.tokens == ar.tokens
+    full = [r for r in result.rounds[:-1] if r.draft.tree is not None]  # the last may stop at max_tokens
+    assert full and all(r.accepted == first_choice_depth(r.draft.tree) for r in full)
+    assert max(r.accepted for r in full) >= 3
+
+
 def test_t0_output_equals_ar_with_a_draft_that_disagrees_at_every_depth() -> None:
     target, draft = disagreeing_pair()
     params = SamplingParams()
