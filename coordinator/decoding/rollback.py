@@ -39,6 +39,7 @@ from coordinator.decoding.recurrent_pass import LayerStates, forward_keeping_sta
 from coordinator.decoding.recurrent_tree import forward_tree_keeping_states
 from specwire.drafting.rollback import Checkpoints
 from specwire.drafting.token_tree import TokenTree
+from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models.tree_pass import check_tree_support, forward_at, keep_positions
 
@@ -89,7 +90,9 @@ class Rollback:
         self.fed = list(fed)
         inputs = mx.array([self.fed])
         if self.strategy == "states" and len(self.fed) > 1:
+            started = time.perf_counter()
             logits, self.states = forward_keeping_states(self.model, inputs, self.cache)
+            hold_pass(self.model, started, len(self.fed), logits, self.cache, list(self.states.values()))
             earlier = [pair for layer in self.states.values() for pair in layer[:-1]]  # the last is the cache
             held = sum(conv.nbytes + state.nbytes for conv, state in earlier)
             self.stats.state_bytes = max(self.stats.state_bytes, held)
@@ -111,9 +114,11 @@ class Rollback:
         visible = np.concatenate([prefix, rooted.visible()], axis=1)
         positions = [self.position + depth - 1 for depth in rooted.depths]
         if self.strategy == "states":
+            started = time.perf_counter()
             logits, self.states = forward_tree_keeping_states(
                 self.model, self.cache, rooted.tokens, rooted.parents, positions, visible
             )
+            hold_pass(self.model, started, len(rooted), logits, self.cache, list(self.states.values()))
             held = sum(conv.nbytes + state.nbytes for layer in self.states.values() for conv, state in layer)
             self.stats.state_bytes = max(self.stats.state_bytes, held)
             return logits

@@ -51,6 +51,7 @@ from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.drafter import prefill
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
+from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
 from specwire.models.tree_pass import check_tree_support, forward_at, keep_positions
@@ -252,9 +253,11 @@ class LocalTreeDraftSource:
         if not self._recurrent:
             return forward_at(self.draft.model, self._cache, tokens, positions, visible)[0]
         starts = [self._states.get(self._nodes[i].parent, self._root) for i in expand]
+        started = time.perf_counter()
         logits, states = forward_tree_keeping_states(
             self.draft.model, self._cache, tokens, [-1] * len(tokens), positions, visible, starts
         )
+        hold_pass(self.draft.model, started, len(tokens), logits, list(states.values()))
         for row, i in enumerate(expand):
             self._states[i] = {layer: kept[row] for layer, kept in states.items()}
         return logits[0]

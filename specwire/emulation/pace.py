@@ -154,6 +154,15 @@ class PacedModel:
         return getattr(self.inner, name)
 
 
+def hold_pass(model: Any, started: float, positions: int, *computed: Any) -> None:
+    """A pass run over ``model``'s modules rather than through its call (a recurrent model's pass that
+    keeps per-position states): compute ``computed`` (arrays, or caches and lists of them), and if
+    ``model`` is paced, hold the pass that began at ``started`` to its paced time, as its call would."""
+    mx.eval(*_arrays(list(computed)))
+    if isinstance(model, PacedModel):
+        model.pacer.run_pass(started, positions)
+
+
 def _arrays(tree: Any) -> list[mx.array]:
     """The arrays in a cache (a list of layer caches, whose ``state`` nests arrays, lists and None)."""
     if isinstance(tree, mx.array):

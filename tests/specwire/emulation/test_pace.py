@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specwire.drafting.drafter import Drafter
+from coordinator.decoding.rollback import Rollback
+from specwire.drafting.drafter import Drafter, prefill
 from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import Pacer, pace_model, parse_pace
 from specwire.emulation.profile import PassCurve
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models import LoadedModel, load_model
 
 PACED_MS = 12.0  # far above the tiny model's real pass, so none overruns even on a loaded machine
 
@@ -81,3 +83,21 @@ def test_a_bad_pace_is_refused_by_name(text: str, words: str) -> None:
 def test_a_drafting_machine_cannot_pace_a_target() -> None:
     with pytest.raises(InvalidArgumentError, match="M1 Max is a drafting machine"):
         parse_pace("paper:m1-max").target_curve()
+
+
+def test_a_hybrid_targets_passes_that_keep_states_are_paced_like_its_calls() -> None:
+    # Qwen3.5's verification runs over the model's modules (per-position and per-node states), not its call.
+    hybrid = load_model("tiny-hybrid")
+    pacer = Pacer(PassCurve(decode_tok_s=1e3 / PACED_MS), "hybrid")
+    paced = pace_model(hybrid, pacer)
+    cache = make_prompt_cache(hybrid.model)
+    rollback = Rollback(paced.model, cache, 3)
+    prefill(paced.model, cache, [5, 6, 7])
+    before = pacer.snapshot()
+    started = time.perf_counter()
+    rollback.verify([8, 9, 10])  # a chain: states after every position
+    rollback.keep_first(2)
+    rollback.verify_tree(11, TokenTree((12, 13, 14), (-1, -1, 0)))  # a tree: states after every node
+    rollback.keep_path([0])
+    assert time.perf_counter() - started >= 2 * PACED_MS / 1e3  # a lower bound holds under any load
+    assert pacer.snapshot().since(before).passes == 2
