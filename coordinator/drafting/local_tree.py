@@ -26,6 +26,10 @@ costs about one (a Mac's GPU), the tree grows to ``nodes``.
 
 After the verdict the draft's cache keeps the K/V of the accepted path's
 nodes it fed (``keep_positions``) and drops the rest, so nothing is fed twice.
+A draft with Gated DeltaNet layers (dense Qwen3.5) feeds each level with
+every node continuing its parent's recurrent state, kept by node
+(``coordinator.decoding.recurrent_tree``); the verdict puts the state of the
+accepted path's last fed node back.
 The tree does not depend on the target's draws, so verification walking it
 with the target's own samples stays lossless at T > 0
 (``coordinator.decoding.acceptance``).

@@ -149,7 +149,7 @@ def test_hybrid_tree_check_fails_when_each_node_continues_the_previous_tokens_st
         return chained(module, x, [t - 1 for t in range(len(parents))], cache, starts)
 
     monkeypatch.setattr(recurrent_tree, "_gated_delta_tree", sequential)
-    counts = sd_joint_counts(hybrid_target_pair, 2, TREE_RUNS // 2, tree=True, temperature=0.7)
+    counts = sd_joint_counts(hybrid_target_pair, 2, TREE_RUNS // 4, tree=True, temperature=0.7)
     expected = exact_joint(hybrid_target_pair[0], SamplingParams(temperature=0.7))
     assert chi_square_p(counts, expected) < P_VALUE_FLOOR
 
