@@ -256,8 +256,7 @@ class DraftSources:
             self._planner = (key, Planner(measured))
         planner = self._planner[1]
         by_title = dict(zip((w.title for w in planner.measured.workers), connections, strict=True))
-        curve = await self.verify_curve() if planner.measured.trees and local is not None else None
-        return planner, functools.partial(self._build, by_title, local, curve)
+        return planner, functools.partial(self._build, by_title, local)
 
     async def _auto_workers(self, spec: DraftSpec) -> list[WorkerConnection]:
         """Connections to the workers auto may draft on: those named, else every compatible one found
@@ -293,26 +292,24 @@ class DraftSources:
         return connections
 
     def _build(
-        self,
-        by_title: dict[str, WorkerConnection],
-        local: LoadedModel | None,
-        curve: VerifyCurve | None,
-        setup: Setup,
+        self, by_title: dict[str, WorkerConnection], local: LoadedModel | None, setup: Setup
     ) -> DraftSource | None:
-        """The source of one of auto's set-ups (None: AR); compute thread, no network until started."""
+        """The source of one of auto's set-ups (None: AR); compute thread, no network until started. A
+        tree set-up measures the target's verification curve the first time one is built (a CPU's
+        target takes seconds over 32 positions, which a set-up without trees should not wait for)."""
         if setup.mode == "ar":
             return None
         if setup.mode == "local":
             assert local is not None
             return LocalDraftSource(local)
         if setup.mode == "local-tree":
-            assert local is not None and curve is not None
-            return LocalTreeDraftSource(local, curve)
+            assert local is not None
+            return LocalTreeDraftSource(local, self._curve_here())
         nodes = TREE_REPLY_NODES if setup.mode == TREE_VERIFY else 0
         stream = self._stream(by_title[setup.worker], prespec_for(setup.mode), nodes)
         if setup.mode == TREE_VERIFY:
-            assert local is not None and curve is not None
-            return RemoteTreeDraftSource(stream, local, curve)
+            assert local is not None
+            return RemoteTreeDraftSource(stream, local, self._curve_here())
         if setup.mode in FILLED:
             assert local is not None
             return FilledDraftSource(stream, local)
@@ -352,8 +349,12 @@ class DraftSources:
 
     async def verify_curve(self) -> VerifyCurve:
         """The target's verification time by positions, measured once (local tree SD sizes trees by it)."""
+        return await self.runtime.compute.run(self._curve_here)
+
+    def _curve_here(self) -> VerifyCurve:
+        """``verify_curve`` on the compute thread."""
         if self._curve is None:
-            self._curve = await self.runtime.compute.run(measure_verify_curve, self.target)
+            self._curve = measure_verify_curve(self.target)
             log.info("the target's verification curve: %s", self._curve)
         return self._curve
 

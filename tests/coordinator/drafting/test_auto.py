@@ -96,7 +96,7 @@ async def test_auto_takes_local_tree_sd_on_the_papers_m2_ultra_and_stays_lossles
             )
     assert result.tokens == ar_tokens(tiny, prompt, 32)
     assert source.report()["chosen"]["setup"] == "local tree SD"
-    assert all(r.draft.tree is not None for r in result.rounds)
+    assert result.rounds[0].draft.tree is not None  # (later rounds may move on a loaded machine)
 
 
 async def test_auto_on_this_machine_alone_is_lossless_and_says_why(tiny: LoadedModel) -> None:
