@@ -3,7 +3,7 @@ and k, and the pre-speculation settings a session asks for."""
 
 from __future__ import annotations
 
-from specwire.drafting.branch_batch import batchable
+from specwire.drafting.draft_tree import tree_batchable
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.speculation import PrespecConfig
 from specwire.errors import InvalidArgumentError, ProtocolVersionError, VocabularyMismatchError
@@ -24,16 +24,18 @@ def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecCo
         fill=msg.fill,
         tree=msg.tree,
         tree_rows=defaults.tree_rows,
+        tree_memory=defaults.tree_memory,
     )
 
 
 def check_tree(drafter: Drafter) -> None:
-    """Raise unless tree pre-speculation can draft for ``drafter``: greedy, over plain KV caches."""
+    """Raise unless tree pre-speculation can draft for ``drafter``: greedy, over KV caches and recurrent
+    states (``tree_batchable``)."""
     if not drafter.params.greedy:
         raise InvalidArgumentError("tree pre-speculation drafts first choices: it needs temperature 0")
-    if not batchable(drafter.cache):
+    if not tree_batchable(drafter.cache):
         raise InvalidArgumentError(
-            "tree pre-speculation batches rows of KV caches: this draft model has recurrent or "
+            "tree pre-speculation batches rows of KV caches and recurrent states: this draft model has "
             "windowed layers"
         )
 

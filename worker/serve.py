@@ -27,7 +27,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from specwire.drafting.speculation import TREE_ROWS, PrespecConfig
+from specwire.drafting.speculation import TREE_MEMORY, TREE_ROWS, PrespecConfig
 from specwire.drafting.warmup import warm_drafter
 from specwire.emulation.pace import Pace, Pacer, pace_model, parse_pace
 from specwire.errors import InvalidArgumentError
@@ -152,11 +152,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="nodes a tree session expands side by side in one pass, unless the coordinator asks for a "
         "number (its --rows)",
     )
+    advanced.add_argument(
+        "--tree-memory",
+        type=float,
+        default=TREE_MEMORY / 2**30,
+        metavar="GIB",
+        help="GiB of recurrent states all tree sessions may hold together (a hybrid draft model such as "
+        "Qwen3.5 keeps one per node; trees stop growing at the bound; 0: no bound)",
+    )
 
 
 def prespec_defaults(args: argparse.Namespace) -> PrespecConfig:
     """The worker's pre-speculation defaults from its flags (a session's Open may ask for others)."""
-    return PrespecConfig(tree_rows=args.tree_rows)
+    return PrespecConfig(tree_rows=args.tree_rows, tree_memory=int(args.tree_memory * 2**30))
 
 
 def run(args: argparse.Namespace) -> int:

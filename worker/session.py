@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from specwire.drafting.draft_tree import DraftTree
+from specwire.drafting.draft_tree import DraftTree, StateMemory
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.speculation import PrespecConfig, Speculator
 from specwire.drafting.token_tree import TokenTree
@@ -103,6 +103,7 @@ class DraftSession:
         totals: WorkerCounters,
         prespec_defaults: PrespecConfig | None = None,
         pacer: Pacer | None = None,
+        memory: StateMemory | None = None,
     ) -> None:
         check_open(model, open_msg)
         self.model = model
@@ -117,7 +118,7 @@ class DraftSession:
         self.tree = None
         if config is not None and config.tree:
             check_tree(self.drafter)
-            self.tree = DraftTree(self.drafter, config, model.context_length)
+            self.tree = DraftTree(self.drafter, config, model.context_length, memory)
         self.speculator = Speculator(self.drafter, config) if config is not None and not config.tree else None
         self.next_seq = 0
         self.rounds = 0

@@ -18,8 +18,7 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from specwire.drafting.branch_batch import batchable
-from specwire.drafting.draft_tree import DraftTree
+from specwire.drafting.draft_tree import DraftTree, tree_batchable
 from specwire.drafting.drafter import Drafter, LanguageModel
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.speculation import DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
@@ -53,7 +52,7 @@ def pass_curve(model: LoadedModel, rows: Sequence[int] = CURVE_ROWS) -> list[tup
     model whose caches a tree cannot branch."""
     probe = Drafter(model.model, SamplingParams())
     probe.start(_prompt(model)[:2])
-    if not batchable(probe.cache):  # recurrent layers: no tree (specwire.drafting.draft_tree)
+    if not tree_batchable(probe.cache):  # windowed layers: no tree (specwire.drafting.draft_tree)
         return []
     curve: list[tuple[int, float]] = []
     started = time.perf_counter()

@@ -26,6 +26,7 @@ import grpc
 import msgpack
 from google.protobuf.message import DecodeError
 
+from specwire.drafting.draft_tree import StateMemory
 from specwire.drafting.speculation import PrespecConfig
 from specwire.emulation.pace import Pace, PaceCounts, Pacer
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
@@ -59,6 +60,7 @@ class DraftService:
         self.compute = compute
         self.token = token
         self.prespec = prespec or PrespecConfig()
+        self.tree_memory = StateMemory(self.prespec.tree_memory)  # shared by every session's tree
         self.pace = pace
         self.pacer = pacer
 
@@ -194,7 +196,9 @@ class _DraftLoop(StreamLoop):
     async def _open(self, msg: pb.Open, deserialize_ns: int) -> None:
         service = self.service
         totals = service.host.totals
-        session = DraftSession(service.model, msg, totals, service.prespec, service.pacer)
+        session = DraftSession(
+            service.model, msg, totals, service.prespec, service.pacer, service.tree_memory
+        )
         self.session = session
         totals.sessions_opened += 1
         prefill_ns = await service.compute.run(session.prefill)

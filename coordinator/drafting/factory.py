@@ -373,10 +373,10 @@ class DraftSources:
     # The builders: the only place remote draft sources are constructed.
 
     def _remote(self, connection: WorkerConnection, spec: DraftSpec) -> DraftSource:
-        if spec.mode in FILLED and not connection.hello.pass_curve:  # no tree passes: recurrent layers
+        if spec.mode in FILLED and not connection.hello.pass_curve:  # no tree passes: windowed layers
             raise BackendUnavailableError(
                 f"worker {connection.name} cannot draft a tree: its model {connection.hello.model.spec} "
-                "has recurrent layers, whose state cannot branch (docs/hybrid-models.md); "
+                "has layers a tree cannot branch (a sliding window); "
                 "use --draft remote:stream, or --draft auto, which knows"
             )
         if spec.backend == BACKEND_PER_OP:

@@ -13,11 +13,12 @@ from typing import Any
 
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
+from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 
 
 def drafted_by(source: object) -> dict[str, Any]:
     """The worker(s) that finished the generation, and every worker lost on the way ({} if local)."""
-    if isinstance(source, FilledDraftSource):
+    if isinstance(source, FilledDraftSource | RemoteTreeDraftSource):
         return {**drafted_by(source.remote), "filled_here": source.filled}
     if not isinstance(source, FailoverDraftSource):
         return {}

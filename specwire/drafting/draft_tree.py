@@ -25,8 +25,16 @@ the nodes before it on that path), from which its children's rows are cut.
 Memory grows with the lines, each a whole path's cache, and a line stays lazy
 (a row of the batch cache of the pass that made it) until a pass reads it, so
 the tree holds at most its lines' passes' batch caches; a verdict drops every
-subtree it rules out at once. Drafters with recurrent layers (Qwen3.5) cannot
-keep per-node states this way: a tree needs plain KV caches.
+subtree it rules out at once.
+
+A draft model with recurrent layers (Qwen3.5's Gated DeltaNet, kept in
+mlx-lm's ``ArraysCache``) has no positions to cut a prefix from: each
+expanded node also keeps its recurrent layers' state after its own path
+(``Node.states``), and a pass gathers its rows' parents' states as the rows of
+one batch ``ArraysCache``. A node's state is a whole layer's state (about
+1 MiB a layer for Qwen3.5-0.8B), so a worker's trees share a bound on the
+bytes they hold (``StateMemory``, the worker's ``--tree-memory``): a tree
+that reaches it stops expanding until a verdict drops what it rules out.
 
 All model work runs on the worker's compute thread; ``ready`` may run on the
 event loop during a pass, and reads only what a finished pass has set.
@@ -37,13 +45,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import BatchKVCache, KVCache
+from mlx_lm.models.cache import ArraysCache, BatchKVCache, KVCache
 
 from specwire.drafting.branch_batch import cache_view
 from specwire.drafting.choices import top_choices
@@ -52,6 +61,15 @@ from specwire.drafting.sampling import SparseDistribution
 from specwire.drafting.speculation import AcceptanceRate, PrespecConfig
 
 DEFAULT_PASSES = 16  # passes a verdict may be followed by, while no Round comes
+MAX_NODES_A_PASS = 1 << 30  # no bound on a pass's rows but the tree's own
+
+States = dict[int, list[mx.array]]  # recurrent layers' ArraysCache contents after a path, by layer
+
+
+def tree_batchable(cache: Sequence[Any]) -> bool:
+    """True when a tree can branch every layer of a prompt cache: plain KV caches and recurrent
+    ``ArraysCache`` layers (whose state each node keeps)."""
+    return all(type(layer) in (KVCache, ArraysCache) for layer in cache)
 
 
 @dataclass(eq=False)
@@ -59,7 +77,7 @@ class Line:
     """A KV cache that holds one path of the tree, up to its ``tip``; it only ever grows (by a child of
     its tip), so every node along the path reads its own prefix from it."""
 
-    layers: list[Any]
+    layers: list[Any]  # by layer; None for a recurrent layer (its state is each node's own)
     tip: Node
 
 
@@ -75,12 +93,42 @@ class Node:
     children: dict[int, Node] = field(default_factory=dict)
     first: int | None = None  # the draft's first choice after this node, once expanded
     compute_ns: int = 0  # the pass that expanded it
+    states: States | None = None  # recurrent layers only: their state after this node, once expanded
+
+
+class StateMemory:
+    """The bytes of recurrent states that one worker's trees may hold together (``limit`` 0: no limit)."""
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit
+        self._trees: weakref.WeakSet[DraftTree] = weakref.WeakSet()  # a closed session's tree goes with it
+
+    def join(self, tree: DraftTree) -> None:
+        """Count ``tree``'s states from now on."""
+        self._trees.add(tree)
+
+    @property
+    def used(self) -> int:
+        """Bytes the trees hold now."""
+        return sum(tree.held * tree.node_bytes for tree in self._trees)
+
+    def room(self, node_bytes: int) -> int:
+        """How many more nodes of ``node_bytes`` fit (a large number without a limit)."""
+        if not self.limit or not node_bytes:
+            return MAX_NODES_A_PASS
+        return max(0, (self.limit - self.used) // node_bytes)
 
 
 class DraftTree:
     """One session's tree: expands nodes a batched pass at a time; see the module docstring."""
 
-    def __init__(self, drafter: Drafter, config: PrespecConfig, context_length: int) -> None:
+    def __init__(
+        self,
+        drafter: Drafter,
+        config: PrespecConfig,
+        context_length: int,
+        memory: StateMemory | None = None,
+    ) -> None:
         self.drafter = drafter
         self.context_length = context_length  # no node is drafted past the model's context
         self.config = config
@@ -90,9 +138,16 @@ class DraftTree:
         self.budget = config.budget or DEFAULT_PASSES
         self.passes = 0  # since the last verdict
         self.root = Node(0, 1.0)
-        self._source: tuple[list[Any], int] = ([], 0)  # a cache holding the root's path but its token
+        # A cache holding the root's path but its token, that path's length, and (recurrent layers) their
+        # state after it.
+        self._source: tuple[list[Any], int, States] = ([], 0, {})
         self._frontier: list[tuple[float, int, Node]] = []
         self._order = itertools.count()
+        self.recurrent = [i for i, layer in enumerate(drafter.cache) if isinstance(layer, ArraysCache)]
+        self.held = 0  # nodes holding recurrent states now
+        self.node_bytes = 0  # one node's recurrent states (known once the root's are)
+        self.memory = memory or StateMemory()
+        self.memory.join(self)
 
     @property
     def frontier(self) -> int:
@@ -106,14 +161,20 @@ class DraftTree:
         ``candidates[i]`` are the draft's top choices where ``first[i]`` was drafted.
         """
         context = self.drafter.context
-        layers = [cache_view(layer, self.drafter.cache[0].offset) for layer in self.drafter.cache]
+        held = next(layer.offset for layer in self.drafter.cache if isinstance(layer, KVCache))
+        layers = [
+            None if i in self.recurrent else cache_view(layer, held)
+            for i, layer in enumerate(self.drafter.cache)
+        ]
         self.root = Node(context[-1], 1.0)
-        self._source = (layers, len(context) - 1)
+        self._source = (layers, len(context) - 1, {})
         self._frontier = []
+        self.held = 0
         line = Line(layers, self.root)
         node = self.root
         for i, (token, cand) in enumerate(zip(first, candidates, strict=True)):
-            node = self._expand(node, line, len(context) + i, *_with_first(cand, token))
+            states = self._kept_states(len(context) + i)
+            node = self._expand(node, line, len(context) + i, *_with_first(cand, token), states)
 
     def ready(self, appended: Sequence[int], k: int) -> tuple[list[int], int]:
         """The drafts ready after a verdict that appends ``appended`` (at most ``k`` first choices),
@@ -168,31 +229,32 @@ class DraftTree:
         prefix; tokens past it (drafts the coordinator made that the tree had
         not reached) are fed in one pass.
         """
-        held, length = self._source
+        held, length, states = self._source
         node = self.root
         walked = 0
         for token in appended:
             child = node.children.get(token)
             if node.line is not None:
-                held, length = node.line.layers, node.length
+                held, length, states = node.line.layers, node.length, node.states or {}
             if child is None:
                 break
             node, walked = child, walked + 1
         self.passes = 0
         old = self.root
         if walked == len(appended):
-            self.root, self._source = node, (held, length)
+            self.root, self._source = node, (held, length, states)
         else:
             path = self.drafter.context
-            held, length = self._feed(held, length, path[length : len(path) - 1])
-            self.root, self._source = Node(path[-1], 1.0), (held, length)
+            self._source = self._feed(held, length, states, path[length : len(path) - 1])
+            self.root = Node(path[-1], 1.0)
         _drop(old, keep=self.root)
         self.root.parent = None
-        scale, self._frontier = self.root.probability, []
+        scale, self._frontier, self.held = self.root.probability, [], 0
         stack = [self.root]
         while stack:  # probabilities from the new root, so they never shrink towards zero
             n = stack.pop()
             n.probability /= scale
+            self.held += n.states is not None
             if n.first is None:
                 self._offer(n)
             stack.extend(n.children.values())
@@ -201,54 +263,88 @@ class DraftTree:
         """One pass over the likeliest known nodes; False when the budget or the tree is spent."""
         if self.passes >= self.budget:
             return False
-        nodes = self._take()
+        room = min(self.rows, self.memory.room(self.node_bytes))
+        nodes = self._take(room) if room > 0 else []
         if not nodes:
             return False
         started = time.perf_counter_ns()
         sources = [self._source_of(n) for n in nodes]
-        cache = [
-            BatchKVCache.merge([cache_view(layers[i], length) for layers, length in sources])
-            for i in range(len(self.drafter.cache))
-        ]
+        cache: list[Any] = []
+        for i in range(len(self.drafter.cache)):
+            if i in self.recurrent:  # each row from its own parent's state
+                cache.append(_batch_states([source[2][i] for source in sources]))
+            else:
+                cache.append(BatchKVCache.merge([cache_view(s[0][i], s[1]) for s in sources]))
         logits = self.drafter.batch_pass(mx.array([[n.token] for n in nodes]), cache)[:, -1, :]
         ids, probs = top_choices(logits.astype(mx.float32), self.width)
         self.drafter.settle(ids, probs)
         # Each row's cache stays lazy: the next pass that reads it computes it. Until then it holds this
         # pass's batch cache, which a dropped subtree lets go of at once (``_drop``).
-        rows = [[layer.extract(i) for layer in cache] for i in range(len(nodes))]
+        rows = [
+            [None if j in self.recurrent else layer.extract(i) for j, layer in enumerate(cache)]
+            for i in range(len(nodes))
+        ]
+        states = [
+            {j: [a[i : i + 1] for a in cache[j].cache] for j in self.recurrent} for i in range(len(nodes))
+        ]
         self.drafter.forward_passes += 1
         self.passes += 1
         ids_np, probs_np = np.array(ids).tolist(), np.array(probs, dtype=np.float64).tolist()
         spent = time.perf_counter_ns() - started
-        for i, (node, (_, length)) in enumerate(zip(nodes, sources, strict=True)):
+        for i, (node, source) in enumerate(zip(nodes, sources, strict=True)):
             node.compute_ns = spent
-            self._expand(node, Line(rows[i], node), length + 1, ids_np[i], probs_np[i])
+            line = Line(rows[i], node)
+            self._expand(
+                node, line, source[1] + 1, ids_np[i], probs_np[i], states[i] if self.recurrent else None
+            )
         return True
 
-    def _take(self) -> list[Node]:
+    def _take(self, room: int) -> list[Node]:
         taken: dict[int, Node] = {}
-        while self._frontier and len(taken) < self.rows:
+        while self._frontier and len(taken) < room:
             node = heapq.heappop(self._frontier)[2]
             if node.first is None:
                 taken[id(node)] = node
         return list(taken.values())
 
-    def _source_of(self, node: Node) -> tuple[list[Any], int]:
-        """A cache that holds ``node``'s path but its token, and that path's length."""
+    def _source_of(self, node: Node) -> tuple[list[Any], int, States]:
+        """A cache that holds ``node``'s path but its token, that path's length, and the recurrent
+        layers' state after it."""
         parent = node.parent
         if parent is None:
             return self._source
         assert parent.line is not None
-        return parent.line.layers, parent.length
+        return parent.line.layers, parent.length, parent.states or {}
 
-    def _expand(self, node: Node, line: Line, length: int, ids: list[int], probs: list[float]) -> Node:
-        """``node`` was fed: its path is in ``line`` (``length`` tokens); ``ids`` its next tokens,
-        the first choice first, with their ``probs``. Returns the first choice's node."""
+    def _kept_states(self, position: int) -> States | None:
+        """The drafter's recurrent states after its first ``position`` tokens (kept after each pass)."""
+        if not self.recurrent:
+            return None
+        kept = self.drafter.checkpoints.kept.get(position)
+        if kept is None:
+            raise RuntimeError(f"the drafter kept no recurrent state at position {position}")
+        return {i: list(kept[i][0]) for i in self.recurrent}
+
+    def _expand(
+        self,
+        node: Node,
+        line: Line,
+        length: int,
+        ids: list[int],
+        probs: list[float],
+        states: States | None = None,
+    ) -> Node:
+        """``node`` was fed: its path is in ``line`` (``length`` tokens; recurrent layers: ``states``);
+        ``ids`` its next tokens, the first choice first, with their ``probs``. Returns the first
+        choice's node."""
         parent = node.parent
         if parent is not None and parent.line is not None and parent.line.tip is parent:
             parent.line.layers, parent.line.tip = line.layers, node  # the same chain, one longer
             line = parent.line
-        node.line, node.length = line, length
+        node.line, node.length, node.states = line, length, states
+        if states is not None:
+            self.held += 1
+            self.node_bytes = self.node_bytes or sum(a.nbytes for arrays in states.values() for a in arrays)
         alpha = self.rate.alpha
         rest = max(1e-12, 1.0 - probs[0])
         children = {ids[0]: Node(ids[0], node.probability * alpha, node)}
@@ -266,15 +362,39 @@ class DraftTree:
             return
         heapq.heappush(self._frontier, (-node.probability, next(self._order), node))
 
-    def _feed(self, layers: list[Any], length: int, tokens: Sequence[int]) -> tuple[list[Any], int]:
-        """A cache holding ``layers``' first ``length`` tokens, then ``tokens`` (one pass)."""
+    def _feed(
+        self, layers: list[Any], length: int, states: States, tokens: Sequence[int]
+    ) -> tuple[list[Any], int, States]:
+        """A cache holding ``layers``' first ``length`` tokens (recurrent layers: ``states``), then
+        ``tokens`` (one pass)."""
         if not tokens:
-            return layers, length
-        cache: list[KVCache] = [cache_view(layer, length) for layer in layers]
+            return layers, length, states
+        cache: list[Any] = []
+        for i, layer in enumerate(layers):
+            if i in self.recurrent:
+                cache.append(_batch_states([states[i]]))
+            else:
+                cache.append(cache_view(layer, length))
         self.drafter.batch_pass(mx.array([list(tokens)]), cache)
-        self.drafter.settle(*[layer.state[0] for layer in cache])
+        fed: list[Any] = [
+            a for layer in cache for a in (layer.cache if isinstance(layer, ArraysCache) else layer.state)
+        ]
+        self.drafter.settle(*fed)
         self.drafter.forward_passes += 1
-        return cache, length + len(tokens)
+        return (
+            [None if i in self.recurrent else layer for i, layer in enumerate(cache)],
+            length + len(tokens),
+            {i: list(cache[i].cache) for i in self.recurrent},
+        )
+
+
+def _batch_states(rows: Sequence[list[mx.array]]) -> ArraysCache:
+    """A recurrent layer's batch cache whose row i starts from ``rows[i]`` (one path's state each)."""
+    layer = ArraysCache(len(rows[0]))
+    for j in range(len(rows[0])):
+        parts = [row[j] for row in rows]
+        layer[j] = parts[0] if len(parts) == 1 else mx.concatenate(parts)
+    return layer
 
 
 def _drop(root: Node, keep: Node) -> None:
@@ -286,7 +406,7 @@ def _drop(root: Node, keep: Node) -> None:
         if node is keep:
             continue
         stack.extend(node.children.values())
-        node.children, node.parent, node.line = {}, None, None
+        node.children, node.parent, node.line, node.states = {}, None, None, None
 
 
 def _with_first(cand: SparseDistribution, first: int) -> tuple[list[int], list[float]]:

@@ -16,8 +16,11 @@ import grpc
 import mlx.core as mx
 import numpy as np
 import pytest
+from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 from specwire.drafting.choices import top_choices
+from specwire.drafting.draft_tree import DraftTree, Node, StateMemory
+from specwire.drafting.drafter import Drafter
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.speculation import PrespecConfig
 from specwire.errors import InvalidArgumentError
@@ -28,7 +31,7 @@ from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request
 from tests.support.tiny_models import disagreeing_pair, hybrid_pair
 from tests.support.workers import WorkerProcess
-from worker.checks import prespec_config
+from worker.checks import check_tree, prespec_config
 from worker.hosting import WorkerCounters
 from worker.session import DraftSession
 
@@ -37,13 +40,19 @@ K = 3
 ROUNDS = 20
 
 
-@pytest.fixture(scope="module")
-def pair() -> tuple[LoadedModel, LoadedModel]:
-    """Tiny models that disagree, so every kind of verdict comes up."""
-    return disagreeing_pair()
+@pytest.fixture(scope="module", params=["llama", "hybrid"])
+def pair(request: pytest.FixtureRequest) -> tuple[LoadedModel, LoadedModel]:
+    """Tiny models that disagree, so every kind of verdict comes up: llama's, and Qwen3.5's hybrid
+    (Gated DeltaNet layers, whose state each node keeps)."""
+    return disagreeing_pair() if request.param == "llama" else hybrid_pair()
 
 
-def _open(draft: LoadedModel, params: SamplingParams | None = None, **prespec: int | bool) -> DraftSession:
+def _open(
+    draft: LoadedModel,
+    params: SamplingParams | None = None,
+    memory: StateMemory | None = None,
+    **prespec: int | bool,
+) -> DraftSession:
     msg = pb.Open(
         protocol_version=PROTOCOL_VERSION,
         prompt_tokens=PROMPT,
@@ -52,7 +61,7 @@ def _open(draft: LoadedModel, params: SamplingParams | None = None, **prespec: i
         vocab_fingerprint=draft.fingerprint,
         prespec=pb.PreSpeculation(enabled=True, fill=True, tree=True, fanout=2, **prespec),
     )
-    session = DraftSession(draft, msg, WorkerCounters())
+    session = DraftSession(draft, msg, WorkerCounters(), memory=memory)
     session.prefill()
     return session
 
@@ -86,19 +95,100 @@ def test_each_round_is_answered_with_the_greedy_drafts_for_its_verdict(
         assert sent == _greedy(draft, context, len(sent)), f"round {seq}"
         session.settle_ready(answer)
     assert session.hits + session.partial + session.misses == ROUNDS
-    if batch * passes >= 16:  # the tree runs ahead: whole rounds are served
+    # The tree runs ahead: whole rounds are served. The hybrid pair agrees further (all 3 drafts in half
+    # the rounds), so its verdicts land deeper than two passes reach.
+    assert session.tree is not None
+    if batch * passes >= 16 and (passes >= 4 or not session.tree.recurrent):
         assert session.hits > 0
     if passes == 0:  # nothing drafted ahead: every round is filled here, the tree re-rooted by a pass
         assert session.misses == ROUNDS
 
 
-def test_a_tree_needs_greedy_fill_mode_and_kv_caches(pair: tuple[LoadedModel, LoadedModel]) -> None:
+def test_a_tree_needs_greedy_fill_mode_and_no_windowed_layers(pair: tuple[LoadedModel, LoadedModel]) -> None:
     with pytest.raises(InvalidArgumentError, match="needs temperature 0"):
         _open(pair[1], SamplingParams(temperature=0.8, seed=1))
-    with pytest.raises(InvalidArgumentError, match="recurrent or windowed"):
-        _open(hybrid_pair()[1])
+    drafter = Drafter(pair[1].model, SamplingParams())
+    drafter.cache[-1] = RotatingKVCache(8)
+    with pytest.raises(InvalidArgumentError, match="windowed layers"):
+        check_tree(drafter)
     with pytest.raises(InvalidArgumentError, match="it needs fill"):
         PrespecConfig(tree=True)
+
+
+def test_a_hybrid_nodes_state_is_a_plain_pass_over_its_path_bit_for_bit() -> None:
+    """Every node a tree expanded keeps each Gated DeltaNet layer's convolution window and recurrent
+    state exactly as a plain pass over its path leaves them, and a verdict past the tree feeds it on
+    from the right state."""
+    _, draft = hybrid_pair()
+    session = _open(draft, batch=5, budget=6)
+    first = session.first_drafts().block.tokens
+    session.plan_speculation()
+    while session.speculate():
+        pass
+    tree = session.tree
+    assert tree is not None and tree.recurrent and tree.held > 6
+    checked = _check_states(tree, draft, tree.root, list(PROMPT[:-1]))
+    assert checked == tree.held
+    appended = [*first[:1], (first[1] + 1) % 8, (first[1] + 2) % 8, 3]  # off the tree after one token
+    session.settle_ready(session.answer_ready(pb.Round(seq=1, accepted=3, token=3, k=3, appended=appended)))
+    _, length, states = tree._source
+    assert length == len(PROMPT) + len(appended) - 1
+    _assert_state_of(draft, [*PROMPT, *appended][:-1], states)
+
+
+def _check_states(tree: DraftTree, draft: LoadedModel, node: Node, before: list[int]) -> int:
+    path = [*before, node.token]
+    checked = 0
+    if node.states is not None:
+        _assert_state_of(draft, path, node.states)
+        checked = 1
+    for child in node.children.values():
+        checked += _check_states(tree, draft, child, path)
+    return checked
+
+
+def _assert_state_of(draft: LoadedModel, path: list[int], states: dict[int, list[mx.array]]) -> None:
+    cache = make_prompt_cache(draft.model)
+    draft.model(mx.array([path]), cache=cache)
+    for layer, arrays in states.items():
+        for got, want in zip(arrays, cache[layer].cache, strict=True):
+            assert np.array_equal(np.array(got), np.array(want)), f"layer {layer} after {path}"
+
+
+def test_hybrid_trees_share_the_workers_state_memory_and_stay_exact() -> None:
+    """Two sessions' trees under one bound of 10 nodes' states hold at most 10 between them, stop
+    growing there, and the drafts each answers are still the draft's own greedy ones."""
+    target, draft = hybrid_pair()
+    memory = StateMemory()
+    sessions = [_open(draft, memory=memory, batch=4, budget=8) for _ in range(2)]
+    for session in sessions:
+        session.first_drafts()
+    trees = [s.tree for s in sessions]
+    assert trees[0] is not None and trees[1] is not None
+    per_node = trees[0].node_bytes
+    assert per_node > 0 and memory.used == per_node * (trees[0].held + trees[1].held)
+    memory.limit = 10 * per_node
+    contexts = [list(PROMPT), list(PROMPT)]
+    sent = [list(s.drafter.last_drafts) for s in sessions]
+    full = 0
+    for seq in range(1, 6):
+        for i, session in enumerate(sessions):
+            session.plan_speculation()
+            while session.speculate():
+                assert memory.used <= memory.limit
+            full += memory.room(per_node) == 0
+            drafts = sent[i] + _greedy(draft, contexts[i] + sent[i], K - len(sent[i]))
+            truth = _greedy(target, contexts[i], K + 1)
+            accepted = next((j for j in range(K) if truth[j] != drafts[j]), K)
+            appended = [*drafts[:accepted], truth[accepted]]
+            answer = session.answer_ready(
+                pb.Round(seq=seq, accepted=accepted, token=appended[-1], k=K, appended=appended)
+            )
+            contexts[i] += appended
+            sent[i] = list(answer.computed.block.tokens)
+            assert sent[i] == _greedy(draft, contexts[i], len(sent[i])), f"session {i}, round {seq}"
+            session.settle_ready(answer)
+    assert full > 0  # the bound, not the budget, stopped the trees
 
 
 def test_a_tree_that_names_no_batch_takes_the_workers_tree_rows() -> None:

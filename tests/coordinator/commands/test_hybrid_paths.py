@@ -142,18 +142,22 @@ def test_a_llama_target_drafted_by_a_hybrid_worker(
     assert json.loads(remote.stdout)["token_ids"] == text_ar_tokens(tiny, "Once upon a time", 16)
 
 
-def test_a_tree_asked_of_a_hybrid_worker_is_one_clear_error(
-    hybrid_workers: tuple[WorkerProcess, WorkerProcess],
+@pytest.mark.parametrize("mode", ["tree", "tree-verify"])
+def test_a_hybrid_worker_drafts_trees_losslessly(
+    hybrid_workers: tuple[WorkerProcess, WorkerProcess], hybrid: LoadedModel, mode: str
 ) -> None:
-    # Recurrent state cannot branch; the worker's Hello says so (no tree passes in its pass curve).
+    # Each node of the worker's tree keeps its own recurrent state; the hybrid target verifies the
+    # worker's chain (tree) or its whole tree in one pass (tree-verify).
+    worker = hybrid_workers[0]
     out = run_cli(
         "coordinator", "generate", "--target", "tiny-hybrid", "--local-draft", "tiny-hybrid-draft",
-        "--draft", "remote:tree", "--worker", hybrid_workers[0].address, "--prompt", "Hello",
-        "--max-tokens", "4",
+        "--draft", f"remote:{mode}", "--worker", worker.address, "--prompt", "Hello",
+        "--max-tokens", "16", "--json",
     )  # fmt: skip
-    assert out.returncode != 0
-    line = one_error_line(out.stderr)
-    assert "cannot draft a tree" in line and "remote:stream" in line
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["token_ids"] == text_ar_tokens(hybrid, "Hello", 16)
+    stats = json.loads(out.stdout)["stats"]
+    assert stats["worker"]["pid"] == worker.pid
 
 
 @pytest.mark.parametrize("mode", ["stream"])
