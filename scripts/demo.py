@@ -19,6 +19,7 @@ to the real-model bench.
     python scripts/demo.py --max-tokens 200     # the paper's length (the real-model bench)
     python scripts/demo.py --fast               # the tiny model unpaced: where protocol cost shows
     python scripts/demo.py --paced --k 2 ...    # the paced part alone, these arguments to its bench
+    python scripts/demo.py --paced --family hybrid   # ... with the pair in Qwen3.5's layout (tiny-hybrid)
 """
 
 from __future__ import annotations
@@ -31,19 +32,20 @@ import sys
 import time
 from pathlib import Path
 
+from specwire.emulation.paper import PAIRS
+
 SCRIPTS = Path(__file__).resolve().parent
 RELAY = SCRIPTS / "delay_relay.py"
 WORKERS = (("m1-max", "M1 Max"), ("m2-pro", "M2 Pro"))
 DELAY_MS = 0.15
 # Short enough to finish in minutes on a CPU; the paper used 200 tokens.
 REAL_BENCH = ["--max-tokens", "16", "--k", "4", "--plot", "demo-bench.png", "--json", "demo-bench.json"]
-PACED_BENCH = ["--pace", "paper:m2-ultra", "--target", "tiny", "--draft", "tiny-draft", "--max-tokens", "64"]
+PACED_BENCH = ["--pace", "paper:m2-ultra", "--max-tokens", "64"]
 PACED_BENCH += ["--backend", "auto,local-tree,stream,stream+prespec+fill+tree,stream+tree-verify,ggml-rpc"]
 PACED_BENCH += ["--granularity", "op,token"]
-PACED_BENCH += ["--k", "2", "--local-k", "4", "--json", "demo-paced-bench.json"]
+PACED_BENCH += ["--k", "2", "--local-k", "4"]
 # A row whose pace a busy 2-core machine could not hold is marked NOT HELD and named below, not fatal.
 PACED_BENCH += ["--allow-overruns"]
-PACED_PLOT = "demo-paced.png"  # the rows beside the paper's Table 11 and the planner's prediction
 FAST_BENCH = ["--target", "tiny", "--draft", "tiny", "--granularity", "op,layer,token,round"]
 FAST_BENCH += ["--max-tokens", "64", "--k", "4", "--json", "demo-fast-bench.json"]
 READY_TIMEOUT_S = 300.0
@@ -129,8 +131,8 @@ def loopback_latency_ms() -> float:
         stop([relay])
 
 
-def paced_workers(processes: list[subprocess.Popen[str]]) -> list[str]:
-    """Start the two paced workers, each behind a relay; returns the relays' addresses."""
+def paced_workers(processes: list[subprocess.Popen[str]], model: str) -> list[str]:
+    """Start the two paced workers serving ``model``, each behind a relay; returns the relays' addresses."""
     delay = max(0.0, DELAY_MS - loopback_latency_ms())
     addresses = []
     for i, (name, label) in enumerate(WORKERS):
@@ -155,7 +157,7 @@ def paced_workers(processes: list[subprocess.Popen[str]]) -> list[str]:
         ]
         flags += ["--advertise-host", "127.0.0.1", "--advertise-port", str(public)]
         flags += ["--advertise-echo-port", str(public_echo)]
-        processes.append(start_worker(f"paced-{name}", label, "tiny-draft", *flags))
+        processes.append(start_worker(f"paced-{name}", label, model, *flags))
         addresses.append(f"127.0.0.1:{public}")
     for process, (name, _) in zip(processes[1::2], WORKERS, strict=True):
         wait_ready(process, f"worker paced-{name}")
@@ -174,21 +176,26 @@ def section(title: str, says: str) -> None:
     print(f"\n{'=' * 100}\n{title}\n{says}\n{'=' * 100}", flush=True)
 
 
-def paced_part(argv: list[str] | None = None) -> int:
+def paced_part(argv: list[str] | None = None, family: str = "llama") -> int:
     """The paper's Macs, emulated, and the planner's prediction from the profile alone; ``argv`` go to
-    the bench after the preset's arguments, so they can change any of them."""
+    the bench after the preset's arguments, so they can change any of them. ``family`` names the pair
+    (``specwire.emulation.paper.PAIRS``: hybrid is Qwen3.5's layout)."""
     section("1. The paper's Macs, emulated: paced compute, real protocol and network", PACED_SAYS)
+    target, draft = PAIRS[family]
+    suffix = "" if family == "llama" else f"-{family}"
+    flags = [*PACED_BENCH, "--target", target, "--draft", draft, "--json", f"demo-paced{suffix}-bench.json"]
     argv = argv or []
-    report = argv[argv.index("--json") + 1] if "--json" in argv[:-1] else "demo-paced-bench.json"
+    report = argv[argv.index("--json") + 1] if "--json" in argv[:-1] else flags[-1]
     processes: list[subprocess.Popen[str]] = []
     try:
-        code = bench(paced_workers(processes), [*PACED_BENCH, *argv])
+        code = bench(paced_workers(processes, draft), [*flags, *argv])
     finally:
         stop(processes)
     if code == 0:
         say_not_held(report)
         plan = [sys.executable, "-m", "coordinator.cli", "plan", "--profile", "paper"]
-        check = [*plan, "--check-bench", report, "--plot", PACED_PLOT]
+        # The rows beside the paper's Table 11 and the planner's prediction.
+        check = [*plan, "--check-bench", report, "--plot", f"demo-paced{suffix}.png"]
         code = subprocess.run(check, check=False).returncode
     return code
 
@@ -234,7 +241,14 @@ def main(argv: list[str]) -> int:
     argv = [a for a in argv if a != "--fast"]
     try:
         if argv[:1] == ["--paced"]:
-            return paced_part(argv[1:])
+            argv, family = argv[1:], "llama"
+            if "--family" in argv[:-1]:
+                at = argv.index("--family")
+                family, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+            if family not in PAIRS:
+                print(f"demo: --family is one of {', '.join(sorted(PAIRS))}, not {family!r}", file=sys.stderr)
+                return 2
+            return paced_part(argv, family)
         if fast:
             return real_part(argv, fast=True)
         paced = paced_part()

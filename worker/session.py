@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from specwire.drafting.draft_tree import DraftTree, StateMemory
+from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.speculation import PrespecConfig, Speculator
 from specwire.drafting.token_tree import TokenTree
@@ -103,7 +103,7 @@ class DraftSession:
         totals: WorkerCounters,
         prespec_defaults: PrespecConfig | None = None,
         pacer: Pacer | None = None,
-        memory: StateMemory | None = None,
+        memory: TreeMemory | None = None,
     ) -> None:
         check_open(model, open_msg)
         self.model = model

@@ -26,7 +26,7 @@ import grpc
 import msgpack
 from google.protobuf.message import DecodeError
 
-from specwire.drafting.draft_tree import StateMemory
+from specwire.drafting.draft_tree import TreeMemory
 from specwire.drafting.speculation import PrespecConfig
 from specwire.emulation.pace import Pace, PaceCounts, Pacer
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
@@ -60,7 +60,7 @@ class DraftService:
         self.compute = compute
         self.token = token
         self.prespec = prespec or PrespecConfig()
-        self.tree_memory = StateMemory(self.prespec.tree_memory)  # shared by every session's tree
+        self.tree_memory = TreeMemory(self.prespec.tree_memory)  # shared by every session's tree
         self.pace = pace
         self.pacer = pacer
 

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from specwire.emulation.paper import PAIRS
 from testbed.commands import SCRIPTS, down, up
 from testbed.system import TestbedError
 from testbed.topology import Topology
@@ -35,34 +36,38 @@ class Preset:
     after: list[list[str]] = field(default_factory=list)  # commands run once the bench is done
 
 
-def paced_preset(profile: str, topo: Topology) -> Preset:
+def paced_preset(profile: str, topo: Topology, family: str = "llama") -> Preset:
     """The paper's set-up emulated: every host paced as the profile's machine of its name.
 
     Workers serve ``tiny-draft`` (accepted as often as the paper's draft); the
     coordinator's ``tiny`` target and local ``tiny-draft`` run paced as the
-    target machine. T = 0, the built-in prompts, 128 tokens, 2 repeats; AR,
-    local SD at k = 2 (its best on these machines) and at the paper's k = 4,
-    local tree SD, auto (the drafting policy with both workers), and per
-    worker, at k = 2, the stream protocol, tree pre-speculation (a chain from
-    the worker's tree), tree verification (the worker's tree verified in one
-    pass) and the per-op baseline at op granularity. The planner then predicts every
-    row from the profile alone (``coordinator plan --profile --check-bench``).
+    target machine. ``family`` hybrid runs ``tiny-hybrid`` and
+    ``tiny-hybrid-draft`` instead, in Qwen3.5's layout (``PAIRS``). T = 0, the built-in
+    prompts, 128 tokens, 2 repeats; AR, local SD at k = 2 (its best on these
+    machines) and at the paper's k = 4, local tree SD, auto (the drafting
+    policy with both workers), and per worker, at k = 2, the stream protocol,
+    tree pre-speculation (a chain from the worker's tree), tree verification
+    (the worker's tree verified in one pass) and the per-op baseline at op
+    granularity. The planner then predicts every row from the profile alone
+    (``coordinator plan --profile --check-bench``).
     """
     coordinator, *workers = topo.hosts
-    json_path = f"testbed-{Path(profile).stem}-bench.json"
+    target, draft = PAIRS[family]
+    name = Path(profile).stem + ("" if family == "llama" else f"-{family}")
+    json_path = f"testbed-{name}-bench.json"
     return Preset(
-        worker_model="tiny-draft",
+        worker_model=draft,
         worker_flags={h.name: ["--pace", f"{profile}:{h.name}"] for h in workers},
         coordinator_flags=[],
         bench_flags=[
-            *("--pace", f"{profile}:{coordinator.name}", "--target", "tiny", "--draft", "tiny-draft"),
+            *("--pace", f"{profile}:{coordinator.name}", "--target", target, "--draft", draft),
             *("--backend", "auto,local-tree,stream,stream+prespec+fill+tree,stream+tree-verify,ggml-rpc"),
             *("--granularity", "op"),
             *("--k", "2", "--local-k", "4", "--max-tokens", "128", "--repeats", "2"),
             "--allow-overruns",  # a row whose pace was not held is marked and shown, then the preset fails
         ],
         json=json_path,
-        plot=f"testbed-{Path(profile).stem}-bench.png",
+        plot=f"testbed-{name}-bench.png",
         after=[plan_check(profile, json_path)],
     )
 

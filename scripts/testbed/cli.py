@@ -3,7 +3,7 @@
 lan_testbed up [--rate 1gbit] [--delay 0.15ms] [--cpus] [--workers m1-max,m2-pro] [--coordinator m2-ultra]
 lan_testbed status
 lan_testbed exec m1-max -- worker serve --label "M1 Max"
-lan_testbed bench [--rate …] [--delay …] [--profile paper] [-- coordinator bench flags]
+lan_testbed bench [--rate …] [--delay …] [--profile paper [--family hybrid]] [-- coordinator bench flags]
 lan_testbed down
 """
 
@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from specwire.emulation.paper import load_profile
+from specwire.emulation.paper import PAIRS, load_profile
 from specwire.errors import SpecwireError
 from testbed import bench as presets
 from testbed import commands
@@ -91,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         help="emulate a hardware profile's machines ('paper' or a JSON file): every host paced as the "
         "machine of its name, the tiny pair at the paper's acceptance, then the planner against every row",
     )
+    bench.add_argument(
+        "--family",
+        choices=sorted(PAIRS),
+        default="llama",
+        help="with --profile: the emulated pair's architecture (hybrid: Qwen3.5's layout, as the paper's)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             args.coordinator, args.workers = machines[0], ",".join(machines[1:])
         topo, note = _topology(args)
         if args.profile:
-            preset = presets.paced_preset(args.profile, topo)
+            preset = presets.paced_preset(args.profile, topo, args.family)
         else:
             preset = presets.Preset(worker_model=args.worker_model)
         return presets.bench_preset(topo, note, tail, preset)

@@ -33,8 +33,9 @@ expanded node also keeps its recurrent layers' state after its own path
 (``Node.states``), and a pass gathers its rows' parents' states as the rows of
 one batch ``ArraysCache``. A node's state is a whole layer's state (about
 1 MiB a layer for Qwen3.5-0.8B), so a worker's trees share a bound on the
-bytes they hold (``StateMemory``, the worker's ``--tree-memory``): a tree
-that reaches it stops expanding until a verdict drops what it rules out.
+bytes their nodes hold (``TreeMemory``, the worker's ``--tree-memory``;
+each node is charged its KV row and its recurrent states): a tree that
+reaches it stops expanding until a verdict drops what it rules out.
 
 All model work runs on the worker's compute thread; ``ready`` may run on the
 event loop during a pass, and reads only what a finished pass has set.
@@ -61,7 +62,6 @@ from specwire.drafting.sampling import SparseDistribution
 from specwire.drafting.speculation import AcceptanceRate, PrespecConfig
 
 DEFAULT_PASSES = 16  # passes a verdict may be followed by, while no Round comes
-MAX_NODES_A_PASS = 1 << 30  # no bound on a pass's rows but the tree's own
 
 States = dict[int, list[mx.array]]  # recurrent layers' ArraysCache contents after a path, by layer
 
@@ -93,11 +93,13 @@ class Node:
     children: dict[int, Node] = field(default_factory=dict)
     first: int | None = None  # the draft's first choice after this node, once expanded
     compute_ns: int = 0  # the pass that expanded it
+    bytes: int = 0  # what expanding it holds: its KV row and recurrent states (``TreeMemory``)
     states: States | None = None  # recurrent layers only: their state after this node, once expanded
 
 
-class StateMemory:
-    """The bytes of recurrent states that one worker's trees may hold together (``limit`` 0: no limit)."""
+class TreeMemory:
+    """The bytes that one worker's trees may hold together (``limit`` 0: no limit): each expanded node's
+    KV row (its path's cache, cut from its pass's batch) and recurrent states."""
 
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit
@@ -110,13 +112,11 @@ class StateMemory:
     @property
     def used(self) -> int:
         """Bytes the trees hold now."""
-        return sum(tree.held * tree.node_bytes for tree in self._trees)
+        return sum(tree.held_bytes for tree in self._trees)
 
-    def room(self, node_bytes: int) -> int:
-        """How many more nodes of ``node_bytes`` fit (a large number without a limit)."""
-        if not self.limit or not node_bytes:
-            return MAX_NODES_A_PASS
-        return max(0, (self.limit - self.used) // node_bytes)
+    def free(self) -> int | None:
+        """Bytes the trees may still take (None: no limit)."""
+        return max(0, self.limit - self.used) if self.limit else None
 
 
 class DraftTree:
@@ -127,7 +127,7 @@ class DraftTree:
         drafter: Drafter,
         config: PrespecConfig,
         context_length: int,
-        memory: StateMemory | None = None,
+        memory: TreeMemory | None = None,
     ) -> None:
         self.drafter = drafter
         self.context_length = context_length  # no node is drafted past the model's context
@@ -144,9 +144,12 @@ class DraftTree:
         self._frontier: list[tuple[float, int, Node]] = []
         self._order = itertools.count()
         self.recurrent = [i for i, layer in enumerate(drafter.cache) if isinstance(layer, ArraysCache)]
-        self.held = 0  # nodes holding recurrent states now
-        self.node_bytes = 0  # one node's recurrent states (known once the root's are)
-        self.memory = memory or StateMemory()
+        self.held = 0  # expanded nodes holding memory of their own
+        self.held_bytes = 0  # ... and what they hold
+        self.node_bytes = 0  # what the last expanded node holds
+        self._state_bytes = 0  # one node's recurrent states
+        self._kv_bytes_a_position = 0  # one position of a KV row, every layer
+        self.memory = memory or TreeMemory()
         self.memory.join(self)
 
     @property
@@ -166,14 +169,17 @@ class DraftTree:
             None if i in self.recurrent else cache_view(layer, held)
             for i, layer in enumerate(self.drafter.cache)
         ]
+        kv: list[Any] = [a for layer in layers if layer is not None for a in (layer.keys, layer.values)]
+        self._kv_bytes_a_position = sum(a.nbytes // (a.shape[0] * a.shape[2]) for a in kv)
         self.root = Node(context[-1], 1.0)
         self._source = (layers, len(context) - 1, {})
         self._frontier = []
-        self.held = 0
+        self.held = self.held_bytes = 0
         line = Line(layers, self.root)
         node = self.root
         for i, (token, cand) in enumerate(zip(first, candidates, strict=True)):
             states = self._kept_states(len(context) + i)
+            self._state_bytes = sum(a.nbytes for arrays in (states or {}).values() for a in arrays)
             node = self._expand(node, line, len(context) + i, *_with_first(cand, token), states)
 
     def ready(self, appended: Sequence[int], k: int) -> tuple[list[int], int]:
@@ -249,12 +255,13 @@ class DraftTree:
             self.root = Node(path[-1], 1.0)
         _drop(old, keep=self.root)
         self.root.parent = None
-        scale, self._frontier, self.held = self.root.probability, [], 0
+        scale, self._frontier, self.held, self.held_bytes = self.root.probability, [], 0, 0
         stack = [self.root]
         while stack:  # probabilities from the new root, so they never shrink towards zero
             n = stack.pop()
             n.probability /= scale
-            self.held += n.states is not None
+            self.held += n.bytes > 0
+            self.held_bytes += n.bytes
             if n.first is None:
                 self._offer(n)
             stack.extend(n.children.values())
@@ -263,8 +270,7 @@ class DraftTree:
         """One pass over the likeliest known nodes; False when the budget or the tree is spent."""
         if self.passes >= self.budget:
             return False
-        room = min(self.rows, self.memory.room(self.node_bytes))
-        nodes = self._take(room) if room > 0 else []
+        nodes = self._take()
         if not nodes:
             return False
         started = time.perf_counter_ns()
@@ -294,17 +300,28 @@ class DraftTree:
         for i, (node, source) in enumerate(zip(nodes, sources, strict=True)):
             node.compute_ns = spent
             line = Line(rows[i], node)
-            self._expand(
-                node, line, source[1] + 1, ids_np[i], probs_np[i], states[i] if self.recurrent else None
-            )
+            own = sum(a.nbytes for layer in rows[i] if layer is not None for a in (layer.keys, layer.values))
+            recurrent = states[i] if self.recurrent else None
+            self._expand(node, line, source[1] + 1, ids_np[i], probs_np[i], recurrent, own)
         return True
 
-    def _take(self, room: int) -> list[Node]:
+    def _take(self) -> list[Node]:
+        """The likeliest unexpanded nodes, at most ``rows``, and no more than the memory bound leaves room
+        for (each costs its path's KV row and a recurrent state)."""
+        free = self.memory.free()
         taken: dict[int, Node] = {}
-        while self._frontier and len(taken) < room:
-            node = heapq.heappop(self._frontier)[2]
-            if node.first is None:
-                taken[id(node)] = node
+        while self._frontier and len(taken) < self.rows:
+            entry = heapq.heappop(self._frontier)
+            node = entry[2]
+            if node.first is not None or id(node) in taken:
+                continue
+            if free is not None:
+                cost = self._state_bytes + self._kv_bytes_a_position * (self._source_of(node)[1] + 1)
+                if cost > free:
+                    heapq.heappush(self._frontier, entry)
+                    break
+                free -= cost
+            taken[id(node)] = node
         return list(taken.values())
 
     def _source_of(self, node: Node) -> tuple[list[Any], int, States]:
@@ -333,18 +350,23 @@ class DraftTree:
         ids: list[int],
         probs: list[float],
         states: States | None = None,
+        row_bytes: int = 0,
     ) -> Node:
-        """``node`` was fed: its path is in ``line`` (``length`` tokens; recurrent layers: ``states``);
-        ``ids`` its next tokens, the first choice first, with their ``probs``. Returns the first
-        choice's node."""
+        """``node`` was fed: its path is in ``line`` (``length`` tokens, ``row_bytes`` of them its own;
+        recurrent layers: ``states``); ``ids`` its next tokens, the first choice first, with their
+        ``probs``. Returns the first choice's node."""
         parent = node.parent
         if parent is not None and parent.line is not None and parent.line.tip is parent:
             parent.line.layers, parent.line.tip = line.layers, node  # the same chain, one longer
             line = parent.line
         node.line, node.length, node.states = line, length, states
-        if states is not None:
-            self.held += 1
-            self.node_bytes = self.node_bytes or sum(a.nbytes for arrays in states.values() for a in arrays)
+        node.bytes = row_bytes + sum(a.nbytes for arrays in (states or {}).values() for a in arrays)
+        if node.bytes:
+            self.held, self.held_bytes, self.node_bytes = (
+                self.held + 1,
+                self.held_bytes + node.bytes,
+                node.bytes,
+            )
         alpha = self.rate.alpha
         rest = max(1e-12, 1.0 - probs[0])
         children = {ids[0]: Node(ids[0], node.probability * alpha, node)}
@@ -406,7 +428,7 @@ def _drop(root: Node, keep: Node) -> None:
         if node is keep:
             continue
         stack.extend(node.children.values())
-        node.children, node.parent, node.line, node.states = {}, None, None, None
+        node.children, node.parent, node.line, node.states, node.bytes = {}, None, None, None, 0
 
 
 def _with_first(cand: SparseDistribution, first: int) -> tuple[list[int], list[float]]:

@@ -84,6 +84,9 @@ def profile() -> Profile:
 
 
 BUILT_IN = ("paper",)
+# The models the emulation runs for the paper's pair, by family: (target, draft), each draft calibrated to
+# the paper's acceptance. ``hybrid`` is Qwen3.5's own layout (Gated DeltaNet layers, attention every fourth).
+PAIRS = {"llama": ("tiny", "tiny-draft"), "hybrid": ("tiny-hybrid", "tiny-hybrid-draft")}
 
 
 def load_profile(name: str) -> Profile:

@@ -19,7 +19,7 @@ import pytest
 from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 from specwire.drafting.choices import top_choices
-from specwire.drafting.draft_tree import DraftTree, Node, StateMemory
+from specwire.drafting.draft_tree import DraftTree, Node, TreeMemory
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.speculation import PrespecConfig
@@ -50,7 +50,7 @@ def pair(request: pytest.FixtureRequest) -> tuple[LoadedModel, LoadedModel]:
 def _open(
     draft: LoadedModel,
     params: SamplingParams | None = None,
-    memory: StateMemory | None = None,
+    memory: TreeMemory | None = None,
     **prespec: int | bool,
 ) -> DraftSession:
     msg = pb.Open(
@@ -156,10 +156,10 @@ def _assert_state_of(draft: LoadedModel, path: list[int], states: dict[int, list
 
 
 def test_hybrid_trees_share_the_workers_state_memory_and_stay_exact() -> None:
-    """Two sessions' trees under one bound of 10 nodes' states hold at most 10 between them, stop
-    growing there, and the drafts each answers are still the draft's own greedy ones."""
+    """Two sessions' trees under one bound (ten planted nodes' states) hold no more than it between them,
+    stop growing there, and the drafts each answers are still the draft's own greedy ones."""
     target, draft = hybrid_pair()
-    memory = StateMemory()
+    memory = TreeMemory()
     sessions = [_open(draft, memory=memory, batch=4, budget=8) for _ in range(2)]
     for session in sessions:
         session.first_drafts()
@@ -176,7 +176,7 @@ def test_hybrid_trees_share_the_workers_state_memory_and_stay_exact() -> None:
             session.plan_speculation()
             while session.speculate():
                 assert memory.used <= memory.limit
-            full += memory.room(per_node) == 0
+            full += (memory.free() or 0) < per_node
             drafts = sent[i] + _greedy(draft, contexts[i] + sent[i], K - len(sent[i]))
             truth = _greedy(target, contexts[i], K + 1)
             accepted = next((j for j in range(K) if truth[j] != drafts[j]), K)

@@ -17,7 +17,7 @@ import pytest
 
 from specwire.models import LoadedModel, load_model
 from tests.coordinator.drafting.test_worker_loss import PROMPT, generate_through
-from tests.support.cli import one_error_line, run_cli
+from tests.support.cli import run_cli
 from tests.support.prompts import ar_tokens, text_ar_tokens
 from tests.support.rounding import assert_lossless
 from tests.support.servers import running_server
