@@ -131,9 +131,8 @@ def main() -> int:
             f"{name}: {run['node_states_mib']:.3f} MiB of recurrent states a node; the bound charges the "
             f"last node {run['node_charged_mib']:.3f} MiB (its KV row too)"
         )
-        print(
-            f"  {'pass':>4} {'nodes':>5} {'charged MiB':>11} {'active MiB':>10} {'MiB a node':>10} {'peak MiB':>9} {'pass ms':>8}"
-        )
+        heads = ("pass", "nodes", "charged MiB", "active MiB", "MiB a node", "peak MiB", "pass ms")
+        print("  " + " ".join(f"{h:>{max(len(h), 4)}}" for h in heads))
         for i, s in enumerate(run["steps"], 1):
             per = s["active_mib"] / s["held"] if s["held"] else 0.0
             figures = f"{s['active_mib']:10.1f} {per:10.2f} {s['peak_mib']:9.1f} {s['pass_ms']:8.1f}"
