@@ -36,6 +36,7 @@ from worker.hosting import WorkerCounters
 from worker.session import DraftSession
 
 PROMPT = [2, 5, 1]
+GPU_RTOL = 1e-2  # a hybrid node's state on a GPU, against the largest entry of a plain pass's
 K = 3
 ROUNDS = 20
 
@@ -117,8 +118,8 @@ def test_a_tree_needs_greedy_fill_mode_and_no_windowed_layers(pair: tuple[Loaded
 
 def test_a_hybrid_nodes_state_is_a_plain_pass_over_its_path_bit_for_bit() -> None:
     """Every node a tree expanded keeps each Gated DeltaNet layer's convolution window and recurrent
-    state exactly as a plain pass over its path leaves them, and a verdict past the tree feeds it on
-    from the right state."""
+    state exactly as a plain pass over its path leaves them (on the CPU; a GPU within its rounding),
+    and a verdict past the tree feeds it on from the right state."""
     _, draft = hybrid_pair()
     session = _open(draft, batch=5, budget=6)
     first = session.first_drafts().block.tokens
@@ -152,7 +153,12 @@ def _assert_state_of(draft: LoadedModel, path: list[int], states: dict[int, list
     draft.model(mx.array([path]), cache=cache)
     for layer, arrays in states.items():
         for got, want in zip(arrays, cache[layer].cache, strict=True):
-            assert np.array_equal(np.array(got), np.array(want)), f"layer {layer} after {path}"
+            a, b = np.array(got.astype(mx.float32)), np.array(want.astype(mx.float32))
+            if mx.default_device() == mx.cpu:
+                assert np.array_equal(a, b), f"layer {layer} after {path}"
+            else:  # a GPU rounds a batch of rows apart from one row (tests/worker/test_prespec.py)
+                gap = float(np.abs(a - b).max())
+                assert gap <= GPU_RTOL * float(np.abs(b).max()), f"layer {layer} after {path}: {gap}"
 
 
 def test_hybrid_trees_share_the_workers_state_memory_and_stay_exact() -> None:
