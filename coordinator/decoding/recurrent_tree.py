@@ -12,9 +12,9 @@ parent's, so this pass runs mlx-lm's ``qwen3_5`` modules in their order, as
 * a Gated DeltaNet layer's convolution for a node reads the window of its
   own path (its ancestors' projected inputs, then the cache's window), one
   window per node as a batch;
-* the delta rule advances one node at a time from its parent's state (the
-  first token's parent is the cache), and every node's window and state are
-  kept.
+* the delta rule advances a level of the tree at a time, each node a row of
+  one batch starting from its parent's state (the first level's parent is
+  the cache), and every node's window and state are kept.
 
 After the verdict, the caller puts the accepted path's last node's window and
 state into each Gated DeltaNet layer's cache, and keeps the path's K/V in the
@@ -111,25 +111,42 @@ def _gated_delta_tree(
     dims = (module.head_k_dim, module.head_k_dim, module.head_v_dim)
     q, k, v = (t.reshape(batch, length, h, d) for t, h, d in zip(parts, heads, dims, strict=True))
     q, k = normalize_qk(q, k, inv_scale=module.head_k_dim**-0.5, eps=1e-6)
-    outs: list[mx.array] = []
-    kept: LayerStates = []
-    for t, parent in enumerate(parents):
-        step = slice(t, t + 1)
-        own = start[t]
-        state = kept[parent][1] if parent >= 0 else cache[1] if own is None else own[1]
-        out, state = gated_delta_update(
-            q[:, step],
-            k[:, step],
-            v[:, step],
-            a[:, step],
-            b[:, step],
+    # The delta rule a level at a time: a level's nodes (their parents all in earlier levels) are the rows
+    # of one batch, each from its own parent's state.
+    depth: list[int] = []
+    for parent in parents:
+        depth.append(depth[parent] + 1 if parent >= 0 else 0)
+    outs: list[mx.array | None] = [None] * length
+    states: list[mx.array | None] = [None] * length
+    for level in range(max(depth) + 1):
+        rows = [t for t in range(length) if depth[t] == level]
+        before: list[mx.array] = []
+        for t in rows:
+            parent, own = parents[t], start[t]
+            before.append(_kept(states[parent]) if parent >= 0 else cache[1] if own is None else own[1])
+        if any(state is None for state in before):  # a first pass: every state starts at zero
+            shape = (1, module.num_v_heads, module.head_v_dim, module.head_k_dim)
+            before = [mx.zeros(shape, dtype=mx.float32) if state is None else state for state in before]
+        at = mx.array(rows)
+        out, after = gated_delta_update(
+            q[0, at][:, None],
+            k[0, at][:, None],
+            v[0, at][:, None],
+            a[0, at][:, None],
+            b[0, at][:, None],
             module.A_log,
             module.dt_bias,
-            state,
+            before[0] if len(before) == 1 else mx.concatenate(before),
             None,
             use_kernel=not module.training,
         )
-        outs.append(out)
-        kept.append((mx.contiguous(windows[t]), state))
-    out = module.norm(mx.concatenate(outs, axis=1), z)
+        for j, t in enumerate(rows):
+            outs[t], states[t] = out[j : j + 1], after[j : j + 1]
+    kept: LayerStates = [(mx.contiguous(windows[t]), _kept(states[t])) for t in range(length)]
+    out = module.norm(mx.concatenate([_kept(o) for o in outs], axis=1), z)
     return module.out_proj(out.reshape(batch, length, -1)), kept
+
+
+def _kept(array: mx.array | None) -> mx.array:
+    assert array is not None
+    return array

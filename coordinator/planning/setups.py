@@ -126,7 +126,7 @@ def candidates(
     trees: bool = True,
 ) -> list[Setup]:
     """Every set-up ``profile``'s machines can run in ``modes``: local modes need the target machine's
-    draft model, a tree needs greedy decoding and a worker not in ``no_tree`` (recurrent layers), and
+    draft model, a tree needs greedy decoding and a worker not in ``no_tree`` (windowed layers), and
     tree verification also ``trees`` (the target and the local draft can pass over a tree)."""
     modes, no_tree = set(modes), set(no_tree)
     has_local = profile.local_draft is not None
