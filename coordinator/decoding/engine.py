@@ -47,7 +47,7 @@ from coordinator.decoding.acceptance import (
     accept_tree_sampled,
 )
 from coordinator.decoding.results import GenerationResult, RoundRecord
-from coordinator.decoding.rollback import Rollback
+from coordinator.decoding.rollback import Rollback, warm_states
 from coordinator.drafting.base import DraftSource, Outcome
 from specwire.drafting.drafter import DraftBlock, prefill
 from specwire.drafting.sampling import SamplingParams
@@ -192,14 +192,17 @@ class SpeculativeDecoder:
         """Run every shape a round at up to ``k`` drafts uses, once; returns the seconds it took.
 
         The target's passes, and those of the draft models this process drafts
-        with (a remote worker warms its own at start). Call before timing
+        with (a remote worker warms its own at start); for dense Qwen3.5, also
+        the passes that keep states by position and by tree node. Call before timing
         anything: on a GPU the first use of each kernel compiles it
         (``specwire.drafting.warmup``).
         """
         _check_k(k)  # a bad k is refused before a minute of warming on a GPU, not after
         seconds = warm_target(self.target.model, k)
         if k > 0:
+            seconds += warm_states(self.target.model, k)  # a hybrid target's rollback and tree passes
             seconds += sum(warm_drafter(d.model, sampled=not params.greedy) for d in local_drafts)
+            seconds += sum(warm_states(d.model, k) for d in local_drafts)  # a hybrid draft's tree levels
         return seconds
 
     def _verify(

@@ -34,9 +34,11 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
 
 from coordinator.decoding.recurrent_pass import LayerStates, forward_keeping_states, keeps_states
 from coordinator.decoding.recurrent_tree import forward_tree_keeping_states
+from specwire.drafting.drafter import prefill
 from specwire.drafting.rollback import Checkpoints
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
@@ -168,3 +170,21 @@ class Rollback:
                 layer[0], layer[1] = self.states[i][count - 1]
             else:
                 layer.trim(drop)
+
+
+def warm_states(model: Any, k: int) -> float:
+    """Run a dense Qwen3.5 model's state-keeping passes once (a chain of k + 1 positions, and a tree
+    two levels deep), so their kernels are compiled before anything is timed; 0 for other models.
+    Returns the seconds it took (``specwire.drafting.warmup``)."""
+    cache = make_prompt_cache(model)
+    if not keeps_states(model, cache):
+        return 0.0
+    started = time.perf_counter()
+    prefill(model, cache, [0])
+    rollback = Rollback(model, cache, 1, "states")
+    mx.eval(rollback.verify([0] * (k + 1)))
+    rollback.keep_first(1)
+    tree = TokenTree((0, 1, 0, 1, 0), (-1, -1, 0, 0, 1))  # two nodes, then three under them
+    mx.eval(rollback.verify_tree(0, tree))
+    rollback.keep_path([0, 2])
+    return time.perf_counter() - started
