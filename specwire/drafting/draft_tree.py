@@ -164,7 +164,9 @@ class DraftTree:
         ``candidates[i]`` are the draft's top choices where ``first[i]`` was drafted.
         """
         context = self.drafter.context
-        held = next(layer.offset for layer in self.drafter.cache if isinstance(layer, KVCache))
+        # The drafter's cache holds the context and every draft but the last (all of it: no KV layer).
+        kv_layers = [layer for layer in self.drafter.cache if isinstance(layer, KVCache)]
+        held = kv_layers[0].offset if kv_layers else len(context) + len(first) - 1
         layers = [
             None if i in self.recurrent else cache_view(layer, held)
             for i, layer in enumerate(self.drafter.cache)
