@@ -183,9 +183,11 @@ def paced_part(argv: list[str] | None = None, family: str = "llama") -> int:
     section("1. The paper's Macs, emulated: paced compute, real protocol and network", PACED_SAYS)
     target, draft = PAIRS[family]
     suffix = "" if family == "llama" else f"-{family}"
-    flags = [*PACED_BENCH, "--target", target, "--draft", draft, "--json", f"demo-paced{suffix}-bench.json"]
+    report = f"demo-paced{suffix}-bench.json"
+    flags = [*PACED_BENCH, "--target", target, "--draft", draft, "--json", report]
     argv = argv or []
-    report = argv[argv.index("--json") + 1] if "--json" in argv[:-1] else flags[-1]
+    if "--json" in argv[:-1]:  # the bench takes the last --json: the one given here
+        report = argv[argv.index("--json") + 1]
     processes: list[subprocess.Popen[str]] = []
     try:
         code = bench(paced_workers(processes, draft), [*flags, *argv])

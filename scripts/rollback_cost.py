@@ -76,6 +76,12 @@ COMMON = {
 WAYS = ("trim", "states", "replay")
 
 
+def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--shape`` and ``--dtype``: the random-weight model these scripts build."""
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen3.5-0.8b")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+
+
 def parameters(model: nn.Module) -> int:
     """Parameter count."""
     return sum(int(v.size) for _, v in tree_flatten(model.parameters()))
@@ -151,8 +157,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen3.5-0.8b")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    add_shape_arguments(parser)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--context", type=int, default=64, help="tokens prefilled before the rounds")

@@ -32,7 +32,7 @@ from mlx_lm.models import qwen3_5
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.rollback_cost import COMMON, SHAPES, parameters
+from scripts.rollback_cost import COMMON, SHAPES, add_shape_arguments, parameters
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.sampling import SamplingParams
@@ -82,10 +82,10 @@ def grow(model: nn.Module, context: int, rows: int, passes: int, bound: int) -> 
                 "pass_ms": (time.perf_counter() - t0) * 1e3,
             }
         )
-    states = sum(a.nbytes for arrays in (tree.root.states or {}).values() for a in arrays)
+    states = tree.state_bytes
     return {
         "node_states_mib": states / MIB,
-        "node_charged_mib": tree.node_bytes / MIB,
+        "node_charged_mib": tree.held_bytes / max(1, tree.held) / MIB,
         "steps": steps,
         "stopped_by_bound": tree.passes < passes,
     }
@@ -104,8 +104,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen3.5-0.8b")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    add_shape_arguments(parser)
     parser.add_argument("--context", type=int, default=128, help="tokens prefilled before the tree")
     parser.add_argument(
         "--rows", type=int, default=16, help="nodes a pass expands (the worker's --tree-rows)"
@@ -128,8 +127,8 @@ def main() -> int:
     )
     for name, run in runs.items():
         print(
-            f"{name}: {run['node_states_mib']:.3f} MiB of recurrent states a node; the bound charges the "
-            f"last node {run['node_charged_mib']:.3f} MiB (its KV row too)"
+            f"{name}: {run['node_states_mib']:.3f} MiB of recurrent states a node; the bound charges a "
+            f"node {run['node_charged_mib']:.3f} MiB on average (its KV row too)"
         )
         heads = ("pass", "nodes", "charged MiB", "active MiB", "MiB a node", "peak MiB", "pass ms")
         print("  " + " ".join(f"{h:>{max(len(h), 4)}}" for h in heads))

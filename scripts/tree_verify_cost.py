@@ -37,7 +37,7 @@ from mlx_lm.models.cache import make_prompt_cache
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordinator.decoding.rollback import Rollback
-from scripts.rollback_cost import SHAPES, build, parameters
+from scripts.rollback_cost import SHAPES, add_shape_arguments, build, parameters
 from specwire.drafting.drafter import prefill
 from specwire.drafting.token_tree import TokenTree
 
@@ -100,8 +100,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen3.5-0.8b")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    add_shape_arguments(parser)
     parser.add_argument("--nodes", type=int, default=16, help="drafts a round verifies")
     parser.add_argument("--width", type=int, default=4, help="the tree's first level")
     parser.add_argument("--rounds", type=int, default=20)

@@ -157,8 +157,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=TREE_MEMORY / 2**30,
         metavar="GIB",
-        help="GiB of recurrent states all tree sessions may hold together (a hybrid draft model such as "
-        "Qwen3.5 keeps one per node; trees stop growing at the bound; 0: no bound)",
+        help="GiB all tree sessions' nodes may hold together: each node's KV row and, for a hybrid draft "
+        "model such as Qwen3.5, its recurrent state; trees stop growing at the bound (0: no bound)",
     )
 
 

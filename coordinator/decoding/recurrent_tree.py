@@ -116,14 +116,14 @@ def _gated_delta_tree(
     depth: list[int] = []
     for parent in parents:
         depth.append(depth[parent] + 1 if parent >= 0 else 0)
-    outs: list[mx.array | None] = [None] * length
-    states: list[mx.array | None] = [None] * length
+    outs: dict[int, mx.array] = {}
+    states: dict[int, mx.array] = {}  # by node: its delta-rule state
     for level in range(max(depth) + 1):
         rows = [t for t in range(length) if depth[t] == level]
         before: list[mx.array] = []
         for t in rows:
             parent, own = parents[t], start[t]
-            before.append(_kept(states[parent]) if parent >= 0 else cache[1] if own is None else own[1])
+            before.append(states[parent] if parent >= 0 else cache[1] if own is None else own[1])
         if any(state is None for state in before):  # a first pass: every state starts at zero
             shape = (1, module.num_v_heads, module.head_v_dim, module.head_k_dim)
             before = [mx.zeros(shape, dtype=mx.float32) if state is None else state for state in before]
@@ -142,11 +142,6 @@ def _gated_delta_tree(
         )
         for j, t in enumerate(rows):
             outs[t], states[t] = out[j : j + 1], after[j : j + 1]
-    kept: LayerStates = [(mx.contiguous(windows[t]), _kept(states[t])) for t in range(length)]
-    out = module.norm(mx.concatenate([_kept(o) for o in outs], axis=1), z)
+    kept: LayerStates = [(mx.contiguous(windows[t]), states[t]) for t in range(length)]
+    out = module.norm(mx.concatenate([outs[t] for t in range(length)], axis=1), z)
     return module.out_proj(out.reshape(batch, length, -1)), kept
-
-
-def _kept(array: mx.array | None) -> mx.array:
-    assert array is not None
-    return array

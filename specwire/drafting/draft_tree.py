@@ -146,8 +146,7 @@ class DraftTree:
         self.recurrent = [i for i, layer in enumerate(drafter.cache) if isinstance(layer, ArraysCache)]
         self.held = 0  # expanded nodes holding memory of their own
         self.held_bytes = 0  # ... and what they hold
-        self.node_bytes = 0  # what the last expanded node holds
-        self._state_bytes = 0  # one node's recurrent states
+        self.state_bytes = 0  # one node's recurrent states
         self._kv_bytes_a_position = 0  # one position of a KV row, every layer
         self.memory = memory or TreeMemory()
         self.memory.join(self)
@@ -181,8 +180,11 @@ class DraftTree:
         node = self.root
         for i, (token, cand) in enumerate(zip(first, candidates, strict=True)):
             states = self._kept_states(len(context) + i)
-            self._state_bytes = sum(a.nbytes for arrays in (states or {}).values() for a in arrays)
-            node = self._expand(node, line, len(context) + i, *_with_first(cand, token), states)
+            if states is not None:
+                self.state_bytes = sum(a.nbytes for arrays in states.values() for a in arrays)
+            # The line is the drafter's own cache: a planted node is charged its states alone.
+            charged = self._cost(0) if states is not None else 0
+            node = self._expand(node, line, len(context) + i, *_with_first(cand, token), states, charged)
 
     def ready(self, appended: Sequence[int], k: int) -> tuple[list[int], int]:
         """The drafts ready after a verdict that appends ``appended`` (at most ``k`` first choices),
@@ -302,9 +304,9 @@ class DraftTree:
         for i, (node, source) in enumerate(zip(nodes, sources, strict=True)):
             node.compute_ns = spent
             line = Line(rows[i], node)
-            own = sum(a.nbytes for layer in rows[i] if layer is not None for a in (layer.keys, layer.values))
             recurrent = states[i] if self.recurrent else None
-            self._expand(node, line, source[1] + 1, ids_np[i], probs_np[i], recurrent, own)
+            length = source[1] + 1
+            self._expand(node, line, length, ids_np[i], probs_np[i], recurrent, self._cost(length))
         return True
 
     def _take(self) -> list[Node]:
@@ -318,7 +320,7 @@ class DraftTree:
             if node.first is not None or id(node) in taken:
                 continue
             if free is not None:
-                cost = self._state_bytes + self._kv_bytes_a_position * (self._source_of(node)[1] + 1)
+                cost = self._cost(self._source_of(node)[1] + 1)
                 if cost > free:
                     heapq.heappush(self._frontier, entry)
                     break
@@ -334,6 +336,10 @@ class DraftTree:
             return self._source
         assert parent.line is not None
         return parent.line.layers, parent.length, parent.states or {}
+
+    def _cost(self, length: int) -> int:
+        """What a node holds once expanded: its recurrent states, and a KV row of ``length`` positions."""
+        return self.state_bytes + self._kv_bytes_a_position * length
 
     def _kept_states(self, position: int) -> States | None:
         """The drafter's recurrent states after its first ``position`` tokens (kept after each pass)."""
@@ -352,23 +358,19 @@ class DraftTree:
         ids: list[int],
         probs: list[float],
         states: States | None = None,
-        row_bytes: int = 0,
+        charged: int = 0,
     ) -> Node:
-        """``node`` was fed: its path is in ``line`` (``length`` tokens, ``row_bytes`` of them its own;
-        recurrent layers: ``states``); ``ids`` its next tokens, the first choice first, with their
-        ``probs``. Returns the first choice's node."""
+        """``node`` was fed: its path is in ``line`` (``length`` tokens; recurrent layers: ``states``),
+        and it holds ``charged`` bytes of its own (``TreeMemory``); ``ids`` its next tokens, the first
+        choice first, with their ``probs``. Returns the first choice's node."""
         parent = node.parent
         if parent is not None and parent.line is not None and parent.line.tip is parent:
             parent.line.layers, parent.line.tip = line.layers, node  # the same chain, one longer
             line = parent.line
         node.line, node.length, node.states = line, length, states
-        node.bytes = row_bytes + sum(a.nbytes for arrays in (states or {}).values() for a in arrays)
-        if node.bytes:
-            self.held, self.held_bytes, self.node_bytes = (
-                self.held + 1,
-                self.held_bytes + node.bytes,
-                node.bytes,
-            )
+        node.bytes = charged
+        if charged:
+            self.held, self.held_bytes = self.held + 1, self.held_bytes + charged
         alpha = self.rate.alpha
         rest = max(1e-12, 1.0 - probs[0])
         children = {ids[0]: Node(ids[0], node.probability * alpha, node)}

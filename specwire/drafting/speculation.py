@@ -42,9 +42,9 @@ MAX_BATCH = 64  # branches in one pass
 # the 2-core test bed (24 overran). A Mac's GPU takes up to 35 at one row's cost, but the host's work per
 # pass grows with the rows.
 TREE_ROWS = 16
-# The recurrent states a worker's trees may hold together (a hybrid draft's nodes each keep one): sized for
-# a 32 GB Mac serving Qwen3.5-0.8B (1.6 GB in bfloat16), a quarter of its memory; docs/hybrid-models.md
-# gives that model's bytes a node.
+# What a worker's trees may hold together, each node's KV row and (a hybrid draft's) recurrent states:
+# sized for a 32 GB Mac serving Qwen3.5-0.8B (1.6 GB in bfloat16), a quarter of its memory;
+# docs/hybrid-models.md gives that model's bytes a node.
 TREE_MEMORY = 8 << 30
 
 
@@ -60,7 +60,7 @@ class PrespecConfig:
         False  # fill at T = 0: one tree of continuations across rounds (specwire.drafting.draft_tree)
     )
     tree_rows: int = TREE_ROWS  # a worker's default batch for a tree session
-    tree_memory: int = TREE_MEMORY  # bytes of recurrent states a worker's trees hold together (0: no limit)
+    tree_memory: int = TREE_MEMORY  # bytes a worker's trees hold together (0: no limit; ``TreeMemory``)
 
     def __post_init__(self) -> None:
         if not 0 <= self.budget <= MAX_BUDGET:

@@ -171,7 +171,7 @@ def test_hybrid_trees_share_the_workers_state_memory_and_stay_exact() -> None:
         session.first_drafts()
     trees = [s.tree for s in sessions]
     assert trees[0] is not None and trees[1] is not None
-    per_node = trees[0].node_bytes
+    per_node = trees[0].state_bytes
     assert per_node > 0 and memory.used == per_node * (trees[0].held + trees[1].held)
     memory.limit = 10 * per_node
     contexts = [list(PROMPT), list(PROMPT)]
