@@ -31,11 +31,11 @@ from coordinator.commands.options import (
     pace_of,
     worker_access,
 )
-from coordinator.drafting.auto import Planner, simplest_near_best
 from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, DraftSources, DraftSpec
 from coordinator.planning.against_profile import load_checked
 from coordinator.planning.from_bench import check_bench, unmodelled
 from coordinator.planning.measured import MeasuredSetup
+from coordinator.planning.planner import Planner, simplest_near_best
 from coordinator.planning.projection import project_profile
 from coordinator.planning.setups import best_per_mode
 from coordinator.runtime import coordinator_runtime

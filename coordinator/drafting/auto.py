@@ -1,12 +1,9 @@
 """``--draft auto``: decode with the set-up the performance model predicts fastest, and re-decide as
 rounds are measured.
 
-``Planner`` holds what the coordinator knows across generations: this set-up
-as measured at warm-up (``coordinator.planning.measured``: the target's
-verification curve, the local draft's pass, the pair's agreement, each
-worker's advertised pass curve and measured link), and the predictions of
-every set-up it could run (``coordinator.planning.setups``), cached by
-temperature and acceptance.
+``Planner`` (``coordinator.planning.planner``) holds what the coordinator
+knows across generations: this set-up as measured at warm-up, and the
+predictions of every set-up it could run.
 
 ``AutoDraftSource`` is the draft source of one generation. It starts on the
 fastest predicted set-up (AR, local SD, local tree SD, or a worker in one of
@@ -41,21 +38,16 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.drafting.failover import abandon
-from coordinator.planning.measured import MeasuredSetup, WorkerSpeed
+from coordinator.planning.planner import Planner, simplest_near_best
 from coordinator.planning.setups import (
     CHAIN_KS,
-    MODES,
-    TREE_KS,
     Predicted,
     Setup,
-    candidates,
-    predict_setup,
-    ranked,
 )
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
@@ -67,13 +59,11 @@ AUTO_K = max(CHAIN_KS)  # the most drafts a round of auto's asks for (what the e
 WINDOW = 8  # rounds the current set-up's tok/s is measured over
 SETTLE = 2  # rounds after a switch before its window counts (the session's start overlaps them)
 MARGIN = 0.10  # another set-up must be expected this much faster before the policy moves to it
-START_MARGIN = 0.03  # at the start, the simplest set-up predicted within this of the fastest is taken
 SLOW = 0.7  # a worker's set-up measuring below this share of its prediction marks the worker slow
 FORGET_ROUNDS = 64  # after this, a measured share is forgotten and the prediction trusted again
 ALPHA_DECAY = 0.97  # per round, of the acceptance estimate's counts (accepted drafts, rejections)
 PRIOR_REJECTIONS = 6.0  # the calibrated acceptance weighs as much as this many rounds' rejections
 K_GAIN = 0.03  # a k predicted at least this much faster than the current one replaces it
-ALPHA_STEP = 0.02  # predictions are cached at this resolution of acceptance
 RERANK = 0.05  # the predictions in use are redone once the acceptance estimate has moved this far
 AR_DRIFT = 1 / 32  # per AR round, the acceptance estimate moves this share back to the calibrated one
 
@@ -88,91 +78,6 @@ class Switch:
     from_setup: str
     to_setup: str
     reason: str
-
-
-class Planner:
-    """The measured set-up and the predictions the policy chooses by, kept across generations."""
-
-    def __init__(self, measured: MeasuredSetup, modes: Sequence[str] | None = None) -> None:
-        self.measured = measured
-        self.modes = tuple(modes) if modes is not None else None
-        self._ranking: dict[tuple[bool, float, float, frozenset[str]], list[Predicted]] = {}
-        self._prior: dict[float, float] = {}
-        self._trees: dict[tuple[float, str, str], Predicted] = {}  # by temperature, worker, mode
-
-    def prior(self, temperature: float) -> float:
-        """The calibrated per-draft acceptance at ``temperature``."""
-        key = round(max(0.0, temperature), 2)
-        if key not in self._prior:
-            self._prior[key] = self.measured.alpha(key)
-        return self._prior[key]
-
-    def ranking(
-        self, temperature: float, alpha: float, lost: frozenset[str] = frozenset()
-    ) -> list[Predicted]:
-        """Every set-up this machine and its workers (but ``lost``) can run, predicted, fastest first."""
-        greedy = temperature <= 0
-        a = round(min(0.99, max(0.01, alpha)) / ALPHA_STEP) * ALPHA_STEP
-        key = (greedy, round(max(0.0, temperature), 2), round(a, 4), lost)
-        if key not in self._ranking:
-            self._ranking[key] = self._rank(temperature, a, lost)
-        return self._ranking[key]
-
-    def _rank(self, temperature: float, alpha: float, lost: frozenset[str]) -> list[Predicted]:
-        base = self.measured.profile(temperature, alpha)
-        modes = self.modes if self.modes is not None else MODES
-        trees = self.measured.trees
-        here = [m for m in modes if m in ("ar", "local", "local-tree")]
-        out = ranked(base, [s for s in candidates(base, temperature <= 0, here, trees=trees) if not s.remote])
-        for worker in self.measured.workers:
-            if worker.title in lost:
-                continue
-            profile = self.measured.profile_for(worker, base)
-            no_tree = () if worker.tree else (worker.title,)
-            # A worker on this machine computes on its processors: drafting there while the target
-            # verifies overlaps nothing, so only drafting on demand is planned for it.
-            own = ("stream",) if worker.colocated else modes
-            setups = [s for s in candidates(profile, temperature <= 0, own, no_tree, trees) if s.remote]
-            out += ranked(profile, [s for s in setups if s.mode == "stream"])
-            if any(s.mode == "tree" for s in setups):
-                out.append(self._tree(temperature, alpha, worker))
-            verify = next((s for s in setups if s.mode == "tree-verify"), None)
-            if verify is not None:
-                out.append(self._tree_verify(temperature, alpha, verify))
-        return sorted(out, key=lambda p: -p.tok_s)
-
-    def _tree(self, temperature: float, alpha: float, worker: WorkerSpeed) -> Predicted:
-        """The worker's tree set-up: its Monte Carlo at the calibrated acceptance, at the k it predicts
-        best there (once per process; that k is kept), moved to ``alpha`` as fill at that k moves (the
-        Monte Carlo is too slow to run between rounds, and its k by acceptance was not borne out on the
-        paced test bed: k = 1 and 3 measured well below 2 where the move predicted them faster)."""
-        prior = self.prior(temperature)
-        at_prior = self.measured.profile_for(worker, self.measured.profile(temperature, prior))
-        key = (round(temperature, 2), worker.title, "tree")
-        if key not in self._trees:
-            trees = [Setup("tree", k, worker.title) for k in TREE_KS]
-            self._trees[key] = max(
-                (Predicted(s, predict_setup(at_prior, s)) for s in trees), key=lambda p: p.tok_s
-            )
-        best = self._trees[key]
-        now = self.measured.profile_for(worker, self.measured.profile(temperature, alpha))
-        fill = replace(best.setup, mode="fill")
-        return Predicted(best.setup, best.tok_s * predict_setup(now, fill) / predict_setup(at_prior, fill))
-
-    def _tree_verify(self, temperature: float, alpha: float, setup: Setup) -> Predicted:
-        """The worker's tree verified in one pass: its Monte Carlo at the calibrated acceptance (once per
-        process), moved to ``alpha`` as local tree SD moves (its rounds without a ready tree are local
-        trees, and the Monte Carlo is too slow to run between rounds)."""
-        prior = self.prior(temperature)
-        key = (round(temperature, 2), setup.worker, setup.mode)
-        worker = next(w for w in self.measured.workers if w.title == setup.worker)
-        if key not in self._trees:
-            at_prior = self.measured.profile_for(worker, self.measured.profile(temperature, prior))
-            self._trees[key] = Predicted(setup, predict_setup(at_prior, setup))
-        local = Setup("local-tree", setup.k)
-        then = predict_setup(self.measured.profile(temperature, prior), local)
-        now = predict_setup(self.measured.profile(temperature, alpha), local)
-        return Predicted(setup, self._trees[key].tok_s * now / then)
 
 
 @dataclass
@@ -445,15 +350,6 @@ class AutoDraftSource:
 def _key(setup: Setup) -> tuple[str, str]:
     """A session: the mode and the worker (k may change within it)."""
     return setup.mode, setup.worker
-
-
-def simplest_near_best(ranking: list[Predicted]) -> Predicted:
-    """The simplest set-up (AR, local SD, then the remote modes in order) predicted within
-    ``START_MARGIN`` of the fastest: a worker is not taken for a gain within the model's error."""
-    best = ranking[0].tok_s
-    near = [p for p in ranking if p.tok_s >= best * (1 - START_MARGIN)]
-    simplest = min(MODES.index(p.setup.mode) for p in near)
-    return next(p for p in near if MODES.index(p.setup.mode) == simplest)
 
 
 def _distinct(ranking: list[Predicted]) -> list[Predicted]:

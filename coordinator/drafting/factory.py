@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from coordinator.drafting.auto import AutoDraftSource, Planner
+from coordinator.drafting.auto import AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.failover import POLICIES, FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
@@ -35,6 +35,7 @@ from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.measured import MeasuredSetup, measure_here, titled
+from coordinator.planning.planner import Planner
 from coordinator.planning.setups import FILL_FANOUT, REMOTE_MODES, Setup
 from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect, refresh_hello

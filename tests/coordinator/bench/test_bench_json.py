@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.drafting.auto import START_MARGIN
+from coordinator.planning.planner import START_MARGIN
 from coordinator.planning.setups import MODES
 from tests.support.cli import run_cli
 from tests.support.workers import WorkerProcess

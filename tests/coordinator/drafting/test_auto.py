@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
-from coordinator.drafting.auto import AUTO_K, AutoDraftSource, Planner
+from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.measured import MeasuredSetup, WorkerSpeed
+from coordinator.planning.planner import Planner
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.sampling import SamplingParams
 from specwire.emulation.pace import parse_pace

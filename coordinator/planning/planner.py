@@ -1,0 +1,123 @@
+"""What the drafting policy chooses by: the measured set-up and every set-up's prediction.
+
+``Planner`` holds what the coordinator knows across generations: this set-up
+as measured at warm-up (``coordinator.planning.measured``: the target's
+verification curve, the local draft's pass, the pair's agreement, each
+worker's advertised pass curve and measured link), and the predictions of
+every set-up it could run (``coordinator.planning.setups``), cached by
+temperature and acceptance. ``--draft auto`` (``coordinator.drafting.auto``)
+and ``coordinator plan`` read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from coordinator.planning.measured import MeasuredSetup, WorkerSpeed
+from coordinator.planning.setups import (
+    MODES,
+    TREE_KS,
+    Predicted,
+    Setup,
+    candidates,
+    predict_setup,
+    ranked,
+)
+
+START_MARGIN = 0.03  # at the start, the simplest set-up predicted within this of the fastest is taken
+ALPHA_STEP = 0.02  # predictions are cached at this resolution of acceptance
+
+
+class Planner:
+    """The measured set-up and the predictions the policy chooses by, kept across generations."""
+
+    def __init__(self, measured: MeasuredSetup, modes: Sequence[str] | None = None) -> None:
+        self.measured = measured
+        self.modes = tuple(modes) if modes is not None else None
+        self._ranking: dict[tuple[bool, float, float, frozenset[str]], list[Predicted]] = {}
+        self._prior: dict[float, float] = {}
+        self._trees: dict[tuple[float, str, str], Predicted] = {}  # by temperature, worker, mode
+
+    def prior(self, temperature: float) -> float:
+        """The calibrated per-draft acceptance at ``temperature``."""
+        key = round(max(0.0, temperature), 2)
+        if key not in self._prior:
+            self._prior[key] = self.measured.alpha(key)
+        return self._prior[key]
+
+    def ranking(
+        self, temperature: float, alpha: float, lost: frozenset[str] = frozenset()
+    ) -> list[Predicted]:
+        """Every set-up this machine and its workers (but ``lost``) can run, predicted, fastest first."""
+        greedy = temperature <= 0
+        a = round(min(0.99, max(0.01, alpha)) / ALPHA_STEP) * ALPHA_STEP
+        key = (greedy, round(max(0.0, temperature), 2), round(a, 4), lost)
+        if key not in self._ranking:
+            self._ranking[key] = self._rank(temperature, a, lost)
+        return self._ranking[key]
+
+    def _rank(self, temperature: float, alpha: float, lost: frozenset[str]) -> list[Predicted]:
+        base = self.measured.profile(temperature, alpha)
+        modes = self.modes if self.modes is not None else MODES
+        trees = self.measured.trees
+        here = [m for m in modes if m in ("ar", "local", "local-tree")]
+        out = ranked(base, [s for s in candidates(base, temperature <= 0, here, trees=trees) if not s.remote])
+        for worker in self.measured.workers:
+            if worker.title in lost:
+                continue
+            profile = self.measured.profile_for(worker, base)
+            no_tree = () if worker.tree else (worker.title,)
+            # A worker on this machine computes on its processors: drafting there while the target
+            # verifies overlaps nothing, so only drafting on demand is planned for it.
+            own = ("stream",) if worker.colocated else modes
+            setups = [s for s in candidates(profile, temperature <= 0, own, no_tree, trees) if s.remote]
+            out += ranked(profile, [s for s in setups if s.mode == "stream"])
+            if any(s.mode == "tree" for s in setups):
+                out.append(self._tree(temperature, alpha, worker))
+            verify = next((s for s in setups if s.mode == "tree-verify"), None)
+            if verify is not None:
+                out.append(self._tree_verify(temperature, alpha, verify))
+        return sorted(out, key=lambda p: -p.tok_s)
+
+    def _tree(self, temperature: float, alpha: float, worker: WorkerSpeed) -> Predicted:
+        """The worker's tree set-up: its Monte Carlo at the calibrated acceptance, at the k it predicts
+        best there (once per process; that k is kept), moved to ``alpha`` as fill at that k moves (the
+        Monte Carlo is too slow to run between rounds, and its k by acceptance was not borne out on the
+        paced test bed: k = 1 and 3 measured well below 2 where the move predicted them faster)."""
+        prior = self.prior(temperature)
+        at_prior = self.measured.profile_for(worker, self.measured.profile(temperature, prior))
+        key = (round(temperature, 2), worker.title, "tree")
+        if key not in self._trees:
+            trees = [Setup("tree", k, worker.title) for k in TREE_KS]
+            self._trees[key] = max(
+                (Predicted(s, predict_setup(at_prior, s)) for s in trees), key=lambda p: p.tok_s
+            )
+        best = self._trees[key]
+        now = self.measured.profile_for(worker, self.measured.profile(temperature, alpha))
+        fill = replace(best.setup, mode="fill")
+        return Predicted(best.setup, best.tok_s * predict_setup(now, fill) / predict_setup(at_prior, fill))
+
+    def _tree_verify(self, temperature: float, alpha: float, setup: Setup) -> Predicted:
+        """The worker's tree verified in one pass: its Monte Carlo at the calibrated acceptance (once per
+        process), moved to ``alpha`` as local tree SD moves (its rounds without a ready tree are local
+        trees, and the Monte Carlo is too slow to run between rounds)."""
+        prior = self.prior(temperature)
+        key = (round(temperature, 2), setup.worker, setup.mode)
+        worker = next(w for w in self.measured.workers if w.title == setup.worker)
+        if key not in self._trees:
+            at_prior = self.measured.profile_for(worker, self.measured.profile(temperature, prior))
+            self._trees[key] = Predicted(setup, predict_setup(at_prior, setup))
+        local = Setup("local-tree", setup.k)
+        then = predict_setup(self.measured.profile(temperature, prior), local)
+        now = predict_setup(self.measured.profile(temperature, alpha), local)
+        return Predicted(setup, self._trees[key].tok_s * now / then)
+
+
+def simplest_near_best(ranking: list[Predicted]) -> Predicted:
+    """The simplest set-up (AR, local SD, then the remote modes in order) predicted within
+    ``START_MARGIN`` of the fastest: a worker is not taken for a gain within the model's error."""
+    best = ranking[0].tok_s
+    near = [p for p in ranking if p.tok_s >= best * (1 - START_MARGIN)]
+    simplest = min(MODES.index(p.setup.mode) for p in near)
+    return next(p for p in near if MODES.index(p.setup.mode) == simplest)
