@@ -69,7 +69,7 @@ def grow(model: nn.Module, context: int, rows: int, passes: int, bound: int) -> 
     while True:
         t0 = time.perf_counter()
         grew = tree.step()
-        mx.eval([s for n in _nodes(tree) for arrays in (n.states or {}).values() for s in arrays])
+        mx.eval(tree.arena.arrays())
         mx.synchronize()
         if not grew:
             break
@@ -89,15 +89,6 @@ def grow(model: nn.Module, context: int, rows: int, passes: int, bound: int) -> 
         "steps": steps,
         "stopped_by_bound": tree.passes < passes,
     }
-
-
-def _nodes(tree: DraftTree) -> list[Any]:
-    out, stack = [], [tree.root]
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        stack.extend(node.children.values())
-    return out
 
 
 def main() -> int:

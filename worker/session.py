@@ -35,7 +35,7 @@ from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.speculation import PrespecConfig, Speculator
 from specwire.drafting.token_tree import TokenTree
-from specwire.emulation.pace import Pacer
+from specwire.emulation.pace import Pacer, add_headroom
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.v1 import draft_pb2 as pb
@@ -64,6 +64,7 @@ def _tallied(method: F) -> F:
             done = self.pacer.snapshot().since(before)
             self.paced_passes += done.passes
             self.pace_overruns += done.overruns
+            self.pace_headroom = add_headroom(self.pace_headroom, done.headroom)
 
     return wrapper  # type: ignore[return-value]
 
@@ -111,6 +112,7 @@ class DraftSession:
         self.pacer = pacer
         self.paced_passes = 0
         self.pace_overruns = 0
+        self.pace_headroom: list[int] = []
         self.k = open_msg.k
         self.prompt = list(open_msg.prompt_tokens)
         self.drafter = Drafter(model.model, sampling_from_pb(open_msg.sampling))

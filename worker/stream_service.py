@@ -113,6 +113,7 @@ class DraftService:
                 speculative_passes=t.speculative_passes,
                 paced_passes=paced.passes,
                 pace_overruns=paced.overruns,
+                pace_headroom=paced.headroom,
             ),
             echo_port=info.echo_port,
             auth_proof=worker_proof(self.token, caller_proof_of(context)) if self.token else "",
@@ -227,6 +228,7 @@ class _DraftLoop(StreamLoop):
                 speculative_passes=s.speculative_passes,
                 paced_passes=s.paced_passes,
                 pace_overruns=s.pace_overruns,
+                pace_headroom=s.pace_headroom,
             )
         )
         if s.speculates:

@@ -110,6 +110,7 @@ class _TensorLoop(StreamLoop):
                 tensor_bytes=session.tensor_bytes,
                 paced_passes=session.paced_passes,
                 pace_overruns=session.pace_overruns,
+                pace_headroom=session.pace_headroom,
             ),
         )
         data = encode_timed(

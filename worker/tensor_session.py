@@ -32,7 +32,7 @@ import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.drafting.rollback import Checkpoints
-from specwire.emulation.pace import ROUND_POSITIONS, Pacer
+from specwire.emulation.pace import ROUND_POSITIONS, Pacer, add_headroom, headroom_bucket
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.v1 import draft_pb2 as pb
@@ -44,6 +44,7 @@ MAX_SLOTS = 256
 MAX_KEPT = 2 * ROUND_POSITIONS  # recurrent states kept: enough to roll back any draft round
 _LINEAR = (nn.Linear, nn.QuantizedLinear)
 _EMBEDDING = (nn.Embedding, nn.QuantizedEmbedding)
+UNSPOKEN = -1e30  # the logit of an id an emulation model does not speak, in a row GET_TENSOR ships
 
 
 @dataclass
@@ -72,6 +73,8 @@ class TensorSession:
     ops_per_pass: int = 1
     paced_passes: int = 0
     pace_overruns: int = 0
+    pace_headroom: list[int] = field(default_factory=list)
+    _logits: set[int] = field(default_factory=set)  # handles an LM_HEAD wrote
     _positions: int = 1
     _pass_real_s: float = 0.0
     _pass_paced_s: float = 0.0
@@ -157,9 +160,11 @@ class TensorSession:
         self._pass_paced_s += paced_s
         for _ in range(ended):
             overran = self._pass_real_s > self._pass_paced_s
+            bucket = headroom_bucket(self._pass_real_s, self._pass_paced_s)
             self.pacer.record(self._pass_real_s, self._pass_paced_s, overran)
             self.paced_passes += 1
             self.pace_overruns += overran
+            self.pace_headroom = add_headroom(self.pace_headroom, [0] * bucket + [1])
             self._pass_real_s = self._pass_paced_s = self._pass_lag_s = 0.0
 
     # Handles.
@@ -181,6 +186,7 @@ class TensorSession:
     def put(self, handle: int, value: mx.array) -> None:
         self._slot(handle)
         self.store[handle] = value
+        self._logits.discard(handle)
 
     def module(self, handle: int, kinds: tuple[type, ...], what: str) -> nn.Module:
         module = self.table.modules.get(handle)
@@ -243,7 +249,12 @@ class TensorSession:
         x = self.get(op.inputs[0])
         if x.ndim != 3:
             raise InvalidArgumentError(f"expects a [batch, positions, features] tensor, got shape {x.shape}")
-        return [np.array(x[0, -1].astype(mx.float32)).tobytes()]
+        row = np.array(x[0, -1].astype(mx.float32))
+        if op.inputs[0] in self._logits and row.size < self.model.vocab_size:
+            # An emulation model speaks fewer ids than it reads (specwire.models.tiny): the row a model of
+            # this vocabulary ships, every later id at a logit no softmax gives any weight.
+            row = np.concatenate([row, np.full(self.model.vocab_size - row.size, UNSPOKEN, np.float32)])
+        return [row.tobytes()]
 
     def _embed(self, op: pb.Op) -> list[bytes]:
         self.shape(op, 1, 2, 0)
@@ -280,6 +291,7 @@ class TensorSession:
         if x.ndim == 3 and x.shape[1] > ROUND_POSITIONS:
             x = x[:, -1:]  # a prefill: GET_TENSOR returns the last position's row, so only it is computed
         self.put(op.outputs[0], head.as_linear(x) if isinstance(head, _EMBEDDING) else head(x))
+        self._logits.add(op.outputs[0])
         self.forward_passes += 1
         fed = self.fed()
         if fed is not None and not self.checkpoints.exact:  # a pass ended: keep its recurrent state

@@ -113,7 +113,7 @@ def row_record(s: RowSummary) -> dict[str, Any]:
         "worker_losses": s.worker_losses,
         "switches": s.switches,
         "drafting": asdict(s.drafting) if s.drafting is not None else None,
-        "pace": None if s.pace is None else {**asdict(s.pace), "held": s.pace.held},
+        "pace": None if s.pace is None else s.pace.to_dict(),
         "rollback": asdict(s.rollback) if s.rollback is not None else None,
     }
 

@@ -178,7 +178,9 @@ def verify_auto(
 
 def _add(total: dict[str, Any], counters: dict[str, Any]) -> None:
     for key, value in counters.items():
-        if isinstance(value, (int, float)):
+        if isinstance(value, dict):
+            _add(total.setdefault(key, {}), value)
+        elif isinstance(value, (int, float)):
             total[key] = total.get(key, 0) + value
 
 
@@ -191,7 +193,12 @@ def _paced(counters: Any) -> dict[str, int]:
     """A paced worker's pass and overrun counts of one session (nothing for an unpaced one)."""
     if not counters.paced_passes:
         return {}
-    return {"worker_paced_passes": counters.paced_passes, "worker_pace_overruns": counters.pace_overruns}
+    return {
+        "worker_paced_passes": counters.paced_passes,
+        "worker_pace_overruns": counters.pace_overruns,
+        # by bucket, so that summing a row's sessions adds each bucket's passes
+        "worker_pace_headroom": {str(i): n for i, n in enumerate(counters.pace_headroom) if n},
+    }
 
 
 def excuse_ties(

@@ -55,9 +55,14 @@ def accept_sampled(
         q_token = q.prob(token)
         if q_token <= 0.0:  # cannot happen for a token drawn from q; reject it outright
             return i, sample_dense(p, rng)
-        if rng.random() * q_token < p[token]:
+        # A target that speaks fewer ids than its draft (an emulation model: specwire.models.tiny) gives
+        # every later id probability 0: such a draft is rejected, and its mass there leaves no residual.
+        if rng.random() * q_token < (p[token] if token < p.size else 0.0):
             continue
-        return i, sample_dense(residual_distribution(p, q.dense(p.size)), rng)
+        inside = q.ids < p.size
+        q_dense = np.zeros(p.size)
+        q_dense[q.ids[inside]] = q.probs[inside]
+        return i, sample_dense(residual_distribution(p, q_dense), rng)
     p_bonus = target_distribution(target_logits[len(drafts)], params)
     return len(drafts), sample_dense(p_bonus, rng)
 

@@ -3,27 +3,37 @@
 Pre-speculation ranks what to draft by these: the branches after a
 rejection, the nodes of a tree. Only a few tokens and values come back to
 the host.
+
+On a GPU they are computed on the device, and only ``width`` ids and values
+a row leave it. On MLX's CPU backend the logits already lie in host memory
+and NumPy's reductions run about 20 times faster than MLX's there (a 64-row
+argmax over 2,048 logits: 0.01 ms against 0.23, this project's 2-core
+machine), so the rows are ranked with NumPy.
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 
 BLOCK = 64  # logits per block when looking for a row's likeliest tokens
 SPANS = 8  # blocks kept a row: they hold its likeliest tokens and normalise their probabilities
 
 
 def top_choices(rows: mx.array, width: int) -> tuple[mx.array, mx.array]:
-    """Each row's ``width`` likeliest tokens, most probable first (lazy), and their probabilities.
+    """Each row's ``width`` likeliest tokens, most probable first, and their probabilities.
 
-    A row's logits are cut into blocks of ``BLOCK``; the ``SPANS`` blocks
-    with the largest maxima hold its likeliest tokens (among equal logits
-    the lower id comes first, as with ``argmax``). The probabilities only
-    rank nodes, so they are normalised over those blocks' logits, not the
-    whole vocabulary: the tail's mass is left out, which a peaked draft
-    distribution barely has, and an exponential (or a top-k) over every
-    logit of every row costs more than the rest of a pass on a CPU.
+    Among equal logits the lower id comes first, as with ``argmax``. On a
+    GPU (lazy arrays): a row's logits are cut into blocks of ``BLOCK``; the
+    ``SPANS`` blocks with the largest maxima hold its likeliest tokens, and
+    the probabilities, which only rank nodes, are normalised over those
+    blocks' logits, not the whole vocabulary (the tail's mass, which a peaked
+    draft distribution barely has, is left out: an exponential over every
+    logit of every row costs more than the rest of a pass). On the CPU
+    (computed now): ranked with NumPy and normalised over the whole row.
     """
+    if mx.default_device() == mx.cpu:
+        return _top_choices_host(rows, width)
     batch, vocab = rows.shape
     width = min(width, vocab)
     pad = -vocab % BLOCK
@@ -36,3 +46,22 @@ def top_choices(rows: mx.array, width: int) -> tuple[mx.array, mx.array]:
     order = mx.argsort(-values, axis=-1)[:, :width]
     probs = mx.exp(mx.take_along_axis(values, order, axis=-1) - mx.logsumexp(values, axis=-1, keepdims=True))
     return mx.take_along_axis(ids, order, axis=-1), probs
+
+
+def _top_choices_host(rows: mx.array, width: int) -> tuple[mx.array, mx.array]:
+    """``top_choices`` with NumPy: ``width`` argmaxes a row, each masking the one before."""
+    logits = np.array(rows.astype(mx.float32), copy=True)
+    batch, vocab = logits.shape
+    width = min(width, vocab)
+    every = np.arange(batch)
+    top = logits.max(axis=-1, keepdims=True)
+    log_total = np.log(np.exp(logits - top).sum(axis=-1))
+    ids = np.empty((batch, width), np.int32)
+    values = np.empty((batch, width), np.float32)
+    for j in range(width):
+        best = logits.argmax(axis=-1)  # the first of equal maxima: the lower id
+        ids[:, j] = best
+        values[:, j] = logits[every, best]
+        logits[every, best] = -np.inf
+    probs = np.exp(values - top - log_total[:, None]).astype(np.float32)
+    return mx.array(ids), mx.array(probs)

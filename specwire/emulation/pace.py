@@ -14,6 +14,11 @@ Mac there. Every ``Pacer`` counts its passes and overruns; the bench shows
 them and refuses a row where more than ``MAX_OVERRUN_SHARE`` of the passes
 overran ("pace not held").
 
+Every pacer also keeps each pass's *headroom*, its real compute as a share of
+its paced time, in a histogram of ``HEADROOM_BUCKET``-wide buckets
+(``Headroom``): the median and p99 say how close a row came to not being
+held, which an overrun count alone does not.
+
 Holding sleeps until just before the deadline (the sleep's measured
 overshoot is learnt and subtracted) and spins the rest, so a pass ends within
 tens of microseconds of its paced time without burning a core for it.
@@ -23,7 +28,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
@@ -34,19 +40,53 @@ from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 
 MAX_OVERRUN_SHARE = 0.01
+HEADROOM_BUCKET = 0.02  # of the paced time: a pass's real share is counted to this resolution
+HEADROOM_BUCKETS = 100  # up to twice the paced time; the last bucket also holds every share beyond
 ROUND_POSITIONS = 33  # the most positions a round's pass has: k + 1 at the protocol's largest k
 _OVERSHOOT_WEIGHT = 0.1  # of the newest sample, in the running estimate of the sleep's overshoot
 
 
+def headroom_bucket(real_s: float, paced_s: float) -> int:
+    """The headroom bucket of a pass whose real compute took ``real_s`` of its ``paced_s``."""
+    share = real_s / paced_s if paced_s > 0 else float("inf")
+    return min(HEADROOM_BUCKETS - 1, int(share / HEADROOM_BUCKET))
+
+
+def headroom_quantile(counts: Sequence[int], q: float) -> float | None:
+    """The ``q`` quantile of a headroom histogram, as a share of the paced time: the upper edge of the
+    bucket that holds it (so never below the true value); None for no passes."""
+    total = sum(counts)
+    if not total:
+        return None
+    rank = q * total
+    seen = 0
+    for i, n in enumerate(counts):
+        seen += n
+        if n and seen >= rank:
+            return (i + 1) * HEADROOM_BUCKET
+    return len(counts) * HEADROOM_BUCKET
+
+
+def add_headroom(a: Sequence[int], b: Sequence[int], sign: int = 1) -> list[int]:
+    """Two headroom histograms added (``sign`` -1: ``b`` taken from ``a``), trailing zeros dropped."""
+    n = max(len(a), len(b))
+    out = [(a[i] if i < len(a) else 0) + sign * (b[i] if i < len(b) else 0) for i in range(n)]
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
 @dataclass
 class PaceCounts:
-    """A pacer's tally: passes held, passes that overran, and their real and paced seconds."""
+    """A pacer's tally: passes held, passes that overran, their real and paced seconds, and the
+    histogram of their headroom (real over paced, by ``HEADROOM_BUCKET``)."""
 
     passes: int = 0
     overruns: int = 0
     real_s: float = 0.0
     paced_s: float = 0.0
     worst_overrun_s: float = 0.0
+    headroom: list[int] = field(default_factory=list)
 
     def since(self, earlier: PaceCounts) -> PaceCounts:
         """What was counted after ``earlier`` (a copy taken before)."""
@@ -56,6 +96,7 @@ class PaceCounts:
             self.real_s - earlier.real_s,
             self.paced_s - earlier.paced_s,
             self.worst_overrun_s,
+            add_headroom(self.headroom, earlier.headroom, -1),
         )
 
 
@@ -72,7 +113,7 @@ class Pacer:
     def snapshot(self) -> PaceCounts:
         """A copy of the counts now."""
         with self._lock:
-            return replace(self.counts)
+            return replace(self.counts, headroom=list(self.counts.headroom))
 
     def hold(self, started: float, paced_s: float) -> bool:
         """Wait until ``started + paced_s`` (``time.perf_counter`` seconds); True if that had passed."""
@@ -97,6 +138,10 @@ class Pacer:
             c.passes += 1
             c.real_s += real_s
             c.paced_s += paced_s
+            bucket = headroom_bucket(real_s, paced_s)
+            if bucket >= len(c.headroom):
+                c.headroom.extend([0] * (bucket + 1 - len(c.headroom)))
+            c.headroom[bucket] += 1
             if overran:
                 c.overruns += 1
                 c.worst_overrun_s = max(c.worst_overrun_s, real_s - paced_s)

@@ -13,12 +13,17 @@ exactly, and acceptance at T = 0 is 100%. Its tokenizer and vocabulary are
 the default model's (read from the bundled GGUF file's metadata, no weights),
 so token ids, chat templates and the vocabulary fingerprint are real.
 
-Why this shape rather than a slice of the real model: the cost of a pass on
-MLX's CPU backend is set by the output layer over the 49,152-token
-vocabulary and by per-operation dispatch, not by depth. The real model's
-width of 576 makes its output layer alone about 12 ms here; width 8 brings a
-whole pass to about 1.5 ms, within a few tenths of a millisecond of a single
-block of width 8 (docs/protocol.md, "One round, part by part").
+It reads every token of the vocabulary but speaks only the first
+``OUTPUT_TOKENS`` (2,048) of them: its output layer, and so its logits, cover
+those ids, as if every later token's logit were minus infinity. Why this
+shape rather than a slice of the real model: the cost of a pass on MLX's CPU
+backend is set by the output layer and the work on each row of logits, and by
+per-operation dispatch, not by depth. The real model's width of 576 makes its
+output layer alone about 12 ms here. Width 8 over the whole 49,152-token
+vocabulary made a pass about 1.5 ms, but 0.13 ms more for every row of a
+batched pass (a 64-row tree pass overran the M1 Max's 20.8 ms on this 2-core
+machine); over 2,048 tokens a row costs a twentieth of that
+(docs/emulation.md, "The emulation's model pair").
 """
 
 from __future__ import annotations
@@ -32,13 +37,14 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import llama
 
 TINY_MODEL = "tiny"
+OUTPUT_TOKENS = 2048  # the ids an emulation model speaks (it reads them all): the first of the vocabulary
 TINY_DRAFT_MODEL = "tiny-draft"
 SEED = 20260323  # the paper's month; any fixed value gives every process the same weights
 # tiny-draft: tiny's weights, each tensor perturbed by Gaussian noise of DRAFT_NOISE times its own
 # spread, drawn from DRAFT_SEED. Calibrated (scripts/pair_agreement.py) so that at k = 4, T = 0 on
 # the built-in prompts it accepts 1.77 drafts a round (2026-11-25): the paper's 1.78 (Table 7) within 10%.
 DRAFT_NOISE = 0.07
-DRAFT_SEED = 4
+DRAFT_SEED = 6
 # tiny-draft-specinfer: tiny-draft with its first choice kept (so the same drafts are accepted) and
 # every other token's logit moved by CHOICES_NOISE times a fixed N(0, 1) draw per token
 # (CHOICES_SEED), so the target's token is less often among its second to fourth choices: calibrated
@@ -79,7 +85,7 @@ def build_tiny(vocab_size: int, draft: bool = False) -> tuple[nn.Module, dict[st
     """
     args = {**ARGS, "vocab_size": vocab_size}
     model = llama.Model(llama.ModelArgs.from_dict(args))
-    model.lm_head = OutputLayer(args["hidden_size"], vocab_size, bias=False)
+    model.lm_head = OutputLayer(args["hidden_size"], min(OUTPUT_TOKENS, vocab_size), bias=False)
     rng = np.random.default_rng(SEED)
     params: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
     weights = []
@@ -99,8 +105,8 @@ def build_tiny(vocab_size: int, draft: bool = False) -> tuple[nn.Module, dict[st
 class OutputLayer(nn.Linear):
     """``nn.Linear`` (same weight, same result) that multiplies by a contiguous copy of the transposed
     weight, made once per weight. MLX's CPU backend multiplies by the transposed view (what
-    ``nn.Linear`` does) about 1.8 times slower; at width 8 the output layer over 49,152 tokens is most
-    of a pass, and a batched pass pays it per row (0.24 against 0.13 ms a row here)."""
+    ``nn.Linear`` does) about 1.8 times slower (over 49,152 tokens, 0.24 against 0.13 ms a row here).
+    Its rows are the ids the model speaks (``OUTPUT_TOKENS``)."""
 
     def __call__(self, x: mx.array) -> mx.array:
         weight = self["weight"]
@@ -115,9 +121,10 @@ def build_tiny_specinfer(vocab_size: int, draft: bool = True) -> tuple[nn.Module
     """``tiny-draft-specinfer``: ``tiny-draft`` whose choices after the first are shuffled by a fixed
     noise per token (``CHOICES_NOISE``), its first choice and that choice's lead over the next kept."""
     model, args = build_tiny(vocab_size, draft=True)
-    head = ChoicesNoiseOutputLayer(args["hidden_size"], vocab_size, bias=False)
+    outputs = model.lm_head.weight.shape[0]
+    head = ChoicesNoiseOutputLayer(args["hidden_size"], outputs, bias=False)
     head.weight = model.lm_head.weight
-    head.noise = mx.array(np.random.default_rng(CHOICES_SEED).standard_normal(vocab_size, np.float32))
+    head.noise = mx.array(np.random.default_rng(CHOICES_SEED).standard_normal(outputs, np.float32))
     head.noise = head.noise * CHOICES_NOISE
     model.lm_head = head
     mx.eval(model.parameters())

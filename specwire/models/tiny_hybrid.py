@@ -6,7 +6,8 @@ full-attention layer every few. This is mlx-lm's own ``qwen3_5`` model at a
 tiny size: four layers, three Gated DeltaNet and the fourth full attention
 (``full_attention_interval`` 4), width 16, with seeded random weights and
 the default model's tokenizer and vocabulary, so it pairs with ``tiny`` and
-the default model. A pass takes about 3 ms on a 2-core CPU.
+the default model. Like ``tiny``, it speaks only the first ``OUTPUT_TOKENS``
+ids of the vocabulary (its output layer covers those).
 
 ``tiny-hybrid-draft`` is ``tiny-hybrid`` with every tensor perturbed (as
 ``tiny-draft`` is ``tiny``): a hybrid draft model of its own that the hybrid
@@ -23,7 +24,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3_5
 
-from specwire.models.tiny import load_weights
+from specwire.models.tiny import OUTPUT_TOKENS, OutputLayer, load_weights
 
 TINY_HYBRID_MODEL = "tiny-hybrid"
 TINY_HYBRID_DRAFT_MODEL = "tiny-hybrid-draft"
@@ -31,7 +32,7 @@ SEED = 20260324
 # Calibrated (scripts/pair_agreement.py --target tiny-hybrid --draft tiny-hybrid-draft) so that at k = 4,
 # T = 0 on the built-in prompts it accepts 1.74 drafts a round (2026-11-25): the paper's 1.78 within 10%,
 # as tiny-draft does for tiny (top-1/2/4 agreement 69.8/81.8/89.6%; 0.07 gave 0.64 drafts a round).
-DRAFT_NOISE = 0.0175
+DRAFT_NOISE = 0.02
 DRAFT_SEED = 5
 ARGS: dict[str, Any] = {
     "model_type": "qwen3_5",
@@ -55,8 +56,11 @@ ARGS: dict[str, Any] = {
 }
 
 
-def build_tiny_hybrid(vocab_size: int, draft: bool = False) -> tuple[nn.Module, dict[str, Any]]:
-    """``tiny-hybrid`` (or, with ``draft``, ``tiny-hybrid-draft``) for ``vocab_size`` tokens, and its args.
+def build_tiny_hybrid(
+    vocab_size: int, draft: bool = False, outputs: int = OUTPUT_TOKENS
+) -> tuple[nn.Module, dict[str, Any]]:
+    """``tiny-hybrid`` (or, with ``draft``, ``tiny-hybrid-draft``) for ``vocab_size`` tokens, and its args;
+    it speaks the first ``outputs`` ids (``vocab_size``: all of them, as a checkpoint mlx-lm saves).
 
     Weights as ``tiny``'s: embedding and LM head N(0, 1), other matrices
     N(0, 1/fan_in), norms one; each Gated DeltaNet layer's decay (A_log) from
@@ -64,6 +68,8 @@ def build_tiny_hybrid(vocab_size: int, draft: bool = False) -> tuple[nn.Module, 
     """
     args = {**ARGS, "vocab_size": vocab_size}
     model = qwen3_5.Model(qwen3_5.ModelArgs.from_dict(args))
+    if outputs < vocab_size:
+        model.language_model.lm_head = OutputLayer(args["hidden_size"], outputs, bias=False)
     rng = np.random.default_rng(SEED)
     weights = []
     params: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]

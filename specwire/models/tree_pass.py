@@ -73,7 +73,9 @@ class RopeAtPositions(nn.Module):
 
 
 @contextmanager
-def _placed(model: Any, cache: Sequence[Any], positions: mx.array, mask: mx.array) -> Iterator[None]:
+def placed(model: Any, cache: Sequence[Any], positions: mx.array, mask: mx.array) -> Iterator[None]:
+    """For the length of a pass through ``model``'s own call: each token at its own rotary position
+    (``positions``), and every layer's attention mask ``mask`` (``forward_at`` says how)."""
     attentions = [layer.self_attn for layer in model.layers]
     ropes = [attention.rope for attention in attentions]
     try:
@@ -100,7 +102,7 @@ def forward_at(
     cached = cache[0].offset
     if visible.shape != (len(tokens), cached + len(tokens)):
         raise ValueError(f"a mask of shape {visible.shape} for {len(tokens)} tokens after {cached} cached")
-    with _placed(model, cache, mx.array(list(positions)), mx.array(visible)):
+    with placed(model, cache, mx.array(list(positions)), mx.array(visible)):
         return model(mx.array([list(tokens)]), cache=cache)
 
 

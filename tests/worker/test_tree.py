@@ -19,7 +19,7 @@ import pytest
 from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 from specwire.drafting.choices import top_choices
-from specwire.drafting.draft_tree import DraftTree, Node, TreeMemory
+from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.speculation import PrespecConfig
@@ -128,27 +128,32 @@ def test_a_hybrid_nodes_state_is_a_plain_pass_over_its_path_bit_for_bit() -> Non
         pass
     tree = session.tree
     assert tree is not None and tree.recurrent and tree.held > 6
-    checked = _check_states(tree, draft, tree.root, list(PROMPT[:-1]))
-    assert checked == tree.held
+    table = tree.table
+    expanded = [n for n in range(table.size) if table.slot[n] >= 0]
+    assert len(expanded) == tree.held
+    for node in expanded:
+        _assert_state_of(
+            draft, [*PROMPT[:-1], *_path(tree, node)], tree.arena.state_of(int(table.slot[node]))
+        )
     appended = [*first[:1], (first[1] + 1) % 8, (first[1] + 2) % 8, 3]  # off the tree after one token
     session.settle_ready(session.answer_ready(pb.Round(seq=1, accepted=3, token=3, k=3, appended=appended)))
-    _, length, states = tree._source
-    assert length == len(PROMPT) + len(appended) - 1
-    _assert_state_of(draft, [*PROMPT, *appended][:-1], states)
+    assert tree.arena.prefix == len(PROMPT) + len(appended) - 1
+    _assert_state_of(draft, [*PROMPT, *appended][:-1], tree.arena.prefix_states)
 
 
-def _check_states(tree: DraftTree, draft: LoadedModel, node: Node, before: list[int]) -> int:
-    path = [*before, node.token]
-    checked = 0
-    if node.states is not None:
-        _assert_state_of(draft, path, node.states)
-        checked = 1
-    for child in node.children.values():
-        checked += _check_states(tree, draft, child, path)
-    return checked
+def _path(tree: DraftTree, node: int) -> list[int]:
+    """The tokens from the tree's root to ``node``, both included."""
+    table = tree.table
+    path = []
+    while node >= 0:
+        path.append(int(table.token[node]))
+        node = int(table.parent[node])
+    return path[::-1]
 
 
-def _assert_state_of(draft: LoadedModel, path: list[int], states: dict[int, list[mx.array]]) -> None:
+def _assert_state_of(
+    draft: LoadedModel, path: list[int], states: dict[int, tuple[mx.array, mx.array]]
+) -> None:
     cache = make_prompt_cache(draft.model)
     draft.model(mx.array([path]), cache=cache)
     for layer, arrays in states.items():
@@ -171,8 +176,8 @@ def test_hybrid_trees_share_the_workers_state_memory_and_stay_exact() -> None:
         session.first_drafts()
     trees = [s.tree for s in sessions]
     assert trees[0] is not None and trees[1] is not None
-    per_node = trees[0].state_bytes
-    assert per_node > 0 and memory.used == per_node * (trees[0].held + trees[1].held)
+    per_node = trees[0].node_bytes
+    assert trees[0].state_bytes > 0 and memory.used == per_node * (trees[0].held + trees[1].held)
     memory.limit = 10 * per_node
     contexts = [list(PROMPT), list(PROMPT)]
     sent = [list(s.drafter.last_drafts) for s in sessions]

@@ -13,7 +13,7 @@ from coordinator.decoding.rollback import Rollback
 from specwire.drafting.drafter import Drafter, prefill
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
-from specwire.emulation.pace import Pacer, pace_model, parse_pace
+from specwire.emulation.pace import Pacer, headroom_quantile, pace_model, parse_pace
 from specwire.emulation.profile import PassCurve
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel, load_model
@@ -50,6 +50,21 @@ def test_a_pace_faster_than_the_real_compute_counts_every_pass_as_an_overrun(tin
     pass_times_ms(pace_model(tiny, pacer), 5)
     assert pacer.counts.passes == pacer.counts.overruns == 5
     assert pacer.counts.worst_overrun_s > 0
+
+
+def test_headroom_counts_each_pass_by_its_real_share_of_the_paced_time() -> None:
+    pacer = Pacer(PassCurve(decode_tok_s=100.0), "test")  # 10 ms a pass
+    for real_ms in (1.0, 3.1, 3.3, 5.0, 25.0):
+        pacer.record(real_ms / 1e3, 0.010, real_ms > 10)
+    counts = pacer.snapshot()
+    assert counts.headroom[5] == 1 and counts.headroom[15] == 1 and counts.headroom[16] == 1
+    assert counts.headroom[25] == 1 and counts.headroom[-1] == 1 and len(counts.headroom) == 100
+    assert headroom_quantile(counts.headroom, 0.5) == pytest.approx(0.34)  # the bucket's upper edge
+    assert headroom_quantile(counts.headroom, 0.99) == pytest.approx(2.0)  # 2.5 lands in the last
+    later = pacer.snapshot()
+    pacer.record(0.001, 0.010, False)
+    assert pacer.snapshot().since(later).headroom == [0] * 5 + [1]
+    assert headroom_quantile([], 0.5) is None
 
 
 @pytest.mark.parametrize("sampling", [{}, {"temperature": 0.8, "seed": 3}])

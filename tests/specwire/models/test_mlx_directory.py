@@ -68,7 +68,7 @@ def test_quantized_directory_can_be_dequantized(tmp_path: Path, default_q4: Load
 def test_a_hybrid_directory_loads_and_runs_as_saved(tmp_path: Path, default_q4: LoadedModel) -> None:
     # A Qwen3.5-layout model (Gated DeltaNet layers, full attention every fourth) saved as mlx-lm
     # saves one, then loaded through mlx_lm.load by its directory, as a real checkpoint would be.
-    original, args = build_tiny_hybrid(default_q4.vocab_size)
+    original, args = build_tiny_hybrid(default_q4.vocab_size, outputs=default_q4.vocab_size)
     save_model(tmp_path, original)
     save_config(dict(args), config_path=tmp_path / "config.json")
     default_q4.tokenizer.save_pretrained(str(tmp_path))
