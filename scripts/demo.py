@@ -2,7 +2,8 @@
 """The main job out of the box: the paper's Macs emulated, then this machine's real model.
 
 1. **The paper's Macs, emulated** (paced compute, real protocol and network):
-   two ``worker serve`` processes paced as the paper's M1 Max and M2 Pro, each
+   a ``worker serve`` process paced as each of the paper's M1 Max and M2 Pro
+   (``--machines``: any of its drafting machines, repeats allowed), each
    behind the delay relay on 127.0.0.1 (0.15 ms each way: the LAN test bed's
    namespaces need root, which the demo does not assume), and the bench paced
    as the M2 Ultra, with the tiny pair (``tiny`` target, ``tiny-draft``
@@ -12,18 +13,21 @@
    ``coordinator bench --backend auto,stream,ggml-rpc`` at MLX-CPU speed.
 
 Bonjour stays on 127.0.0.1; workers and relays are stopped on the way out,
-whether the bench succeeded, failed or was interrupted. Extra arguments go
-to the real-model bench.
+whether the bench succeeded, failed or was interrupted. Arguments the demo
+does not take go to the bench (the real-model one; with ``--paced``, the
+paced one).
 
     python scripts/demo.py                      # the README's `make demo`
     python scripts/demo.py --max-tokens 200     # the paper's length (the real-model bench)
     python scripts/demo.py --fast               # the tiny model unpaced: where protocol cost shows
     python scripts/demo.py --paced --k 2 ...    # the paced part alone, these arguments to its bench
     python scripts/demo.py --paced --family hybrid   # ... with the pair in Qwen3.5's layout (tiny-hybrid)
+    python scripts/demo.py --paced --machines m1-max,m1-max,m2-pro,m2-pro   # four paced workers
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -32,7 +36,8 @@ import sys
 import time
 from pathlib import Path
 
-from specwire.emulation.paper import PAIRS
+from specwire.emulation.paper import PAIRS, load_profile
+from specwire.errors import SpecwireError
 
 SCRIPTS = Path(__file__).resolve().parent
 RELAY = SCRIPTS / "delay_relay.py"
@@ -131,11 +136,14 @@ def loopback_latency_ms() -> float:
         stop([relay])
 
 
-def paced_workers(processes: list[subprocess.Popen[str]], model: str) -> list[str]:
-    """Start the two paced workers serving ``model``, each behind a relay; returns the relays' addresses."""
+def paced_workers(processes: list[subprocess.Popen[str]], model: str, machines: list[str]) -> list[str]:
+    """Start a paced worker serving ``model`` for each of the paper's ``machines`` (``Profile.hosts``),
+    each behind a relay; returns the relays' addresses."""
     delay = max(0.0, DELAY_MS - loopback_latency_ms())
+    hosts = load_profile("paper").hosts(machines)
     addresses = []
-    for i, (name, label) in enumerate(WORKERS):
+    workers = []
+    for i, (name, machine) in enumerate(hosts):
         port, echo = 47110 + 4 * i, 47111 + 4 * i
         public, public_echo = port + 2, echo + 2
         relay = [sys.executable, str(RELAY), "--delay-ms", f"{delay:.4f}"]
@@ -147,19 +155,14 @@ def paced_workers(processes: list[subprocess.Popen[str]], model: str) -> list[st
         ]
         processes.append(subprocess.Popen(relay, stdout=subprocess.PIPE, text=True))
         wait_ready(processes[-1], f"the relay of {name}")
-        flags = [
-            "--pace",
-            f"paper:{name}",
-            "--port",
-            str(port),
-            "--echo-port",
-            str(echo),
-        ]
+        flags = ["--pace", f"paper:{machine.key}", "--port", str(port), "--echo-port", str(echo)]
         flags += ["--advertise-host", "127.0.0.1", "--advertise-port", str(public)]
         flags += ["--advertise-echo-port", str(public_echo)]
-        processes.append(start_worker(f"paced-{name}", label, model, *flags))
+        label = machine.name if name == machine.key else f"{machine.name} {name.rsplit('-', 1)[-1]}"
+        workers.append((name, start_worker(f"paced-{name}", label, model, *flags)))
+        processes.append(workers[-1][1])
         addresses.append(f"127.0.0.1:{public}")
-    for process, (name, _) in zip(processes[1::2], WORKERS, strict=True):
+    for name, process in workers:
         wait_ready(process, f"worker paced-{name}")
     return addresses
 
@@ -176,10 +179,13 @@ def section(title: str, says: str) -> None:
     print(f"\n{'=' * 100}\n{title}\n{says}\n{'=' * 100}", flush=True)
 
 
-def paced_part(argv: list[str] | None = None, family: str = "llama") -> int:
+def paced_part(
+    argv: list[str] | None = None, family: str = "llama", machines: list[str] | None = None
+) -> int:
     """The paper's Macs, emulated, and the planner's prediction from the profile alone; ``argv`` go to
     the bench after the preset's arguments, so they can change any of them. ``family`` names the pair
-    (``specwire.emulation.paper.PAIRS``: hybrid is Qwen3.5's layout)."""
+    (``specwire.emulation.paper.PAIRS``: hybrid is Qwen3.5's layout); ``machines`` the paced workers (the
+    paper's drafting machines, repeats allowed; none: each once)."""
     section("1. The paper's Macs, emulated: paced compute, real protocol and network", PACED_SAYS)
     target, draft = PAIRS[family]
     suffix = "" if family == "llama" else f"-{family}"
@@ -190,7 +196,7 @@ def paced_part(argv: list[str] | None = None, family: str = "llama") -> int:
         report = argv[argv.index("--json") + 1]
     processes: list[subprocess.Popen[str]] = []
     try:
-        code = bench(paced_workers(processes, draft), [*flags, *argv])
+        code = bench(paced_workers(processes, draft, machines or []), [*flags, *argv])
     finally:
         stop(processes)
     if code == 0:
@@ -239,22 +245,39 @@ def real_part(argv: list[str], fast: bool) -> int:
 def main(argv: list[str]) -> int:
     """The paced part, then the real-model part (or with --fast, the tiny model alone; with --paced, the
     paced part alone)."""
-    fast = "--fast" in argv
-    argv = [a for a in argv if a != "--fast"]
+    parser = argparse.ArgumentParser(
+        prog="demo.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Any other argument goes to the bench: coordinator bench --help lists them.",
+    )
+    part = parser.add_mutually_exclusive_group()
+    part.add_argument("--paced", action="store_true", help="only the paper's Macs, emulated")
+    part.add_argument("--fast", action="store_true", help="only the tiny model, unpaced (protocol cost)")
+    parser.add_argument(
+        "--family",
+        choices=sorted(PAIRS),
+        default="llama",
+        help="the emulated pair (hybrid: Qwen3.5's layout)",
+    )
+    parser.add_argument(
+        "--machines",
+        default="",
+        help="the paced workers: the paper's drafting machines, repeats allowed (default: m1-max,m2-pro)",
+    )
+    args, rest = parser.parse_known_args(argv)
+    machines = [m.strip() for m in args.machines.split(",") if m.strip()]
     try:
-        if argv[:1] == ["--paced"]:
-            argv, family = argv[1:], "llama"
-            if "--family" in argv[:-1]:
-                at = argv.index("--family")
-                family, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
-            if family not in PAIRS:
-                print(f"demo: --family is one of {', '.join(sorted(PAIRS))}, not {family!r}", file=sys.stderr)
-                return 2
-            return paced_part(argv, family)
-        if fast:
-            return real_part(argv, fast=True)
-        paced = paced_part()
-        return real_part(argv, fast=False) or paced
+        load_profile("paper").hosts(machines)  # an unknown machine is refused before anything starts
+    except SpecwireError as err:
+        parser.error(str(err))
+    try:
+        if args.paced:
+            return paced_part(rest, args.family, machines)
+        if args.fast:
+            return real_part(rest, fast=True)
+        paced = paced_part(family=args.family, machines=machines)
+        return real_part(rest, fast=False) or paced
     except KeyboardInterrupt:
         print("demo: interrupted", file=sys.stderr)
         return 130

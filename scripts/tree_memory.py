@@ -8,7 +8,7 @@ worker session does, and runs tree passes of ``--rows`` nodes. After each
 pass: the nodes holding states, the memory in use beyond what the model and
 the prefilled cache took (MLX's active memory), and the peak. Then the same
 under ``--bound-mib`` (the worker's ``--tree-memory``, which charges each node
-its recurrent states and its KV row): the tree must stop growing at the bound.
+its recurrent states and its K/V position): the tree must stop growing at the bound.
 
     python scripts/tree_memory.py                                  # Qwen3.5-0.8B's shape, float32 (the CPU)
     python scripts/tree_memory.py --dtype bfloat16 --passes 16     # a GPU
@@ -119,7 +119,7 @@ def main() -> int:
     for name, run in runs.items():
         print(
             f"{name}: {run['node_states_mib']:.3f} MiB of recurrent states a node; the bound charges a "
-            f"node {run['node_charged_mib']:.3f} MiB on average (its KV row too)"
+            f"node {run['node_charged_mib']:.3f} MiB on average (its K/V position too)"
         )
         heads = ("pass", "nodes", "charged MiB", "active MiB", "MiB a node", "peak MiB", "pass ms")
         print("  " + " ".join(f"{h:>{max(len(h), 4)}}" for h in heads))

@@ -157,8 +157,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=TREE_MEMORY / 2**30,
         metavar="GIB",
-        help="GiB all tree sessions' nodes may hold together: each node's KV row and, for a hybrid draft "
-        "model such as Qwen3.5, its recurrent state; trees stop growing at the bound (0: no bound)",
+        help="GiB all tree sessions' nodes may hold together: each node's K/V (one position) and, for a "
+        "hybrid draft model such as Qwen3.5, its recurrent state; trees stop growing at the bound "
+        "(0: no bound)",
     )
 
 

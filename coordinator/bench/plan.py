@@ -45,6 +45,7 @@ class RowSpec:
     worker: str = ""
     mode: str = ""  # remote stream rows: stream, tree or tree-verify
     k: int = 0  # drafts per round (0: the bench's --k)
+    rows: int = 0  # tree rows: nodes the worker expands a pass (0: the bench's remote setting)
 
     @property
     def prespec(self) -> bool:
@@ -104,9 +105,11 @@ def plan_rows(
     granularities: list[str],
     with_local: bool,
     local_ks: Sequence[int] = (),
+    tree_rows: Sequence[int] = (0,),
 ) -> list[RowSpec]:
     """AR, local SD (at the bench's k, the baseline, then at each of ``local_ks``), auto (the drafting
-    policy over every worker), then every worker × backend (× granularity for the per-op backend)."""
+    policy over every worker), then every worker × backend (× granularity for the per-op backend, × each
+    of ``tree_rows`` for a worker's tree, labelled by its rows when there are several)."""
     rows = [RowSpec("AR (target only)", "ar")]
     if with_local:
         rows.append(RowSpec("local SD", "local"))
@@ -125,7 +128,12 @@ def plan_rows(
                 ]
             elif backend in STREAM_MODES:
                 mode = STREAM_MODES[backend]
-                rows.append(RowSpec(f"{backend} → {label}", "remote", BACKEND_STREAM, "", worker.name, mode))
+                sizes = tree_rows if mode in ("tree", "tree-verify") else (0,)
+                for n in sizes:
+                    named = f"{backend} ×{n}" if len(sizes) > 1 else backend
+                    rows.append(
+                        RowSpec(f"{named} → {label}", "remote", BACKEND_STREAM, "", worker.name, mode, rows=n)
+                    )
     return rows
 
 
@@ -168,6 +176,7 @@ def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec,
     return replace(
         remote,
         kind="remote",
+        rows=row.rows or remote.rows,
         local=local,
         workers=(workers[row.worker].connection.address,),
         backend=row.backend,

@@ -51,7 +51,7 @@ from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import refresh_hello
 from coordinator.workers.selection import find_addresses
 from specwire.drafting.sampling import SamplingParams
-from specwire.drafting.speculation import TREE_ROWS
+from specwire.drafting.speculation import MAX_BATCH, TREE_ROWS
 from specwire.errors import BenchFailure, InvalidArgumentError
 from specwire.models import load_model
 from specwire.process.memory import peak_rss_bytes
@@ -134,9 +134,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     advanced = p.add_argument_group("advanced (the hand-picked rows; auto chooses its own)")
     advanced.add_argument(
         "--rows",
-        type=int,
-        default=0,
-        help="the tree rows: nodes a worker expands side by side in a pass (0: the worker's --tree-rows)",
+        default="0",
+        help="the tree rows: nodes a worker expands side by side in a pass (0: the worker's --tree-rows); "
+        "several, comma-separated, give each tree row once for each",
     )
     add_worker_loss_arguments(advanced)
 
@@ -155,9 +155,21 @@ def checked(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if BACKEND_PRESPEC_TREE in backends and args.temperature > 0:
         raise InvalidArgumentError(f"{BACKEND_PRESPEC_TREE} drafts first choices: it needs --temperature 0")
     pace_of(args)  # a bad --pace is refused before any model loads
-    if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32 or args.rows < 0:
-        raise InvalidArgumentError("--repeats and --max-tokens must be >= 1, --k within 1..32, --rows >= 0")
+    if args.repeats < 1 or args.max_tokens < 1 or not 1 <= args.k <= 32:
+        raise InvalidArgumentError("--repeats and --max-tokens must be >= 1, --k within 1..32")
+    tree_rows(args)
     return backends, granularities
+
+
+def tree_rows(args: argparse.Namespace) -> list[int]:
+    """``--rows`` as numbers, or a clear error."""
+    try:
+        rows = [int(n) for n in str(args.rows).split(",") if n.strip()]
+    except ValueError:
+        rows = []
+    if not rows or any(n < 0 or n > MAX_BATCH for n in rows):
+        raise InvalidArgumentError(f"--rows {args.rows!r}: one or more of 0..{MAX_BATCH}, comma-separated")
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:
@@ -197,7 +209,8 @@ async def measure(
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     access = worker_access(args)
     local = "" if args.draft == "none" else args.draft
-    remote = DraftSpec("remote", local=local, rows=args.rows, on_loss=args.on_worker_loss)
+    sizes = tree_rows(args)
+    remote = DraftSpec("remote", local=local, rows=sizes[0], on_loss=args.on_worker_loss)
     pace = pace_of(args)
     async with coordinator_runtime() as runtime:
         target = await runtime.compute.run(load_model, args.target)
@@ -220,7 +233,7 @@ async def measure(
             )
             workers = await connect_workers(addresses, backends, sources)
             local_ks = [int(k) for k in args.local_k.split(",") if k.strip()]
-            rows = plan_rows(workers, backends, granularities, bool(local), local_ks)
+            rows = plan_rows(workers, backends, granularities, bool(local), local_ks, sizes)
             if raw_prompt is not None:
                 prompts = [(Prompt("text", raw_prompt), encode_prompt(target, raw_prompt, chat=False))]
             else:
@@ -264,7 +277,7 @@ def _settings(
         "seed": args.seed,
         "repeats": args.repeats,
         "rollback": args.rollback,
-        "prespec": {"tree_rows": args.rows or TREE_ROWS, "k": args.k},
+        "prespec": {"tree_rows": tree_rows(args)[0] or TREE_ROWS, "k": args.k},
         "backends": backends,
         "granularities": granularities,
         "chat_template": not args.no_chat,

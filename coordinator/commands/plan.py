@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,14 @@ from coordinator.commands.options import (
 )
 from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, DraftSources, DraftSpec
 from coordinator.planning.against_profile import load_checked
+from coordinator.planning.fit import FITS, emulation_fit
 from coordinator.planning.from_bench import check_bench, unmodelled
 from coordinator.planning.measured import MeasuredSetup
 from coordinator.planning.planner import Planner, simplest_near_best
 from coordinator.planning.projection import project_profile
 from coordinator.planning.setups import best_per_mode
 from coordinator.runtime import coordinator_runtime
-from specwire.emulation.paper import load_profile
+from specwire.emulation.paper import PAIRS, load_profile
 from specwire.emulation.profile import PassCurve, Profile
 from specwire.errors import InvalidArgumentError
 from specwire.models import load_model
@@ -72,6 +74,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=2000,
         help="with --profile: rounds of the ceiling's Monte Carlo (planning/ceiling.py); 0 skips it",
+    )
+    p.add_argument(
+        "--family",
+        choices=sorted(PAIRS),
+        default="llama",
+        help="with --profile: the emulation pair whose passes are timed against the profile's pace "
+        "(hybrid: Qwen3.5's layout)",
+    )
+    p.add_argument(
+        "--no-fit",
+        action="store_true",
+        help="with --profile: skip timing this machine's passes against the profile's (planning/fit.py)",
     )
     p.add_argument("--json", type=Path, help="write every input and prediction here")
     p.add_argument(
@@ -165,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
                 f"  {c['figure']:<20} paper {c['paper']:>5.1f}  model {c['predicted']:>6.2f}  "
                 f"{c['error']:>+5.0%}  ({c['note']})"
             )
+        if not args.no_fit:
+            out["fit"] = _print_fit(profile, args.family)
         if "per_op_walk" in out:
             w = out["per_op_walk"]
             blocks = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in w["blocks"].items())
@@ -180,6 +196,30 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0
+
+
+def _print_fit(profile: Profile, family: str) -> list[dict[str, Any]]:
+    """This machine's real time for each pass the profile's paced set-ups run, over its paced time, and a
+    warning for every pass that would not fit (``planning.fit``)."""
+    fits = emulation_fit(profile, family)
+    print(
+        f"\nThis machine against the profile's passes (the {family} emulation pair, unpaced, idle; "
+        f"a pass fits at most {FITS:.0%} of its paced time, leaving room for the other hosts):"
+    )
+    print(f"  {'machine':<12}{'model':<8}{'pass':<26}{'real ms':>9}{'paced ms':>10}{'share':>7}")
+    for f in fits:
+        flag = "" if f.fits else "  does not fit"
+        print(
+            f"  {f.machine:<12}{f.model:<8}{f.shape:<26}{f.real_s * 1e3:>9.2f}{f.paced_s * 1e3:>10.2f}"
+            f"{f.share:>7.2f}{flag}"
+        )
+    for f in fits:
+        if not f.fits:
+            print(
+                f"warning: the {f.machine}'s {f.model} pass over {f.shape} takes {f.share:.0%} of its paced "
+                f"time here: a paced row running it may not hold its pace on this machine"
+            )
+    return [asdict(f) | {"share": f.share, "fits": f.fits} for f in fits]
 
 
 def _print_ceiling(out: dict[str, Any]) -> None:

@@ -28,8 +28,9 @@ After the verdict the draft's cache keeps the K/V of the accepted path's
 nodes it fed (``keep_positions``) and drops the rest, so nothing is fed twice.
 A draft with Gated DeltaNet layers (dense Qwen3.5) feeds each level with
 every node continuing its parent's recurrent state, kept by node
-(``coordinator.decoding.recurrent_tree``); the verdict puts the state of the
-accepted path's last fed node back.
+(``specwire.models.node_pass``: the level's nodes as the rows of one
+batch); the verdict puts the state of the accepted path's last fed node
+back.
 The tree does not depend on the target's draws, so verification walking it
 with the target's own samples stays lossless at T > 0
 (``coordinator.decoding.acceptance``).
@@ -47,7 +48,6 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
 from coordinator.decoding.recurrent_pass import keeps_states
-from coordinator.decoding.recurrent_tree import forward_tree_keeping_states
 from coordinator.drafting.base import Outcome
 from coordinator.planning.tree_verify import best_size
 from specwire.drafting.choices import top_choices
@@ -58,6 +58,7 @@ from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
+from specwire.models.node_pass import LayerRows, forward_nodes_keeping_states
 from specwire.models.tree_pass import check_tree_support, forward_at, keep_positions
 
 DEFAULT_NODES = 16
@@ -256,14 +257,15 @@ class LocalTreeDraftSource:
         tokens = [self._nodes[i].token for i in expand]
         if not self._recurrent:
             return forward_at(self.draft.model, self._cache, tokens, positions, visible)[0]
-        starts = [self._states.get(self._nodes[i].parent, self._root) for i in expand]
+        parents = [self._states.get(self._nodes[i].parent, self._root) for i in expand]
+        starts = {j: _stacked([p[j] for p in parents]) for j in self._recurrent}
         started = time.perf_counter()
-        logits, states = forward_tree_keeping_states(
-            self.draft.model, self._cache, tokens, [-1] * len(tokens), positions, visible, starts
+        logits, after = forward_nodes_keeping_states(
+            self.draft.model, self._cache, tokens, positions, visible, starts
         )
-        hold_pass(self.draft.model, started, len(tokens), logits, list(states.values()))
+        hold_pass(self.draft.model, started, len(tokens), logits, list(after.values()))
         for row, i in enumerate(expand):
-            self._states[i] = {layer: kept[row] for layer, kept in states.items()}
+            self._states[i] = {j: (w[row : row + 1], s[row : row + 1]) for j, (w, s) in after.items()}
         return logits[0]
 
     def _pays(self, expand: list[int], elapsed_s: float, pass_s: float) -> bool:
@@ -314,3 +316,10 @@ class LocalTreeDraftSource:
         self._sent = TokenTree(tuple(self._nodes[i].token for i in chosen), tuple(parents))
         self._sent_index = chosen
         return self._sent
+
+
+def _stacked(rows: list[tuple[mx.array, mx.array]]) -> LayerRows:
+    """One recurrent layer's (window, state) of each node, as the rows of one batch."""
+    if len(rows) == 1:
+        return rows[0]
+    return mx.concatenate([w for w, _ in rows]), mx.concatenate([s for _, s in rows])

@@ -149,7 +149,7 @@ def _remote(
     if row.get("mode") == "tree-verify":
         if profile.local_draft is None:
             return None
-        rows = int(prespec.get("tree_rows") or prespec.get("batch") or TREE_ROWS)
+        rows = int(row.get("rows") or prespec.get("tree_rows") or prespec.get("batch") or TREE_ROWS)
         t = remote_tree(profile, [machine], int(row.get("k") or TREE_DEPTH), rows, TREE_ROUNDS)
         return t.tok_s, {}
     if row["kind"] == "auto":  # the drafting policy: the best set-up the profile predicts on this worker
@@ -161,7 +161,7 @@ def _remote(
         if row.get("tree"):
             if profile.local_draft is None:
                 return None
-            rows = int(prespec.get("tree_rows") or prespec.get("batch") or TREE_ROWS)
+            rows = int(row.get("rows") or prespec.get("tree_rows") or prespec.get("batch") or TREE_ROWS)
             c = planned.tree(profile, machine, k, rows, TREE_ROUNDS)
             filled = sum((k - ready) * share for ready, share in c.ready.items())
             return c.tok_s, {"local drafts": filled / profile.local_draft.decode_tok_s * 1e3}

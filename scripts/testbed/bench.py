@@ -1,4 +1,4 @@
-"""The bench presets: up, two workers, ``coordinator bench`` from the coordinator host, down.
+"""The bench presets: up, a worker a host, ``coordinator bench`` from the coordinator host, down.
 
 The plain preset serves the default model at the machine's own speed; the
 paced one (``--profile``) emulates the profile's machines and puts the
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specwire.emulation.paper import PAIRS
+from specwire.emulation.paper import PAIRS, load_profile
 from testbed.commands import SCRIPTS, down, up
 from testbed.system import TestbedError
 from testbed.topology import Topology
@@ -36,8 +36,11 @@ class Preset:
     after: list[list[str]] = field(default_factory=list)  # commands run once the bench is done
 
 
-def paced_preset(profile: str, topo: Topology, family: str = "llama") -> Preset:
-    """The paper's set-up emulated: every host paced as the profile's machine of its name.
+def paced_preset(
+    profile: str, topo: Topology, family: str = "llama", machines: dict[str, str] | None = None
+) -> Preset:
+    """The paper's set-up emulated: every host paced as the profile's machine of its name (a worker host
+    as ``machines[host]``, when given: ``Profile.hosts`` names a machine's second host ``-2``).
 
     Workers serve ``tiny-draft`` (accepted as often as the paper's draft); the
     coordinator's ``tiny`` target and local ``tiny-draft`` run paced as the
@@ -57,19 +60,32 @@ def paced_preset(profile: str, topo: Topology, family: str = "llama") -> Preset:
     json_path = f"testbed-{name}-bench.json"
     return Preset(
         worker_model=draft,
-        worker_flags={h.name: ["--pace", f"{profile}:{h.name}"] for h in workers},
+        worker_flags={
+            h.name: _paced_worker(profile, h.name, (machines or {}).get(h.name, h.name)) for h in workers
+        },
         coordinator_flags=[],
         bench_flags=[
             *("--pace", f"{profile}:{coordinator.name}", "--target", target, "--draft", draft),
             *("--backend", "auto,local-tree,stream,stream+prespec+fill+tree,stream+tree-verify,ggml-rpc"),
             *("--granularity", "op"),
             *("--k", "2", "--local-k", "4", "--max-tokens", "128", "--repeats", "2"),
+            *("--rows", "16,64"),  # each worker's tree at 16 and at 64 nodes a pass
             "--allow-overruns",  # a row whose pace was not held is marked and shown, then the preset fails
         ],
         json=json_path,
         plot=f"testbed-{name}-bench.png",
         after=[plan_check(profile, json_path)],
     )
+
+
+def _paced_worker(profile: str, host: str, machine: str) -> list[str]:
+    """A paced worker's flags: its machine, and for a machine's second host on, a label of its own
+    ("M1 Max 2"; the first labels itself with the machine's name)."""
+    flags = ["--pace", f"{profile}:{machine}"]
+    if host != machine:
+        name = load_profile(profile).machine(machine).name
+        flags += ["--label", f"{name} {host.rsplit('-', 1)[-1]}"]
+    return flags
 
 
 def _with_json(preset: Preset, bench_args: list[str]) -> Preset:
@@ -96,7 +112,8 @@ def plan_check(profile: str, bench_json: str) -> list[str]:
 
 
 def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], preset: Preset) -> int:
-    """Up, two workers serving the preset's model, ``coordinator bench`` from the coordinator host, down.
+    """Up, a worker on each worker host serving the preset's model, ``coordinator bench`` from the
+    coordinator host, down.
 
     The bench runs ``--backend stream,ggml-rpc`` with the paper's settings,
     then the preset's flags; ``bench_args`` come last, so they can change any
@@ -107,9 +124,10 @@ def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], preset: P
     lan_testbed = str(SCRIPTS / "lan_testbed")
     workers: list[subprocess.Popen[str]] = []
     try:
-        for host, label in zip(topo.hosts[1:], ("M1 Max", "M2 Pro"), strict=False):
+        for i, host in enumerate(topo.hosts[1:]):
             flags = preset.worker_flags.get(host.name, [])
-            if "--pace" in flags:  # a paced worker labels itself with its machine's name
+            label = ("M1 Max", "M2 Pro")[i] if i < 2 else host.name
+            if "--pace" in flags:  # a paced worker labels itself with its machine's name, or is given one
                 label = ""
             serve = [
                 sys.executable,
@@ -118,8 +136,7 @@ def bench_preset(topo: Topology, cpu_note: str, bench_args: list[str], preset: P
                 "serve",
                 "--name",
                 host.name,
-                "--label",
-                label,
+                *(() if "--label" in flags else ("--label", label)),
                 "--model",
                 preset.worker_model,
                 "--json",

@@ -3,7 +3,8 @@
 lan_testbed up [--rate 1gbit] [--delay 0.15ms] [--cpus] [--workers m1-max,m2-pro] [--coordinator m2-ultra]
 lan_testbed status
 lan_testbed exec m1-max -- worker serve --label "M1 Max"
-lan_testbed bench [--rate …] [--delay …] [--profile paper [--family hybrid]] [-- coordinator bench flags]
+lan_testbed bench [--rate …] [--delay …] [--profile paper [--family hybrid] [--machines m1-max,m1-max,…]]
+                  [-- coordinator bench flags]
 lan_testbed down
 """
 
@@ -47,7 +48,8 @@ def _link_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cpus",
         action="store_true",
-        help="pin each host's processes to CPUs of its own, if there are enough",
+        help="pin each host's processes to CPUs of its own (with fewer CPUs than hosts: the coordinator "
+        "one, the workers the rest); bench --profile always pins",
     )
     p.add_argument("--workers", default=",".join(DEFAULT_WORKERS), help="worker host names")
     p.add_argument("--coordinator", default=DEFAULT_COORDINATOR, help="coordinator host name")
@@ -57,7 +59,9 @@ def _link_options(p: argparse.ArgumentParser) -> None:
 
 def _topology(args: argparse.Namespace) -> tuple[Topology, str]:
     names = [args.coordinator, *(w.strip() for w in args.workers.split(",") if w.strip())]
-    if args.cpus:
+    # A paced run pins: MLX hands each pass to a thread of its own, and waking it on another CPU cost about
+    # 1 ms on this project's 2-core VM (a 1-row pass after a 5 ms hold: p50 1.6 ms, pinned 1.2).
+    if args.cpus or getattr(args, "profile", None):
         sets, note = cpu_sets(len(names), os.cpu_count() or 1)
     else:
         sets, note = [""] * len(names), "not pinned (--cpus not given)"
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="show hosts, addresses, shaping, delay mechanism, CPUs, processes")
     ex = sub.add_parser("exec", help="run a command on a host: lan_testbed exec HOST -- CMD")
     ex.add_argument("host")
-    bench = sub.add_parser("bench", help="up, two workers, coordinator bench across the LAN, down")
+    bench = sub.add_parser("bench", help="up, a worker a host, coordinator bench across the LAN, down")
     _link_options(bench)
     bench.add_argument(
         "--worker-model", default="default", help="model the workers serve (tiny: the fast pair)"
@@ -90,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         help="emulate a hardware profile's machines ('paper' or a JSON file): every host paced as the "
         "machine of its name, the tiny pair at the paper's acceptance, then the planner against every row",
+    )
+    bench.add_argument(
+        "--machines",
+        default="",
+        help="with --profile: the drafting hosts, each one of the profile's drafting machines (repeats "
+        "allowed: m1-max,m1-max,m2-pro,m2-pro); default: each of them once",
     )
     bench.add_argument(
         "--family",
@@ -115,12 +125,15 @@ def main(argv: list[str] | None = None) -> int:
             if not tail:
                 parser.error("exec needs a command after --")
             return commands.exec_in(args.host, tail)
+        hosts: dict[str, str] = {}
         if args.profile:
-            machines = [m.key for m in load_profile(args.profile).machines]
-            args.coordinator, args.workers = machines[0], ",".join(machines[1:])
+            profile = load_profile(args.profile)
+            chosen = [m.strip() for m in args.machines.split(",") if m.strip()]
+            hosts = {name: machine.key for name, machine in profile.hosts(chosen)}
+            args.coordinator, args.workers = profile.target_machine.key, ",".join(hosts)
         topo, note = _topology(args)
         if args.profile:
-            preset = presets.paced_preset(args.profile, topo, args.family)
+            preset = presets.paced_preset(args.profile, topo, args.family, hosts)
         else:
             preset = presets.Preset(worker_model=args.worker_model)
         return presets.bench_preset(topo, note, tail, preset)

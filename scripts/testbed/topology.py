@@ -79,9 +79,14 @@ class Topology:
 
 
 def cpu_sets(hosts: int, cores: int) -> tuple[list[str], str]:
-    """Disjoint CPU sets per host when there are enough cores, else none; and a note saying which."""
+    """Disjoint CPU sets per host when there are enough cores; with fewer, the coordinator (the first
+    host) a CPU of its own and the workers the rest, shared; and a note saying which."""
+    if cores < 2:
+        return [""] * hosts, f"{cores} CPU shared by {hosts} hosts"
     if cores < hosts:
-        return [""] * hosts, f"{cores} CPUs shared by {hosts} hosts (not enough cores to pin each host)"
+        rest = f"1-{cores - 1}" if cores > 2 else "1"
+        note = f"the coordinator on CPU 0, the {hosts - 1} workers sharing CPU {rest} (fewer CPUs than hosts)"
+        return ["0", *([rest] * (hosts - 1))], note
     share, extra = divmod(cores, hosts)
     sets, start = [], 0
     for i in range(hosts):

@@ -42,7 +42,7 @@ MAX_BATCH = 64  # branches in one pass
 # the 2-core test bed (24 overran). A Mac's GPU takes up to 35 at one row's cost, but the host's work per
 # pass grows with the rows.
 TREE_ROWS = 16
-# What a worker's trees may hold together, each node's KV row and (a hybrid draft's) recurrent states:
+# What a worker's trees may hold together, each node's K/V position and (a hybrid draft's) recurrent states:
 # sized for a 32 GB Mac serving Qwen3.5-0.8B (1.6 GB in bfloat16), a quarter of its memory;
 # docs/hybrid-models.md gives that model's bytes a node.
 TREE_MEMORY = 8 << 30

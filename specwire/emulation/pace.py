@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.cache import KVCache
 
 from specwire.emulation.paper import load_profile
 from specwire.emulation.profile import Machine, PassCurve, Profile
@@ -209,11 +210,14 @@ def hold_pass(model: Any, started: float, positions: int, *computed: Any) -> Non
 
 
 def _arrays(tree: Any) -> list[mx.array]:
-    """The arrays in a cache (a list of layer caches, whose ``state`` nests arrays, lists and None)."""
+    """The arrays in a cache (a list of layer caches, whose ``state`` nests arrays, lists and None); a KV
+    cache's whole buffers, not ``state``'s slices of them (a slice would be a copy to compute)."""
     if isinstance(tree, mx.array):
         return [tree]
     if isinstance(tree, (list, tuple)):
         return [a for item in tree for a in _arrays(item)]
+    if type(tree) is KVCache:
+        return [a for a in (tree.keys, tree.values) if a is not None]
     state = getattr(tree, "state", None)
     return _arrays(state) if state is not None else []
 

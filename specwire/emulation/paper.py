@@ -85,7 +85,7 @@ def profile() -> Profile:
 
 BUILT_IN = ("paper",)
 # The models the emulation runs for the paper's pair, by family: (target, draft), each draft calibrated to
-# the paper's acceptance. ``hybrid`` is Qwen3.5's own layout (Gated DeltaNet layers, attention every fourth).
+# the paper's acceptance. ``hybrid`` is Qwen3.5's own layers (a Gated DeltaNet layer, then full attention).
 PAIRS = {"llama": ("tiny", "tiny-draft"), "hybrid": ("tiny-hybrid", "tiny-hybrid-draft")}
 
 

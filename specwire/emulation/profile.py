@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,25 @@ class Profile:
     def machines(self) -> tuple[Machine, ...]:
         """Every machine: the target machine first."""
         return (self.target_machine, *self.workers)
+
+    def hosts(self, machines: Sequence[str] = ()) -> list[tuple[str, Machine]]:
+        """The drafting hosts of an emulated set-up, as (host name, machine): each of ``machines`` (this
+        profile's drafting machines, by name or key; repeats allowed; none: each drafting machine once),
+        a host named after its machine, its second ``-2``, and so on."""
+        chosen = [self.machine(key) for key in machines] or list(self.workers)
+        for machine in chosen:
+            if machine not in self.workers:
+                raise InvalidArgumentError(
+                    f"{machine.name} is profile {self.name}'s target machine; its drafting machines are "
+                    + ", ".join(m.key for m in self.workers)
+                )
+        seen: dict[str, int] = {}
+        hosts = []
+        for machine in chosen:
+            seen[machine.key] = seen.get(machine.key, 0) + 1
+            count = seen[machine.key]
+            hosts.append((machine.key if count == 1 else f"{machine.key}-{count}", machine))
+        return hosts
 
     def machine(self, key: str) -> Machine:
         """The machine ``key`` names (``m1-max`` or ``M1 Max``), or a clear error listing them."""

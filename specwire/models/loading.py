@@ -11,7 +11,7 @@ A spec is one of
   the same first choices, its later ones agreeing with ``tiny`` as SpecInfer's
   published pair agrees;
 * ``tiny-hybrid`` and ``tiny-hybrid-draft``: the same idea in Qwen3.5's hybrid
-  layout, Gated DeltaNet layers with full attention every fourth
+  layout, a Gated DeltaNet layer and a full-attention one
   (``specwire.models.tiny_hybrid``);
 * a path to a GGUF file (llama architecture; Q4_0, Q4_1, Q8_0, F16, F32);
 * a local mlx-lm model directory, or a Hugging Face id, through ``mlx_lm.load``.

@@ -8,7 +8,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from testbed.bench import paced_preset
-from testbed.topology import Topology
+from testbed.topology import Topology, cpu_sets
+
+from specwire.emulation.paper import load_profile
 
 
 def _flag(flags: list[str], name: str) -> str:
@@ -26,3 +28,23 @@ def test_the_hybrid_family_runs_the_hybrid_pair_in_the_same_preset_with_its_own_
     others = [(a, b) for a, b in zip(llama.bench_flags, hybrid.bench_flags, strict=True) if a != b]
     assert others == [("tiny", "tiny-hybrid"), ("tiny-draft", "tiny-hybrid-draft")]
     assert llama.worker_flags == hybrid.worker_flags
+
+
+def test_a_preset_takes_any_number_of_workers_each_paced_as_its_machine() -> None:
+    hosts = {name: m.key for name, m in load_profile("paper").hosts(["m1-max", "m1-max", "m2-pro", "m2-pro"])}
+    topo = Topology.build(["m2-ultra", *hosts], "198.18.77.0/24", "1gbit", 0.15, [""] * 5)
+    preset = paced_preset("paper", topo, machines=hosts)
+    assert preset.worker_flags == {
+        "m1-max": ["--pace", "paper:m1-max"],
+        "m1-max-2": ["--pace", "paper:m1-max", "--label", "M1 Max 2"],
+        "m2-pro": ["--pace", "paper:m2-pro"],
+        "m2-pro-2": ["--pace", "paper:m2-pro", "--label", "M2 Pro 2"],
+    }
+    assert _flag(preset.bench_flags, "--rows") == "16,64"  # each worker's tree at both widths, one run
+
+
+def test_paced_hosts_are_pinned_the_coordinator_apart_when_cpus_are_few() -> None:
+    assert cpu_sets(3, 2)[0] == ["0", "1", "1"]
+    assert cpu_sets(5, 4)[0] == ["0", "1-3", "1-3", "1-3", "1-3"]
+    assert cpu_sets(5, 16)[0] == ["0-3", "4-6", "7-9", "10-12", "13-15"]
+    assert cpu_sets(3, 1)[0] == ["", "", ""]

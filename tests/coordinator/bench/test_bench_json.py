@@ -112,6 +112,8 @@ def bench(tiny_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) 
         "16",
         "--k",
         "2",
+        "--rows",
+        "2,4",
         "--prompts",
         str(prompts),
         "--no-chat",
@@ -145,7 +147,12 @@ def test_schema(bench: tuple[dict, str, Path]) -> None:
     } <= set(w)
     assert w["peak_rss_bytes"] > 0 and len(w["probe_tcp"]) == 5
     kinds = [r["kind"] for r in data["rows"]]
-    assert kinds == ["ar", "local", "auto", "remote", "remote", "remote", "remote"]
+    assert kinds == ["ar", "local", "auto", "remote", "remote", "remote", "remote", "remote"]
+    trees = [r for r in data["rows"] if r["tree"]]  # the worker's tree at each --rows
+    assert [(r["rows"], r["label"].split(" → ")[0]) for r in trees] == [
+        (2, "stream+prespec+fill+tree ×2"),
+        (4, "stream+prespec+fill+tree ×4"),
+    ]
     for row in data["rows"]:
         check_fields(row, ROW_FIELDS)
     assert len(data["runs"]) == 2 * len(data["rows"])

@@ -1,4 +1,4 @@
-"""Hybrid models (Qwen3.5's Gated DeltaNet layers with full attention every fourth): lossless in every role.
+"""Hybrid models (Qwen3.5's Gated DeltaNet layers beside full attention): lossless in every role.
 
 Their recurrent state cannot be trimmed; the target keeps it before each
 verification and feeds the accepted positions again after a rejection, the

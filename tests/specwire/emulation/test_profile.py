@@ -53,3 +53,19 @@ def test_a_bad_field_is_named(tmp_path: Path, change: dict, words: str) -> None:
     with pytest.raises(InvalidArgumentError, match=f"profile {path}: .*") as refused:
         Profile.load(path)
     assert words in str(refused.value)
+
+
+def test_a_set_up_may_repeat_a_drafting_machine_as_hosts_of_their_own() -> None:
+    paper = load_profile("paper")
+    hosts = paper.hosts(["m1-max", "M1 Max", "m2-pro", "m1-max"])
+    assert [(name, m.name) for name, m in hosts] == [
+        ("m1-max", "M1 Max"),
+        ("m1-max-2", "M1 Max"),
+        ("m2-pro", "M2 Pro"),
+        ("m1-max-3", "M1 Max"),
+    ]
+    assert [name for name, _ in paper.hosts()] == ["m1-max", "m2-pro"]
+    with pytest.raises(InvalidArgumentError, match="target machine"):
+        paper.hosts(["m2-ultra"])
+    with pytest.raises(InvalidArgumentError, match="no machine 'm3-max'"):
+        paper.hosts(["m3-max"])
