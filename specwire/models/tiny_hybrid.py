@@ -7,7 +7,9 @@ tiny size: two layers, a Gated DeltaNet layer, then full attention
 (``full_attention_interval`` 2), width 16, with seeded random weights and
 the default model's tokenizer and vocabulary, so it pairs with ``tiny`` and
 the default model. Like ``tiny``, it speaks only the first ``OUTPUT_TOKENS``
-ids of the vocabulary (its output layer covers those).
+ids of the vocabulary (its output layer covers those), and its Gated DeltaNet
+layer runs a long run of positions on a CPU as a scan
+(``specwire.models.delta_scan``).
 
 Why two layers, where Qwen3.5 has three Gated DeltaNet layers to each full
 attention: every kind of state a pass keeps or rolls back is there with one
@@ -32,6 +34,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3_5
 
+from specwire.models.delta_scan import forward_scanned, scans
 from specwire.models.tiny import OUTPUT_TOKENS, OutputLayer, load_weights
 
 TINY_HYBRID_MODEL = "tiny-hybrid"
@@ -65,19 +68,26 @@ ARGS: dict[str, Any] = {
 
 
 def build_tiny_hybrid(
-    vocab_size: int, draft: bool = False, outputs: int = OUTPUT_TOKENS
+    vocab_size: int, draft: bool = False, outputs: int = OUTPUT_TOKENS, layers: int = 0
 ) -> tuple[nn.Module, dict[str, Any]]:
     """``tiny-hybrid`` (or, with ``draft``, ``tiny-hybrid-draft``) for ``vocab_size`` tokens, and its args;
     it speaks the first ``outputs`` ids (``vocab_size``: all of them, as a checkpoint mlx-lm saves).
+    ``layers`` (a multiple of 4) builds Qwen3.5's own ratio instead: three Gated DeltaNet layers to each
+    full attention.
 
     Weights as ``tiny``'s: embedding and LM head N(0, 1), other matrices
     N(0, 1/fan_in), norms one; each Gated DeltaNet layer's decay (A_log) from
     log U(1, 16) and its time-step bias one, as the model initialises them.
     """
     args = {**ARGS, "vocab_size": vocab_size}
+    if layers:
+        args |= {"num_hidden_layers": layers, "full_attention_interval": 4}
     model = qwen3_5.Model(qwen3_5.ModelArgs.from_dict(args))
     if outputs < vocab_size:
         model.language_model.lm_head = OutputLayer(args["hidden_size"], outputs, bias=False)
+    for layer in model.language_model.model.layers:
+        if layer.is_linear:
+            layer.linear_attn.__class__ = ScannedGatedDeltaNet
     rng = np.random.default_rng(SEED)
     weights = []
     params: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
@@ -94,3 +104,13 @@ def build_tiny_hybrid(
         weights.append((name, array))
     load_weights(model, weights, DRAFT_SEED if draft else None, DRAFT_NOISE)
     return model, args
+
+
+class ScannedGatedDeltaNet(qwen3_5.GatedDeltaNet):
+    """mlx-lm's Gated DeltaNet layer, whose long runs on a CPU take the scan (``specwire.models.delta_scan``:
+    a catch-up of 150 tokens cost 10 ms in the per-position loop, more than its paced time)."""
+
+    def __call__(self, inputs: mx.array, mask: mx.array | None = None, cache: Any | None = None) -> mx.array:
+        if scans(inputs, mask, cache):
+            return forward_scanned(self, inputs, cache)
+        return super().__call__(inputs, mask, cache)

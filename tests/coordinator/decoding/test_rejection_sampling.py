@@ -125,8 +125,9 @@ def test_tree_sd_output_is_distributed_as_target(
 
 @pytest.fixture(scope="module")
 def hybrid_target_pair() -> tuple[LoadedModel, LoadedModel]:
-    """A target in Qwen3.5's layout and a llama draft over the same 8 tokens."""
-    target, args = build_tiny_hybrid(8)
+    """A target in Qwen3.5's layout (three Gated DeltaNet layers to one full attention, so a wrong
+    recurrent state shows in its distribution) and a llama draft over the same 8 tokens."""
+    target, args = build_tiny_hybrid(8, layers=4)
     draft, draft_args = tiny_llama(1)
     return as_loaded(target, args, "hybrid-target"), as_loaded(draft, draft_args, "tiny-draft")
 
