@@ -34,10 +34,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from testbed.topology import cpu_sets
 
 from specwire.emulation.paper import PAIRS, load_profile
 from specwire.errors import SpecwireError
+from specwire.process.command_line import DEVICE_ENV
 
 SCRIPTS = Path(__file__).resolve().parent
 RELAY = SCRIPTS / "delay_relay.py"
@@ -81,13 +85,34 @@ def real_says() -> str:
     return REAL_SAYS_GPU if mx.default_device() == mx.gpu else REAL_SAYS_CPU
 
 
-def start_worker(name: str, label: str, model: str, *extra: str) -> subprocess.Popen[str]:
-    """Start one worker on 127.0.0.1 with mDNS on loopback."""
+def start_worker(name: str, label: str, model: str, *extra: str, cpus: str = "") -> subprocess.Popen[str]:
+    """Start one worker on 127.0.0.1 with mDNS on loopback (on ``cpus`` only, if given)."""
     command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1"]
     command += ["--interface", "127.0.0.1", "--name", name, "--label", label, "--json", "--model", model]
     if "--port" not in extra:
         command += ["--port", "0"]
-    return subprocess.Popen([*command, *extra], stdout=subprocess.PIPE, text=True, env=ENV)
+    return subprocess.Popen(
+        [*command, *extra], stdout=subprocess.PIPE, text=True, env=ENV, preexec_fn=pinned(cpus)
+    )
+
+
+def pinned(cpus: str) -> Callable[[], None] | None:
+    """A child's start hook that keeps it on ``cpus`` ("0", "1-3"), where the platform can (Linux)."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return None
+    first, _, last = cpus.partition("-")
+    chosen = set(range(int(first), int(last or first) + 1))
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
+def paced_cpus(workers: int) -> list[str]:
+    """The paced part's CPU sets, the coordinator's first (``testbed.topology.cpu_sets``: one each where
+    there are enough, else the coordinator one and the workers the rest); none where pinning is not
+    possible. MLX hands each pass to a thread of its own, and a wake on another CPU costs
+    (docs/emulation.md)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return [""] * (1 + workers)
+    return cpu_sets(1 + workers, os.cpu_count() or 1)[0]
 
 
 def wait_ready(process: subprocess.Popen[str], name: str) -> dict:
@@ -136,9 +161,11 @@ def loopback_latency_ms() -> float:
         stop([relay])
 
 
-def paced_workers(processes: list[subprocess.Popen[str]], model: str, machines: list[str]) -> list[str]:
+def paced_workers(
+    processes: list[subprocess.Popen[str]], model: str, machines: list[str], cpus: list[str]
+) -> list[str]:
     """Start a paced worker serving ``model`` for each of the paper's ``machines`` (``Profile.hosts``),
-    each behind a relay; returns the relays' addresses."""
+    each behind a relay on the worker's ``cpus``; returns the relays' addresses."""
     delay = max(0.0, DELAY_MS - loopback_latency_ms())
     hosts = load_profile("paper").hosts(machines)
     addresses = []
@@ -153,13 +180,15 @@ def paced_workers(processes: list[subprocess.Popen[str]], model: str, machines: 
             "--map",
             f"127.0.0.1:{public_echo}=127.0.0.1:{echo}",
         ]
-        processes.append(subprocess.Popen(relay, stdout=subprocess.PIPE, text=True))
+        processes.append(
+            subprocess.Popen(relay, stdout=subprocess.PIPE, text=True, preexec_fn=pinned(cpus[i]))
+        )
         wait_ready(processes[-1], f"the relay of {name}")
         flags = ["--pace", f"paper:{machine.key}", "--port", str(port), "--echo-port", str(echo)]
         flags += ["--advertise-host", "127.0.0.1", "--advertise-port", str(public)]
         flags += ["--advertise-echo-port", str(public_echo)]
         label = machine.name if name == machine.key else f"{machine.name} {name.rsplit('-', 1)[-1]}"
-        workers.append((name, start_worker(f"paced-{name}", label, model, *flags)))
+        workers.append((name, start_worker(f"paced-{name}", label, model, *flags, cpus=cpus[i])))
         processes.append(workers[-1][1])
         addresses.append(f"127.0.0.1:{public}")
     for name, process in workers:
@@ -167,12 +196,12 @@ def paced_workers(processes: list[subprocess.Popen[str]], model: str, machines: 
     return addresses
 
 
-def bench(workers: list[str], flags: list[str]) -> int:
-    """``coordinator bench`` against ``workers`` with ``flags``."""
+def bench(workers: list[str], flags: list[str], cpus: str = "") -> int:
+    """``coordinator bench`` against ``workers`` with ``flags`` (on ``cpus`` only, if given)."""
     command = [sys.executable, "-m", "coordinator.cli", "bench", "--backend", "auto,stream,ggml-rpc"]
     command += ["--workers", ",".join(workers), "--interface", "127.0.0.1", *flags]
     print("demo: " + " ".join(Path(a).name if i == 0 else a for i, a in enumerate(command)), flush=True)
-    return subprocess.run(command, env=ENV, check=False).returncode
+    return subprocess.run(command, env=ENV, check=False, preexec_fn=pinned(cpus)).returncode
 
 
 def section(title: str, says: str) -> None:
@@ -195,8 +224,9 @@ def paced_part(
     if "--json" in argv[:-1]:  # the bench takes the last --json: the one given here
         report = argv[argv.index("--json") + 1]
     processes: list[subprocess.Popen[str]] = []
+    cpus = paced_cpus(len(load_profile("paper").hosts(machines or [])))
     try:
-        code = bench(paced_workers(processes, draft, machines or []), [*flags, *argv])
+        code = bench(paced_workers(processes, draft, machines or [], cpus[1:]), [*flags, *argv], cpus[0])
     finally:
         stop(processes)
     if code == 0:
@@ -261,11 +291,19 @@ def main(argv: list[str]) -> int:
         help="the emulated pair (hybrid: Qwen3.5's layout)",
     )
     parser.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        help="where every process's MLX computes ($SPECWIRE_DEVICE); default MLX's own. On a GPU host "
+        "the paced part runs well on CPUs: its passes are held to the profile anyway",
+    )
+    parser.add_argument(
         "--machines",
         default="",
         help="the paced workers: the paper's drafting machines, repeats allowed (default: m1-max,m2-pro)",
     )
     args, rest = parser.parse_known_args(argv)
+    if args.device:
+        ENV[DEVICE_ENV] = args.device
     machines = [m.strip() for m in args.machines.split(",") if m.strip()]
     try:
         load_profile("paper").hosts(machines)  # an unknown machine is refused before anything starts

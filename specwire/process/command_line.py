@@ -15,10 +15,13 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from specwire.errors import SpecwireError
+from specwire.errors import InvalidArgumentError, SpecwireError
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
+# Where MLX computes (cpu or gpu; unset: MLX's default). Paced compute needs no GPU: on a GPU host, emulated
+# workers and coordinator on CPUs of their own do not queue for its one device (docs/gpu.md).
+DEVICE_ENV = "SPECWIRE_DEVICE"
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -62,6 +65,7 @@ def run_command(
         return 2
     configure_logging(args.log_level)
     try:
+        use_device_of_environment()
         return handlers[args.command](args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -72,6 +76,18 @@ def run_command(
             raise
         print(f"error: {domain}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def use_device_of_environment() -> None:
+    """Make ``$SPECWIRE_DEVICE`` (cpu or gpu) MLX's default device, if it is set."""
+    name = os.environ.get(DEVICE_ENV, "").strip().lower()
+    if not name:
+        return
+    if name not in ("cpu", "gpu"):
+        raise InvalidArgumentError(f"{DEVICE_ENV}={name!r}: use cpu or gpu")
+    import mlx.core as mx
+
+    mx.set_default_device(mx.cpu if name == "cpu" else mx.gpu)
 
 
 def domain_error(err: BaseException) -> SpecwireError | None:
