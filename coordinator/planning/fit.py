@@ -17,8 +17,11 @@ on this machine, and sets it beside each machine's paced time for it:
 
 A share (real over paced) above ``FITS`` leaves too little room for the
 other hosts' work and the scheduler: ``coordinator plan --profile`` warns.
-The medians come from an idle machine; a bench shares it, so its headroom
-report (p99) is the figure that decides.
+Each pass is timed after an idle spell (``IDLE_S``), as a paced hold leaves
+the machine: a pass after one runs cold, about twice its back-to-back time
+on this project's 2-core VM. The medians come from an otherwise idle
+machine; a bench shares it, so its headroom report (p99) is the figure that
+decides.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from specwire.models.tree_pass import forward_at
 FITS = 0.5  # the most real time a pass may take of its paced time, measured idle
 CONTEXT = 160  # tokens before the measured passes: about a bench prompt
 REPEATS = 7
+IDLE_S = 0.02  # before each timed pass: about the target's paced pass, the hold a draft pass follows
 TREES = (16, 64)  # nodes of a verified tree, rows of a worker's tree pass
 LOCAL_LEVEL = 4  # nodes of a local tree level (coordinator.drafting.local_tree's width)
 
@@ -105,6 +109,7 @@ def _median_s(run: Callable[[], Any]) -> float:
     run()  # kernels compiled, caches made
     times = []
     for _ in range(REPEATS):
+        time.sleep(IDLE_S)
         started = time.perf_counter()
         run()
         times.append(time.perf_counter() - started)
