@@ -25,7 +25,9 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask, create_ssm_mask
-from mlx_lm.models.gated_delta import gated_delta_update, normalize_qk
+from mlx_lm.models.gated_delta import gated_delta_update
+
+from specwire.models.gated_delta_net import split_heads
 
 LayerStates = list[tuple[mx.array, mx.array]]  # per position: (convolution rows, recurrent state)
 
@@ -88,11 +90,7 @@ def _gated_delta_net(
     conv_input = mx.concatenate([conv_state, qkv], axis=1)
     rows = [mx.contiguous(conv_input[:, t + 1 : t + 1 + keep, :]) for t in range(length)]
     conv_out = nn.silu(module.conv1d(conv_input))
-    parts = mx.split(conv_out, [module.key_dim, 2 * module.key_dim], -1)
-    heads = (module.num_k_heads, module.num_k_heads, module.num_v_heads)
-    dims = (module.head_k_dim, module.head_k_dim, module.head_v_dim)
-    q, k, v = (t.reshape(batch, length, h, d) for t, h, d in zip(parts, heads, dims, strict=True))
-    q, k = normalize_qk(q, k, inv_scale=module.head_k_dim**-0.5, eps=1e-6)
+    q, k, v = split_heads(module, conv_out, batch, length)
     state = cache[1]
     outs, kept = [], []
     for t in range(length):

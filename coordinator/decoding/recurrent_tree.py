@@ -30,10 +30,11 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx_lm.models.gated_delta import gated_delta_update, normalize_qk
+from mlx_lm.models.gated_delta import gated_delta_update
 
 from coordinator.decoding.recurrent_pass import LayerStates
-from specwire.models.tree_pass import RopeAtPositions
+from specwire.models.gated_delta_net import split_heads
+from specwire.models.tree_pass import rope_at
 
 
 def forward_tree_keeping_states(
@@ -62,13 +63,8 @@ def forward_tree_keeping_states(
             before = [None if start is None else start[i] for start in starts] if starts else None
             mixed, states[i] = _gated_delta_tree(layer.linear_attn, normed, parents, c, before)
         else:
-            attention = layer.self_attn
-            rope = attention.rope
-            attention.rope = RopeAtPositions(rope, at)
-            try:
-                mixed = attention(normed, mask, c)
-            finally:
-                attention.rope = rope
+            with rope_at(layer.self_attn, at):
+                mixed = layer.self_attn(normed, mask, c)
         hidden = hidden + mixed
         hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
     out = text.norm(hidden)
@@ -106,11 +102,7 @@ def _gated_delta_tree(
         windows.append(full[:, 1:])
     conv_out = nn.silu(module.conv1d(mx.concatenate(inputs, axis=0)))  # [L, 1, conv_dim]
     conv_out = conv_out.reshape(batch, length, -1)
-    parts = mx.split(conv_out, [module.key_dim, 2 * module.key_dim], -1)
-    heads = (module.num_k_heads, module.num_k_heads, module.num_v_heads)
-    dims = (module.head_k_dim, module.head_k_dim, module.head_v_dim)
-    q, k, v = (t.reshape(batch, length, h, d) for t, h, d in zip(parts, heads, dims, strict=True))
-    q, k = normalize_qk(q, k, inv_scale=module.head_k_dim**-0.5, eps=1e-6)
+    q, k, v = split_heads(module, conv_out, batch, length)
     # The delta rule a level at a time: a level's nodes (their parents all in earlier levels) are the rows
     # of one batch, each from its own parent's state.
     depth: list[int] = []

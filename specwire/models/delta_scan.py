@@ -26,7 +26,9 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.gated_delta import compute_g, normalize_qk
+from mlx_lm.models.gated_delta import compute_g
+
+from specwire.models.gated_delta_net import split_heads
 
 # Shorter runs keep the loop: every round's pass is shorter (specwire.emulation.pace.ROUND_POSITIONS, k + 1 at
 # the protocol's largest k, is 33).
@@ -78,11 +80,7 @@ def forward_scanned(module: Any, x: mx.array, cache: Any) -> mx.array:
     conv_input = mx.concatenate([window, qkv], axis=1)
     cache[0] = mx.contiguous(conv_input[:, -keep:, :])
     conv_out = nn.silu(module.conv1d(conv_input))
-    parts = mx.split(conv_out, [module.key_dim, 2 * module.key_dim], -1)
-    heads = (module.num_k_heads, module.num_k_heads, module.num_v_heads)
-    dims = (module.head_k_dim, module.head_k_dim, module.head_v_dim)
-    q, k, v = (t.reshape(batch, length, h, d) for t, h, d in zip(parts, heads, dims, strict=True))
-    q, k = normalize_qk(q, k, inv_scale=module.head_k_dim**-0.5, eps=1e-6)
+    q, k, v = split_heads(module, conv_out, batch, length)
     if (repeat := module.num_v_heads // module.num_k_heads) > 1:
         q, k = mx.repeat(q, repeat, -2), mx.repeat(k, repeat, -2)
     state = cache[1]

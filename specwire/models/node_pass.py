@@ -30,7 +30,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import ArraysCache
 
-from specwire.models.tree_pass import RopeAtPositions
+from specwire.models.tree_pass import rope_at
 
 LayerRows = tuple[mx.array, mx.array]  # a Gated DeltaNet layer's windows and states, a row per node
 
@@ -61,13 +61,8 @@ def forward_nodes_keeping_states(
             hidden = layer(hidden.reshape(length, 1, -1), None, rows).reshape(1, length, -1)
             after[i] = (rows[0], rows[1])
             continue
-        attention = layer.self_attn
-        rope = attention.rope
-        attention.rope = RopeAtPositions(rope, at)
-        try:
+        with rope_at(layer.self_attn, at):
             hidden = layer(hidden, mask, layer_cache)
-        finally:
-            attention.rope = rope
     out = text.norm(hidden)
     if language.args.tie_word_embeddings:
         return text.embed_tokens.as_linear(out), after

@@ -73,6 +73,17 @@ class RopeAtPositions(nn.Module):
 
 
 @contextmanager
+def rope_at(attention: Any, positions: mx.array) -> Iterator[None]:
+    """For the length of a pass: ``attention``'s rotary embedding puts each token at ``positions``."""
+    rope = attention.rope
+    attention.rope = RopeAtPositions(rope, positions)
+    try:
+        yield
+    finally:
+        attention.rope = rope
+
+
+@contextmanager
 def placed(model: Any, cache: Sequence[Any], positions: mx.array, mask: mx.array) -> Iterator[None]:
     """For the length of a pass through ``model``'s own call: each token at its own rotary position
     (``positions``), and every layer's attention mask ``mask`` (``forward_at`` says how)."""
