@@ -40,6 +40,7 @@ from pathlib import Path
 from testbed.topology import cpu_sets
 
 from specwire.emulation.paper import PAIRS, load_profile
+from specwire.emulation.profile import Profile
 from specwire.errors import SpecwireError
 from specwire.process.command_line import DEVICE_ENV
 
@@ -97,11 +98,10 @@ def start_worker(name: str, label: str, model: str, *extra: str, cpus: str = "")
 
 
 def pinned(cpus: str) -> Callable[[], None] | None:
-    """A child's start hook that keeps it on ``cpus`` ("0", "1-3"), where the platform can (Linux)."""
+    """A child's start hook that keeps it on ``cpus`` ("0", "1,2,3"), where the platform can (Linux)."""
     if not cpus or not hasattr(os, "sched_setaffinity"):
         return None
-    first, _, last = cpus.partition("-")
-    chosen = set(range(int(first), int(last or first) + 1))
+    chosen = {int(c) for c in cpus.split(",")}
     return lambda: os.sched_setaffinity(0, chosen)
 
 
@@ -110,9 +110,9 @@ def paced_cpus(workers: int) -> list[str]:
     there are enough, else the coordinator one and the workers the rest); none where pinning is not
     possible. MLX hands each pass to a thread of its own, and a wake on another CPU costs
     (docs/emulation.md)."""
-    if not hasattr(os, "sched_setaffinity"):
+    if not hasattr(os, "sched_getaffinity"):
         return [""] * (1 + workers)
-    return cpu_sets(1 + workers, os.cpu_count() or 1)[0]
+    return cpu_sets(1 + workers, sorted(os.sched_getaffinity(0)))[0]
 
 
 def wait_ready(process: subprocess.Popen[str], name: str) -> dict:
@@ -187,7 +187,7 @@ def paced_workers(
         flags = ["--pace", f"paper:{machine.key}", "--port", str(port), "--echo-port", str(echo)]
         flags += ["--advertise-host", "127.0.0.1", "--advertise-port", str(public)]
         flags += ["--advertise-echo-port", str(public_echo)]
-        label = machine.name if name == machine.key else f"{machine.name} {name.rsplit('-', 1)[-1]}"
+        label = Profile.host_label(name, machine)
         workers.append((name, start_worker(f"paced-{name}", label, model, *flags, cpus=cpus[i])))
         processes.append(workers[-1][1])
         addresses.append(f"127.0.0.1:{public}")

@@ -35,7 +35,7 @@ from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.speculation import PrespecConfig, Speculator
 from specwire.drafting.token_tree import TokenTree
-from specwire.emulation.pace import Pacer, add_headroom
+from specwire.emulation.pace import Pacer, buckets_of
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.v1 import draft_pb2 as pb
@@ -64,7 +64,7 @@ def _tallied(method: F) -> F:
             done = self.pacer.snapshot().since(before)
             self.paced_passes += done.passes
             self.pace_overruns += done.overruns
-            self.pace_headroom = add_headroom(self.pace_headroom, done.headroom)
+            self.pace_buckets += buckets_of(done.headroom)
 
     return wrapper  # type: ignore[return-value]
 
@@ -112,7 +112,7 @@ class DraftSession:
         self.pacer = pacer
         self.paced_passes = 0
         self.pace_overruns = 0
-        self.pace_headroom: list[int] = []
+        self.pace_buckets: list[int] = []  # headroom buckets of the paced passes not yet reported
         self.k = open_msg.k
         self.prompt = list(open_msg.prompt_tokens)
         self.drafter = Drafter(model.model, sampling_from_pb(open_msg.sampling))
@@ -141,6 +141,11 @@ class DraftSession:
     def speculates(self) -> bool:
         """Whether the session drafts ahead after each reply (``speculate``)."""
         return self.speculator is not None or self.tree is not None
+
+    def take_pace_buckets(self) -> list[int]:
+        """The headroom buckets of the paced passes since the last call (each reply reports its own)."""
+        taken, self.pace_buckets = self.pace_buckets, []
+        return taken
 
     def speculation_state(self) -> tuple[int, int]:
         """Speculative passes since the last plan, and the branches (tree: frontier nodes) it holds."""

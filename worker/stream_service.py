@@ -228,7 +228,7 @@ class _DraftLoop(StreamLoop):
                 speculative_passes=s.speculative_passes,
                 paced_passes=s.paced_passes,
                 pace_overruns=s.pace_overruns,
-                pace_headroom=s.pace_headroom,
+                pace_buckets=s.take_pace_buckets(),
             )
         )
         if s.speculates:

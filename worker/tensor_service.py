@@ -110,7 +110,7 @@ class _TensorLoop(StreamLoop):
                 tensor_bytes=session.tensor_bytes,
                 paced_passes=session.paced_passes,
                 pace_overruns=session.pace_overruns,
-                pace_headroom=session.pace_headroom,
+                pace_buckets=session.take_pace_buckets(),
             ),
         )
         data = encode_timed(

@@ -32,7 +32,7 @@ import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.drafting.rollback import Checkpoints
-from specwire.emulation.pace import ROUND_POSITIONS, Pacer, add_headroom, headroom_bucket
+from specwire.emulation.pace import ROUND_POSITIONS, Pacer, headroom_bucket
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.v1 import draft_pb2 as pb
@@ -73,7 +73,7 @@ class TensorSession:
     ops_per_pass: int = 1
     paced_passes: int = 0
     pace_overruns: int = 0
-    pace_headroom: list[int] = field(default_factory=list)
+    pace_buckets: list[int] = field(default_factory=list)  # the paced passes' buckets not yet reported
     _logits: set[int] = field(default_factory=set)  # handles an LM_HEAD wrote
     _positions: int = 1
     _pass_real_s: float = 0.0
@@ -164,7 +164,7 @@ class TensorSession:
             self.pacer.record(self._pass_real_s, self._pass_paced_s, overran)
             self.paced_passes += 1
             self.pace_overruns += overran
-            self.pace_headroom = add_headroom(self.pace_headroom, [0] * bucket + [1])
+            self.pace_buckets.append(bucket)
             self._pass_real_s = self._pass_paced_s = self._pass_lag_s = 0.0
 
     # Handles.
@@ -182,6 +182,11 @@ class TensorSession:
         if handle not in self.store:
             raise InvalidArgumentError(f"handle {handle:#x} holds no tensor in this session")
         return self.store[handle]
+
+    def take_pace_buckets(self) -> list[int]:
+        """The headroom buckets of the passes that ended since the last call (each reply reports its own)."""
+        taken, self.pace_buckets = self.pace_buckets, []
+        return taken
 
     def put(self, handle: int, value: mx.array) -> None:
         self._slot(handle)

@@ -23,7 +23,7 @@ NOT_HELD = f"PACE NOT HELD (over {MAX_OVERRUN_SHARE:.0%} of a side's passes over
 @dataclass(frozen=True)
 class Tally:
     """Paced passes, the passes among them that overran, and their headroom histogram
-    (``specwire.emulation.pace.Headroom``: passes by real over paced time)."""
+    (``specwire.emulation.pace.PaceCounts.headroom``: passes by real over paced time)."""
 
     passes: int = 0
     overruns: int = 0

@@ -105,7 +105,7 @@ def verify(
             "client_draft_tokens": drafted,
             "worker_draft_tokens": w.draft_tokens,
             "worker_forward_passes": w.forward_passes,
-            **_paced(w),
+            **_paced(w, source.pace_headroom),
         }
         served = [r.draft.speculation for r in result.rounds if r.draft.calls]
         if source.prespec is not None:
@@ -135,7 +135,7 @@ def verify(
             "worker_ops": w.ops,
             "worker_messages_received": w.messages_received,
             "worker_tensor_bytes": w.tensor_bytes,
-            **_paced(w),
+            **_paced(w, c.pace_headroom),
         }
         ok = c.calls == w.graphs and c.ops == w.ops and w.messages_received == c.calls + 1
         ident = source.connection.hello.identity
@@ -189,15 +189,16 @@ def _served(rounds: list[RoundRecord]) -> GenerationResult:
     return GenerationResult(0, [], "", 0, 0, 0, rounds=rounds)
 
 
-def _paced(counters: Any) -> dict[str, int]:
-    """A paced worker's pass and overrun counts of one session (nothing for an unpaced one)."""
+def _paced(counters: Any, headroom: list[int]) -> dict[str, Any]:
+    """A paced worker's pass and overrun counts of one session, and its passes by headroom bucket
+    (nothing for an unpaced worker)."""
     if not counters.paced_passes:
         return {}
     return {
         "worker_paced_passes": counters.paced_passes,
         "worker_pace_overruns": counters.pace_overruns,
         # by bucket, so that summing a row's sessions adds each bucket's passes
-        "worker_pace_headroom": {str(i): n for i, n in enumerate(counters.pace_headroom) if n},
+        "worker_pace_headroom": {str(i): n for i, n in enumerate(headroom) if n},
     }
 
 

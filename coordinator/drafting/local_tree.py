@@ -58,7 +58,7 @@ from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
-from specwire.models.node_pass import LayerRows, forward_nodes_keeping_states
+from specwire.models.node_pass import forward_nodes_keeping_states, stacked
 from specwire.models.tree_pass import check_tree_support, forward_at, keep_positions
 
 DEFAULT_NODES = 16
@@ -258,7 +258,7 @@ class LocalTreeDraftSource:
         if not self._recurrent:
             return forward_at(self.draft.model, self._cache, tokens, positions, visible)[0]
         parents = [self._states.get(self._nodes[i].parent, self._root) for i in expand]
-        starts = {j: _stacked([p[j] for p in parents]) for j in self._recurrent}
+        starts = {j: stacked([p[j] for p in parents]) for j in self._recurrent}
         started = time.perf_counter()
         logits, after = forward_nodes_keeping_states(
             self.draft.model, self._cache, tokens, positions, visible, starts
@@ -316,10 +316,3 @@ class LocalTreeDraftSource:
         self._sent = TokenTree(tuple(self._nodes[i].token for i in chosen), tuple(parents))
         self._sent_index = chosen
         return self._sent
-
-
-def _stacked(rows: list[tuple[mx.array, mx.array]]) -> LayerRows:
-    """One recurrent layer's (window, state) of each node, as the rows of one batch."""
-    if len(rows) == 1:
-        return rows[0]
-    return mx.concatenate([w for w, _ in rows]), mx.concatenate([s for _, s in rows])

@@ -27,6 +27,7 @@ from coordinator.workers.stream_call import StreamCall
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
+from specwire.emulation.pace import counted
 from specwire.errors import InvalidArgumentError, RemoteWorkerError
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import (
@@ -76,6 +77,7 @@ class StreamDraftSource:
         self.drafts_received = 0
         self.opened: pb.Opened | None = None
         self.worker_counters = pb.SessionCounters()
+        self.pace_headroom: list[int] = []  # the worker's paced passes by headroom, over the session
         self._seq = 0
         self._open_k = 0
         self._tree_nodes = 0
@@ -234,6 +236,7 @@ class StreamDraftSource:
             elif kind == "drafts":
                 self._early[reply.drafts.seq] = (reply.drafts, raw_len, deserialize_ns, read_at, received_at)
                 self.worker_counters = reply.drafts.counters
+                self.pace_headroom = counted(self.pace_headroom, reply.drafts.counters.pace_buckets)
                 self.rounds_received += 1
                 self.drafts_received += len(reply.drafts.tokens)
             else:

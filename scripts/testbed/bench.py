@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specwire.emulation.paper import PAIRS, load_profile
+from specwire.emulation.profile import Profile
 from testbed.commands import SCRIPTS, down, up
 from testbed.system import TestbedError
 from testbed.topology import Topology
@@ -83,8 +84,7 @@ def _paced_worker(profile: str, host: str, machine: str) -> list[str]:
     ("M1 Max 2"; the first labels itself with the machine's name)."""
     flags = ["--pace", f"{profile}:{machine}"]
     if host != machine:
-        name = load_profile(profile).machine(machine).name
-        flags += ["--label", f"{name} {host.rsplit('-', 1)[-1]}"]
+        flags += ["--label", Profile.host_label(host, load_profile(profile).machine(machine))]
     return flags
 
 

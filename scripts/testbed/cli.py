@@ -62,7 +62,7 @@ def _topology(args: argparse.Namespace) -> tuple[Topology, str]:
     # A paced run pins: MLX hands each pass to a thread of its own, and waking it on another CPU cost about
     # 1 ms on this project's 2-core VM (a 1-row pass after a 5 ms hold: p50 1.6 ms, pinned 1.2).
     if args.cpus or getattr(args, "profile", None):
-        sets, note = cpu_sets(len(names), os.cpu_count() or 1)
+        sets, note = cpu_sets(len(names), sorted(os.sched_getaffinity(0)))
     else:
         sets, note = [""] * len(names), "not pinned (--cpus not given)"
     commands.rate_bits(args.rate)

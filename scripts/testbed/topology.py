@@ -8,6 +8,7 @@ the switch and every link exist only inside namespaces the test bed made.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 DEFAULT_WORKERS = ("m1-max", "m2-pro")
@@ -78,19 +79,26 @@ class Topology:
         return cls(hosts=hosts, **data)
 
 
-def cpu_sets(hosts: int, cores: int) -> tuple[list[str], str]:
-    """Disjoint CPU sets per host when there are enough cores; with fewer, the coordinator (the first
-    host) a CPU of its own and the workers the rest, shared; and a note saying which."""
-    if cores < 2:
-        return [""] * hosts, f"{cores} CPU shared by {hosts} hosts"
-    if cores < hosts:
-        rest = f"1-{cores - 1}" if cores > 2 else "1"
-        note = f"the coordinator on CPU 0, the {hosts - 1} workers sharing CPU {rest} (fewer CPUs than hosts)"
-        return ["0", *([rest] * (hosts - 1))], note
-    share, extra = divmod(cores, hosts)
+def cpu_sets(hosts: int, cpus: Sequence[int]) -> tuple[list[str], str]:
+    """Disjoint sets of ``cpus`` (the CPUs this process may use) per host when there are enough; with
+    fewer, the coordinator (the first host) a CPU of its own and the workers the rest, shared; and a
+    note saying which. A set is written as taskset takes it ("0", "1,2,3")."""
+    cpus = sorted(cpus)
+    if len(cpus) < 2:
+        return [""] * hosts, f"{len(cpus)} CPU shared by {hosts} hosts"
+    if len(cpus) < hosts:
+        rest = _listed(cpus[1:])
+        note = f"the coordinator on CPU {cpus[0]}, the {hosts - 1} workers sharing CPU {rest} (fewer CPUs "
+        note += "than hosts)"
+        return [str(cpus[0]), *([rest] * (hosts - 1))], note
+    share, extra = divmod(len(cpus), hosts)
     sets, start = [], 0
     for i in range(hosts):
         n = share + (1 if i < extra else 0)
-        sets.append(f"{start}-{start + n - 1}" if n > 1 else str(start))
+        sets.append(_listed(cpus[start : start + n]))
         start += n
     return sets, "each host pinned to its own CPUs"
+
+
+def _listed(cpus: Sequence[int]) -> str:
+    return ",".join(str(c) for c in cpus)

@@ -33,7 +33,8 @@ def top_choices(rows: mx.array, width: int) -> tuple[mx.array, mx.array]:
     (computed now): ranked with NumPy and normalised over the whole row.
     """
     if mx.default_device() == mx.cpu:
-        return _top_choices_host(rows, width)
+        host_ids, host_probs = _ranked_with_numpy(rows, width)
+        return mx.array(host_ids), mx.array(host_probs)
     batch, vocab = rows.shape
     width = min(width, vocab)
     pad = -vocab % BLOCK
@@ -48,7 +49,18 @@ def top_choices(rows: mx.array, width: int) -> tuple[mx.array, mx.array]:
     return mx.take_along_axis(ids, order, axis=-1), probs
 
 
-def _top_choices_host(rows: mx.array, width: int) -> tuple[mx.array, mx.array]:
+def top_choices_now(rows: mx.array, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``top_choices``, computed now, as NumPy arrays (ids, and probabilities in float64)."""
+    if mx.default_device() == mx.cpu:
+        ids, probs = _ranked_with_numpy(rows, width)
+    else:
+        lazy = top_choices(rows.astype(mx.float32), width)
+        mx.eval(*lazy)
+        ids, probs = np.array(lazy[0]), np.array(lazy[1])
+    return ids, probs.astype(np.float64)
+
+
+def _ranked_with_numpy(rows: mx.array, width: int) -> tuple[np.ndarray, np.ndarray]:
     """``top_choices`` with NumPy: ``width`` argmaxes a row, each masking the one before."""
     logits = np.array(rows.astype(mx.float32), copy=True)
     batch, vocab = logits.shape
@@ -64,4 +76,4 @@ def _top_choices_host(rows: mx.array, width: int) -> tuple[mx.array, mx.array]:
         values[:, j] = logits[every, best]
         logits[every, best] = -np.inf
     probs = np.exp(values - top - log_total[:, None]).astype(np.float32)
-    return mx.array(ids), mx.array(probs)
+    return ids, probs

@@ -23,8 +23,10 @@ boundaries turn out to be. Each node is a token after the verified prefix:
 The nodes are arrays (``specwire.drafting.tree_table``); what an expanded
 node computed, its K/V and (Qwen3.5's Gated DeltaNet layers) its recurrent
 state, is one slot of the arena (``specwire.drafting.tree_arena``). A pass's
-bookkeeping, its choices included, runs inside the pass's paced time, as a
-Mac's host work overlaps its GPU's. A worker's trees share a bound on the
+choices and bookkeeping run inside its paced time (its mask is built just
+before), as a Mac's host work overlaps its GPU's, and its nodes are
+published, for ``ready`` to find, only once the pass is held: no draft is
+ready before the emulated Mac would have it. A worker's trees share a bound on the
 bytes their slots hold (``TreeMemory``, the worker's ``--tree-memory``: each
 slot is charged its KV position and recurrent states): a tree that reaches
 it stops expanding until a verdict drops what it rules out.
@@ -47,7 +49,7 @@ import numpy as np
 from mlx_lm.models.cache import ArraysCache, KVCache
 
 from specwire.drafting.branch_batch import cache_view
-from specwire.drafting.choices import top_choices
+from specwire.drafting.choices import top_choices_now
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.sampling import SparseDistribution
 from specwire.drafting.speculation import AcceptanceRate, PrespecConfig
@@ -128,7 +130,8 @@ class DraftTree:
     @property
     def frontier(self) -> int:
         """Nodes whose token is known and not yet expanded."""
-        return len(self.table.unexpanded())
+        with self._lock:
+            return len(self.table.unexpanded())
 
     def plant(self, first: Sequence[int], candidates: Sequence[SparseDistribution]) -> None:
         """Root the tree at the drafter's context, with the drafts ``first`` it just made there.
@@ -150,13 +153,17 @@ class DraftTree:
         kv_position = sum(a.nbytes // (a.shape[0] * a.shape[2]) for a in arrays)
         self.state_bytes = sum(a.nbytes for rows in (states[0] if states else {}).values() for a in rows)
         self.node_bytes = self.state_bytes + kv_position
+        if self.recurrent and prefix in self.drafter.checkpoints.kept:
+            self.arena.feed_states(0, self._kept_states(prefix))  # the root's own start, were it re-fed
         with self._lock:
-            self.table.reset(context[-1])
+            t = self.table
+            t.reset(context[-1])
             node = 0
             for slot, (token, cand) in enumerate(zip(first, candidates, strict=True)):
                 ids, probs = _with_first(cand, token)
-                children = self._expand(np.array([node]), [ids], [probs], np.array([slot]))
-                node = int(children[0])
+                self._add_children(np.array([node]), [ids], [probs])
+                self._publish(np.array([node]), np.array([slot]), ids[:1], 0)
+                node = t.child(node, token)
 
     def ready(self, appended: Sequence[int], k: int) -> tuple[list[int], int]:
         """The drafts ready after a verdict that appends ``appended`` (at most ``k`` first choices),
@@ -190,6 +197,7 @@ class DraftTree:
             below = t.depth[: t.size] - t.depth[top]
             inside = t.subtree(top) & (below >= 1) & (below <= depth)
             candidates = np.flatnonzero(inside)
+            candidates = candidates[t.first[t.parent[candidates]] != NONE]  # their parents' passes done
             probs = t.prob[candidates]
             ranked = candidates[np.lexsort((candidates, below[candidates], -probs))]
             index: dict[int, int] = {top: -1}
@@ -200,7 +208,7 @@ class DraftTree:
             base = float(t.prob[top])
             for node in ranked.tolist():
                 parent = index.get(int(t.parent[node]))
-                if parent is None:  # its parent did not make the tree (a tie at the cut)
+                if parent is None:  # ranked above its parent (a chance rounded up): not after it
                     continue
                 index[node] = len(tokens)
                 tokens.append(int(t.token[node]))
@@ -226,12 +234,10 @@ class DraftTree:
             slots = t.slot[kept]
             kept_slots = np.sort(slots[slots >= 0])
             self.arena.keep(t.slot[path[:-1]], kept_slots)
-            renumbered = np.full(max(1, int(slots.max(initial=NONE)) + 1), NONE, np.int64)
-            renumbered[kept_slots] = np.arange(len(kept_slots))
             with self._lock:
                 t.keep(kept)
-                old = t.slot[: t.size]
-                t.slot[: t.size] = np.where(old >= 0, renumbered[np.maximum(old, 0)], NONE)
+                old = t.slot[: t.size]  # a kept slot's new number is its rank among the kept
+                t.slot[: t.size] = np.where(old >= 0, np.searchsorted(kept_slots, old), NONE)
             return
         fed_slots = t.slot[path]
         fed_slots = fed_slots[fed_slots >= 0]  # the path's expanded nodes: a prefix of it
@@ -264,18 +270,18 @@ class DraftTree:
         else:
             with placed(self.drafter.model, self.arena.kv, mx.array(positions), mx.array(visible)):
                 logits = self.drafter.batch_pass(mx.array([tokens]), self.arena.kv)
-        ids, probs = top_choices(logits[0].astype(mx.float32), self.width)
-        mx.eval(ids, probs)
+        ids, probs = top_choices_now(logits[0], self.width)
         slots = self.arena.grow(visible, after)
-        with self._lock:
-            self._expand(nodes, np.array(ids).tolist(), np.array(probs, np.float64).tolist(), slots)
+        with self._lock:  # the children, unseen by readers until their parents are published below
+            first = self._add_children(nodes, ids.tolist(), probs.tolist())
         self.drafter.forward_passes += 1
         self.passes += 1
         if self.recurrent:
             hold_pass(self.drafter.model, started, len(nodes), self.arena.arrays())
         else:
             self.drafter.settle(*self.arena.arrays())
-        t.compute_ns[nodes] = time.perf_counter_ns() - started_ns
+        with self._lock:  # the pass is done, as the emulated Mac would have it: its drafts are ready
+            self._publish(nodes, slots, first, time.perf_counter_ns() - started_ns)
         return True
 
     def _take(self) -> np.ndarray:
@@ -294,29 +300,30 @@ class DraftTree:
             nodes = nodes[np.argpartition(-t.prob[nodes], rows - 1)[:rows]]
         return nodes[np.lexsort((nodes, -t.prob[nodes]))]
 
-    def _expand(
-        self, nodes: np.ndarray, ids: list[list[int]], probs: list[list[float]], slots: np.ndarray
-    ) -> np.ndarray:
-        """``nodes`` were fed into ``slots``; ``ids`` are each one's next tokens, the first choice first,
-        with their ``probs``. Adds their children; returns each first choice's node."""
+    def _add_children(self, nodes: np.ndarray, ids: list[list[int]], probs: list[list[float]]) -> list[int]:
+        """``ids`` are each of ``nodes``' next tokens, the first choice first, with their ``probs``: add
+        them as children; returns the first choices. A reader sees none of them until ``_publish``."""
         t = self.table
         alpha = self.rate.alpha
         tokens: list[int] = []
         parents: list[int] = []
         chances: list[float] = []
-        firsts: list[int] = []
         for node, row, ps in zip(nodes.tolist(), ids, probs, strict=True):
             base = float(t.prob[node])
             rest = max(1e-12, 1.0 - ps[0])
-            firsts.append(len(tokens))
             tokens.extend(row)
             parents.extend([node] * len(row))
             chances.append(base * alpha)
             chances.extend(base * (1 - alpha) * q / rest for q in ps[1:])
-        added = t.add(np.array(tokens, np.int64), np.array(parents, np.int64), np.array(chances))
-        t.slot[nodes] = slots
-        t.first[nodes] = [row[0] for row in ids]  # last: a reader follows ``first`` into the children
-        return added[firsts]
+        t.add(np.array(tokens, np.int64), np.array(parents, np.int64), np.array(chances))
+        return [row[0] for row in ids]
+
+    def _publish(self, nodes: np.ndarray, slots: np.ndarray, first: list[int], compute_ns: int) -> None:
+        """``nodes`` were fed into ``slots`` by a pass of ``compute_ns``: mark them expanded, so readers
+        follow ``first`` into their children."""
+        t = self.table
+        t.slot[nodes], t.compute_ns[nodes] = slots, compute_ns
+        t.first[nodes] = first
 
     def _kept_states(self, position: int) -> dict[int, LayerRows]:
         """The drafter's recurrent states after its first ``position`` tokens (kept after each pass)."""
@@ -343,8 +350,7 @@ class DraftTree:
         ]
         self.drafter.settle(*fed)
         self.drafter.forward_passes += 1
-        self.arena.prefix += len(tokens)
-        self.arena.feed_states({i: (cache[i][0], cache[i][1]) for i in self.recurrent})
+        self.arena.feed_states(len(tokens), {i: (cache[i][0], cache[i][1]) for i in self.recurrent})
 
 
 def _with_first(cand: SparseDistribution, first: int) -> tuple[list[int], list[float]]:

@@ -27,7 +27,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from specwire.models.node_pass import LayerRows
+from specwire.models.node_pass import LayerRows, stacked
+from specwire.models.tree_pass import keep_positions
 
 NONE = -1
 
@@ -60,7 +61,7 @@ class TreeArena:
         self.ancestors = np.tril(np.ones((slots, slots), bool))
         self._chunks, self._chunk_of, self._row_of = [], np.zeros(0, np.int64), np.zeros(0, np.int64)
         if self.recurrent and slots:
-            chunk = {j: _stack([s[j] for s in states]) for j in self.recurrent}
+            chunk = {j: stacked([s[j] for s in states]) for j in self.recurrent}
             self._add_chunk(chunk, slots)
 
     def visible(self, parent_slots: np.ndarray) -> np.ndarray:
@@ -114,27 +115,19 @@ class TreeArena:
         renumbered from 0; every other slot goes. The prefix's recurrent state becomes the last path
         slot's (if any)."""
         if self.recurrent and len(path):
-            last = int(path[-1])
-            chunk, row = self._chunks[int(self._chunk_of[last])], int(self._row_of[last])
-            self.prefix_states = {j: (chunk[j][0][row : row + 1], chunk[j][1][row : row + 1]) for j in chunk}
-        order = np.concatenate([np.arange(self.prefix), self.prefix + path, self.prefix + kept])
-        unmoved = np.array_equal(order, np.arange(len(order)))
-        index = mx.array(order)
-        for layer in self.kv:
-            if layer is None or layer.keys is None:
-                continue
-            if not unmoved:
-                layer.keys = layer.keys[..., : self.cached, :][:, :, index]
-                layer.values = layer.values[..., : self.cached, :][:, :, index]
-            layer.offset = len(order)
+            self.prefix_states = self.state_of(int(path[-1]))
+        tail = (self.prefix + np.concatenate([path, kept])).tolist()  # ascending: a path before its subtree
+        keep_positions([layer for layer in self.kv if layer is not None], self.prefix, tail)
         self.prefix += len(path)
         self.ancestors = self.ancestors[np.ix_(kept, kept)]
         self.slots = len(kept)
         if self.recurrent:
             self._keep_states(kept)
 
-    def feed_states(self, states: dict[int, LayerRows]) -> None:
-        """The prefix grew by fed tokens, after which the recurrent layers hold ``states``."""
+    def feed_states(self, fed: int, states: dict[int, LayerRows]) -> None:
+        """The prefix grew by ``fed`` tokens fed after it, after which the recurrent layers hold
+        ``states``."""
+        self.prefix += fed
         self.prefix_states = states
 
     def state_of(self, slot: int) -> dict[int, LayerRows]:
@@ -169,10 +162,6 @@ class TreeArena:
             new_chunk_of[mine], new_row_of[mine] = len(chunks), rows
             chunks.append(old)
         self._chunks, self._chunk_of, self._row_of = chunks, new_chunk_of, new_row_of
-
-
-def _stack(rows: Sequence[LayerRows]) -> LayerRows:
-    return _join([r[0] for r in rows]), _join([r[1] for r in rows])
 
 
 def _join(parts: list[mx.array]) -> mx.array:

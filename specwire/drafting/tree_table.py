@@ -97,12 +97,9 @@ class NodeTable:
         self.parent[0] = NONE
         self.depth[: len(kept)] -= self.depth[0]
         self.prob[: len(kept)] /= self.prob[0]
-        self.size = len(kept)
-        self._child = {
-            (int(renumber[p]), t): int(renumber[c])
-            for (p, t), c in self._child.items()
-            if p >= 0 and renumber[c] != NONE and renumber[p] != NONE
-        }
+        self.size = n = len(kept)
+        edges = zip(self.parent[1:n].tolist(), self.token[1:n].tolist(), strict=True)
+        self._child = dict(zip(edges, range(1, n), strict=True))
         return renumber
 
     def unexpanded(self) -> np.ndarray:

@@ -16,8 +16,8 @@ overran ("pace not held").
 
 Every pacer also keeps each pass's *headroom*, its real compute as a share of
 its paced time, in a histogram of ``HEADROOM_BUCKET``-wide buckets
-(``Headroom``): the median and p99 say how close a row came to not being
-held, which an overrun count alone does not.
+(``PaceCounts.headroom``): the median and p99 say how close a row came to not
+being held, which an overrun count alone does not.
 
 Holding sleeps until just before the deadline (the sleep's measured
 overshoot is learnt and subtracted) and spins the rest, so a pass ends within
@@ -33,7 +33,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.cache import KVCache
 
 from specwire.emulation.paper import load_profile
 from specwire.emulation.profile import Machine, PassCurve, Profile
@@ -66,6 +65,21 @@ def headroom_quantile(counts: Sequence[int], q: float) -> float | None:
         if n and seen >= rank:
             return (i + 1) * HEADROOM_BUCKET
     return len(counts) * HEADROOM_BUCKET
+
+
+def counted(histogram: Sequence[int], buckets: Sequence[int]) -> list[int]:
+    """``histogram`` with one more pass in each of ``buckets`` (bucket indices, as a worker sends them)."""
+    out = list(histogram)
+    for bucket in buckets:
+        if bucket >= len(out):
+            out.extend([0] * (bucket + 1 - len(out)))
+        out[bucket] += 1
+    return out
+
+
+def buckets_of(histogram: Sequence[int]) -> list[int]:
+    """The bucket of each pass a histogram counts (the inverse of ``counted`` from nothing)."""
+    return [i for i, n in enumerate(histogram) for _ in range(n)]
 
 
 def add_headroom(a: Sequence[int], b: Sequence[int], sign: int = 1) -> list[int]:
@@ -139,10 +153,7 @@ class Pacer:
             c.passes += 1
             c.real_s += real_s
             c.paced_s += paced_s
-            bucket = headroom_bucket(real_s, paced_s)
-            if bucket >= len(c.headroom):
-                c.headroom.extend([0] * (bucket + 1 - len(c.headroom)))
-            c.headroom[bucket] += 1
+            c.headroom = counted(c.headroom, [headroom_bucket(real_s, paced_s)])
             if overran:
                 c.overruns += 1
                 c.worst_overrun_s = max(c.worst_overrun_s, real_s - paced_s)
@@ -210,14 +221,11 @@ def hold_pass(model: Any, started: float, positions: int, *computed: Any) -> Non
 
 
 def _arrays(tree: Any) -> list[mx.array]:
-    """The arrays in a cache (a list of layer caches, whose ``state`` nests arrays, lists and None); a KV
-    cache's whole buffers, not ``state``'s slices of them (a slice would be a copy to compute)."""
+    """The arrays in a cache (a list of layer caches, whose ``state`` nests arrays, lists and None)."""
     if isinstance(tree, mx.array):
         return [tree]
     if isinstance(tree, (list, tuple)):
         return [a for item in tree for a in _arrays(item)]
-    if type(tree) is KVCache:
-        return [a for a in (tree.keys, tree.values) if a is not None]
     state = getattr(tree, "state", None)
     return _arrays(state) if state is not None else []
 

@@ -150,6 +150,11 @@ class Profile:
             hosts.append((machine.key if count == 1 else f"{machine.key}-{count}", machine))
         return hosts
 
+    @staticmethod
+    def host_label(host: str, machine: Machine) -> str:
+        """How a host of ``hosts`` names itself: its machine's name, and a second one's "M1 Max 2"."""
+        return machine.name if host == machine.key else f"{machine.name} {host.rsplit('-', 1)[-1]}"
+
     def machine(self, key: str) -> Machine:
         """The machine ``key`` names (``m1-max`` or ``M1 Max``), or a clear error listing them."""
         for machine in self.machines:

@@ -67,3 +67,10 @@ def forward_nodes_keeping_states(
     if language.args.tie_word_embeddings:
         return text.embed_tokens.as_linear(out), after
     return language.lm_head(out), after
+
+
+def stacked(rows: Sequence[LayerRows]) -> LayerRows:
+    """One Gated DeltaNet layer's (window, state) of each of several nodes, as the rows of one batch."""
+    if len(rows) == 1:
+        return rows[0]
+    return mx.concatenate([w for w, _ in rows]), mx.concatenate([s for _, s in rows])

@@ -294,7 +294,7 @@ class ServerTiming(_message.Message):
     def __init__(self, deserialize_ns: _Optional[int] = ..., receive_to_start_ns: _Optional[int] = ..., compute_ns: _Optional[int] = ..., compute_to_reply_ns: _Optional[int] = ..., serialize_ns: _Optional[int] = ..., previous_send_ns: _Optional[int] = ..., arrived_at_ns: _Optional[int] = ..., encoded_at_ns: _Optional[int] = ...) -> None: ...
 
 class SessionCounters(_message.Message):
-    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes", "paced_passes", "pace_overruns", "pace_headroom")
+    __slots__ = ("messages_received", "messages_sent", "rounds", "forward_passes", "draft_tokens", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes", "paced_passes", "pace_overruns", "pace_buckets")
     MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
@@ -306,7 +306,7 @@ class SessionCounters(_message.Message):
     SPECULATIVE_PASSES_FIELD_NUMBER: _ClassVar[int]
     PACED_PASSES_FIELD_NUMBER: _ClassVar[int]
     PACE_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
-    PACE_HEADROOM_FIELD_NUMBER: _ClassVar[int]
+    PACE_BUCKETS_FIELD_NUMBER: _ClassVar[int]
     messages_received: int
     messages_sent: int
     rounds: int
@@ -318,8 +318,8 @@ class SessionCounters(_message.Message):
     speculative_passes: int
     paced_passes: int
     pace_overruns: int
-    pace_headroom: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ..., pace_headroom: _Optional[_Iterable[int]] = ...) -> None: ...
+    pace_buckets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., rounds: _Optional[int] = ..., forward_passes: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., prespec_hits: _Optional[int] = ..., prespec_partial: _Optional[int] = ..., prespec_misses: _Optional[int] = ..., speculative_passes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ..., pace_buckets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Speculation(_message.Message):
     __slots__ = ("outcome", "saved_ns", "speculative_passes", "branches")
@@ -414,7 +414,7 @@ class Graph(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[Op, _Mapping]]] = ...) -> None: ...
 
 class TensorCounters(_message.Message):
-    __slots__ = ("messages_received", "messages_sent", "graphs", "ops", "tensor_bytes", "paced_passes", "pace_overruns", "pace_headroom")
+    __slots__ = ("messages_received", "messages_sent", "graphs", "ops", "tensor_bytes", "paced_passes", "pace_overruns", "pace_buckets")
     MESSAGES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_SENT_FIELD_NUMBER: _ClassVar[int]
     GRAPHS_FIELD_NUMBER: _ClassVar[int]
@@ -422,7 +422,7 @@ class TensorCounters(_message.Message):
     TENSOR_BYTES_FIELD_NUMBER: _ClassVar[int]
     PACED_PASSES_FIELD_NUMBER: _ClassVar[int]
     PACE_OVERRUNS_FIELD_NUMBER: _ClassVar[int]
-    PACE_HEADROOM_FIELD_NUMBER: _ClassVar[int]
+    PACE_BUCKETS_FIELD_NUMBER: _ClassVar[int]
     messages_received: int
     messages_sent: int
     graphs: int
@@ -430,8 +430,8 @@ class TensorCounters(_message.Message):
     tensor_bytes: int
     paced_passes: int
     pace_overruns: int
-    pace_headroom: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., graphs: _Optional[int] = ..., ops: _Optional[int] = ..., tensor_bytes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ..., pace_headroom: _Optional[_Iterable[int]] = ...) -> None: ...
+    pace_buckets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, messages_received: _Optional[int] = ..., messages_sent: _Optional[int] = ..., graphs: _Optional[int] = ..., ops: _Optional[int] = ..., tensor_bytes: _Optional[int] = ..., paced_passes: _Optional[int] = ..., pace_overruns: _Optional[int] = ..., pace_buckets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GraphResult(_message.Message):
     __slots__ = ("seq", "tensors", "timing", "counters")

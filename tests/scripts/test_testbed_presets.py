@@ -44,7 +44,8 @@ def test_a_preset_takes_any_number_of_workers_each_paced_as_its_machine() -> Non
 
 
 def test_paced_hosts_are_pinned_the_coordinator_apart_when_cpus_are_few() -> None:
-    assert cpu_sets(3, 2)[0] == ["0", "1", "1"]
-    assert cpu_sets(5, 4)[0] == ["0", "1-3", "1-3", "1-3", "1-3"]
-    assert cpu_sets(5, 16)[0] == ["0-3", "4-6", "7-9", "10-12", "13-15"]
-    assert cpu_sets(3, 1)[0] == ["", "", ""]
+    assert cpu_sets(3, [0, 1])[0] == ["0", "1", "1"]
+    assert cpu_sets(5, [0, 1, 2, 3])[0] == ["0", "1,2,3", "1,2,3", "1,2,3", "1,2,3"]
+    assert cpu_sets(5, range(16))[0] == ["0,1,2,3", "4,5,6", "7,8,9", "10,11,12", "13,14,15"]
+    assert cpu_sets(3, [5, 2])[0] == ["2", "5", "5"]  # the CPUs this process may use, not 0 up
+    assert cpu_sets(3, [0])[0] == ["", "", ""]

@@ -14,6 +14,7 @@ import time
 
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.stream_call import StreamCall
+from specwire.emulation.pace import counted
 from specwire.errors import RemoteWorkerError
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION, timing_from_pb
@@ -35,6 +36,7 @@ class TensorClient:
         self.calls = 0
         self.ops = 0
         self.worker_counters = pb.TensorCounters()
+        self.pace_headroom: list[int] = []  # the worker's paced passes by headroom, over the session
         self._stream: StreamCall | None = None
         self._seq = 0
 
@@ -71,6 +73,7 @@ class TensorClient:
         self.calls += 1
         self.ops += len(ops)
         self.worker_counters = result.counters
+        self.pace_headroom = counted(self.pace_headroom, result.counters.pace_buckets)
         self.records.append(
             CallRecord(
                 kind=kind,
