@@ -33,7 +33,7 @@ LOOPBACK = ["127.0.0.1"]
 
 async def test_discover_lists_worker_with_txt_matching_what_it_serves(tiny_worker: WorkerProcess) -> None:
     worker = tiny_worker
-    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "2", "--json")
+    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "5", "--json")
     assert out.returncode == 0, out.stderr
     listed = {w["name"]: w for w in json.loads(out.stdout)["workers"]}
     assert worker.name in listed
@@ -55,7 +55,7 @@ async def test_discover_lists_worker_with_txt_matching_what_it_serves(tiny_worke
 
 async def test_discover_table_output(tiny_worker: WorkerProcess) -> None:
     worker = tiny_worker
-    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "2")
+    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "5")
     assert out.returncode == 0
     header, *rows = out.stdout.splitlines()
     assert header.split()[:3] == ["NAME", "ADDRESS", "LABEL"]
