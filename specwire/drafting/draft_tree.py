@@ -277,9 +277,9 @@ class DraftTree:
         self.drafter.forward_passes += 1
         self.passes += 1
         if self.recurrent:
-            hold_pass(self.drafter.model, started, len(nodes), self.arena.arrays())
+            hold_pass(self.drafter.model, started, len(nodes), self.arena.latest())
         else:
-            self.drafter.settle(*self.arena.arrays())
+            self.drafter.settle(*self.arena.latest())
         with self._lock:  # the pass is done, as the emulated Mac would have it: its drafts are ready
             self._publish(nodes, slots, first, time.perf_counter_ns() - started_ns)
         return True

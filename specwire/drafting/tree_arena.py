@@ -6,7 +6,8 @@ the tree's root): slot s lies at position ``prefix + s``. A pass feeds its
 nodes as one sequence (tree attention, ``specwire.models.tree_pass``), so
 the cache only ever grows by the pass's nodes, in slot order; no node holds a
 copy of its path. Which slots a node sees is its row of ``ancestors``, a
-boolean matrix over the slots: its parent's row and its own slot.
+boolean matrix over the slots (kept with room to grow, as the node table
+is): its parent's row and its own slot.
 
 A recurrent layer (Qwen3.5's Gated DeltaNet) keeps each expanded node's
 window and state after its path instead: the rows of the batch of the pass
@@ -15,8 +16,9 @@ with one take per chunk, and nothing is concatenated per node.
 
 At a verdict (``keep``) the slots on the path to the new root join the
 prefix, the new root's subtree keeps its slots (renumbered, in order), and
-the rest go: one gather per attention layer, and one per chunk that lost
-rows.
+the rest go: the cache's tail after the prefix is gathered into place
+(``keep_positions``: the prefix does not move), and each chunk that lost
+rows is cut down.
 """
 
 from __future__ import annotations
@@ -41,11 +43,16 @@ class TreeArena:
         self.kv: list[Any] = [None] * layers  # KVCache by attention layer, None for a recurrent layer
         self.prefix = 0  # positions before the root
         self.slots = 0
-        self.ancestors = np.zeros((0, 0), bool)  # [slots, slots]: row s, the slots on s's path
+        self._ancestors = np.zeros((0, 0), bool)  # [capacity, capacity]; the first ``slots`` are in use
         self.prefix_states: dict[int, LayerRows] = {}  # recurrent layers after the prefix
         self._chunks: list[dict[int, LayerRows]] = []  # by chunk: each recurrent layer's rows
         self._chunk_of = np.zeros(0, np.int64)  # by slot
         self._row_of = np.zeros(0, np.int64)  # by slot
+
+    @property
+    def ancestors(self) -> np.ndarray:
+        """[slots, slots]: row s holds the slots on slot s's path, itself included."""
+        return self._ancestors[: self.slots, : self.slots]
 
     @property
     def cached(self) -> int:
@@ -58,7 +65,7 @@ class TreeArena:
         """Hold ``kv`` (a KV cache by layer, None for recurrent ones: the prefix, then ``slots`` slots of
         one path, each after the one before) and, for recurrent layers, each slot's ``states``."""
         self.kv, self.prefix, self.slots = list(kv), prefix, slots
-        self.ancestors = np.tril(np.ones((slots, slots), bool))
+        self._ancestors = np.tril(np.ones((slots, slots), bool))
         self._chunks, self._chunk_of, self._row_of = [], np.zeros(0, np.int64), np.zeros(0, np.int64)
         if self.recurrent and slots:
             chunk = {j: stacked([s[j] for s in states]) for j in self.recurrent}
@@ -102,10 +109,12 @@ class TreeArena:
         nodes = len(visible)
         first = self.slots
         total = first + nodes
-        ancestors = np.zeros((total, total), bool)
-        ancestors[:first, :first] = self.ancestors
-        ancestors[first:, :] = visible[:, self.prefix : self.prefix + total]
-        self.ancestors, self.slots = ancestors, total
+        if total > len(self._ancestors):
+            room = np.zeros((2 * total, 2 * total), bool)
+            room[:first, :first] = self.ancestors
+            self._ancestors = room
+        self._ancestors[first:total, :total] = visible[:, self.prefix : self.prefix + total]
+        self.slots = total
         if self.recurrent:
             self._add_chunk(after, nodes)
         return np.arange(first, total)
@@ -119,7 +128,7 @@ class TreeArena:
         tail = (self.prefix + np.concatenate([path, kept])).tolist()  # ascending: a path before its subtree
         keep_positions([layer for layer in self.kv if layer is not None], self.prefix, tail)
         self.prefix += len(path)
-        self.ancestors = self.ancestors[np.ix_(kept, kept)]
+        self._ancestors = self.ancestors[np.ix_(kept, kept)]
         self.slots = len(kept)
         if self.recurrent:
             self._keep_states(kept)
@@ -137,8 +146,12 @@ class TreeArena:
 
     def arrays(self) -> list[mx.array]:
         """Every array the arena holds (to evaluate)."""
+        return self.latest() + [a for chunk in self._chunks[:-1] for rows in chunk.values() for a in rows]
+
+    def latest(self) -> list[mx.array]:
+        """What the last pass wrote: the KV caches and the newest chunk of recurrent states."""
         out = [a for layer in self.kv if layer is not None and layer.keys is not None for a in layer.state]
-        return out + [a for chunk in self._chunks for rows in chunk.values() for a in rows]
+        return out + [a for rows in (self._chunks[-1].values() if self._chunks else ()) for a in rows]
 
     def _add_chunk(self, rows: dict[int, LayerRows], count: int) -> None:
         self._chunks.append(rows)

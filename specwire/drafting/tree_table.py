@@ -84,9 +84,9 @@ class NodeTable:
             inside[below] = grown
         return inside
 
-    def keep(self, kept: np.ndarray) -> np.ndarray:
+    def keep(self, kept: np.ndarray) -> None:
         """Keep the nodes at the ascending indices ``kept`` (a subtree: the first is its root, which
-        becomes the root); returns each old index's new one (``NONE``: dropped)."""
+        becomes the root), renumbered in order."""
         renumber = np.full(self.size, NONE, np.int64)
         renumber[kept] = np.arange(len(kept))
         for name in ("token", "prob", "depth", "first", "slot", "compute_ns"):
@@ -100,7 +100,6 @@ class NodeTable:
         self.size = n = len(kept)
         edges = zip(self.parent[1:n].tolist(), self.token[1:n].tolist(), strict=True)
         self._child = dict(zip(edges, range(1, n), strict=True))
-        return renumber
 
     def unexpanded(self) -> np.ndarray:
         """Indices of the nodes whose token is known and not yet fed."""
