@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.speculation import PrespecConfig, Speculator
@@ -44,6 +46,11 @@ from worker.checks import check_k, check_open, check_token, check_tree, prespec_
 from worker.hosting import WorkerCounters
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+WINDOWS = 16  # verification windows remembered, to time a tree's passes by
+WINDOW_QUANTILE = 0.25  # of them: the verdict is expected this early
+MIN_WINDOWS = 3  # windows seen before passes are timed by them
+LATE_S = 1e-3  # a pass may end this long after the verdict is expected: the verdict waits for it
 
 
 def _tallied(method: F) -> F:
@@ -136,6 +143,12 @@ class DraftSession:
         self._sent_k = self.k  # drafts the coordinator verified last round (fill: some its own)
         self._pending: Drafting | None = None  # fill: the block being finished in the background
         self._pending_k = 0
+        self._reply_tree: tuple[list[int], list[int]] = ([], [])  # the last tree answered: tokens, parents
+        self._replied_at: float | None = None  # when the latest reply was sent (perf_counter s)
+        self._verifying = False  # whether its Verifying came
+        self._started_after = 0.0  # from the reply to its verification's start (coordinator's drafting), s
+        self._verified: tuple[list[int], list[int]] | None = None  # nodes the coordinator added, to add here
+        self._windows: deque[float] = deque(maxlen=WINDOWS)  # from a reply to the next Round, less that, s
 
     @property
     def speculates(self) -> bool:
@@ -245,7 +258,9 @@ class DraftSession:
             tree = TokenTree(tuple(tokens), tuple(parents)) if tokens else None
             block = DraftBlock(tokens, None, 0, spent, tree=tree, tree_probs=probs)
             ready = tree.depth if tree is not None else 0
+            self._reply_tree = (tokens, parents)
         elif self.tree is not None:
+            self._reply_tree = ([], [])
             drafts, spent = self.tree.ready(msg.appended, msg.k)
             block = DraftBlock(drafts, None, 0, spent)
             ready = len(block.tokens)
@@ -258,6 +273,77 @@ class DraftSession:
         now = time.perf_counter_ns()
         computed = Computed(self._count(block), now, now, outcome, block.compute_ns)
         return Ready(msg, computed, branch, ready)
+
+    def note_reply(self, sent_ns: int) -> None:
+        """A reply was handed to the transport at ``sent_ns``: the next verdict is timed from it."""
+        self._replied_at, self._started_after = sent_ns / 1e9, 0.0
+
+    def note_round(self, arrived_ns: int) -> None:
+        """A Round came off the stream at ``arrived_ns``: one more sample of the window a verification
+        leaves the worker, from its reply to the verdict (less the coordinator's own drafting)."""
+        if self._replied_at is not None:
+            self._windows.append(arrived_ns / 1e9 - self._replied_at - self._started_after)
+        self._replied_at, self._verifying, self._verified = None, False, None
+
+    def check_verifying(self, msg: pb.Verifying) -> None:
+        """Raise ``InvalidArgumentError`` unless ``msg`` names a tree this session may be verified on."""
+        if self.tree is None or not self.fill:
+            raise InvalidArgumentError("Verifying needs a session that drafts a tree and fills")
+        if msg.seq != self.next_seq - 1:
+            raise InvalidArgumentError(f"Verifying of round {msg.seq}; the latest answered is {self.next_seq - 1}")
+        if self._verifying:
+            raise InvalidArgumentError(f"a second Verifying of round {msg.seq}")
+        sent = len(self._reply_tree[0])
+        if msg.reply_nodes > sent:
+            raise InvalidArgumentError(
+                f"Verifying of round {msg.seq}: {msg.reply_nodes} of the reply's nodes; it had {sent}"
+            )
+        if len(msg.tokens) != len(msg.parents):
+            raise InvalidArgumentError(
+                f"Verifying of round {msg.seq}: {len(msg.tokens)} tokens but {len(msg.parents)} parents"
+            )
+        if msg.reply_nodes + len(msg.tokens) > MAX_TREE_NODES:
+            raise InvalidArgumentError(
+                f"Verifying of round {msg.seq}: {msg.reply_nodes + len(msg.tokens)} nodes; "
+                f"a round takes at most {MAX_TREE_NODES}"
+            )
+        for i, parent in enumerate(msg.parents):
+            if not -1 <= parent < msg.reply_nodes + i:
+                raise InvalidArgumentError(
+                    f"Verifying of round {msg.seq}: node {msg.reply_nodes + i}'s parent {parent} "
+                    "is not an earlier node"
+                )
+        if msg.tokens:
+            check_token(self.model, max(msg.tokens), f"Verifying of round {msg.seq} token")
+
+    def verifying(self, msg: pb.Verifying) -> None:
+        """The target verifies ``msg``'s tree: the tree's passes are timed to end by its verdict, and the
+        coordinator's own nodes join the tree at its next pass. Event loop."""
+        self.check_verifying(msg)
+        self._verifying, self._started_after = True, msg.started_after_ns / 1e9
+        if msg.tokens:
+            tokens, parents = self._reply_tree
+            n = msg.reply_nodes
+            self._verified = ([*tokens[:n], *msg.tokens], [*parents[:n], *msg.parents])
+
+    def _pass_fits(self) -> bool:
+        """Whether a tree pass started now would end before the verdict is expected: a pass that ends
+        after it delays the next window's first pass. Always, until a Verifying has come and a few
+        windows were seen."""
+        assert self.tree is not None
+        since = self._replied_at  # set and cleared on the event loop
+        if since is None or len(self._windows) < MIN_WINDOWS:
+            return True
+        window = float(np.quantile(np.array(self._windows), WINDOW_QUANTILE))
+        deadline = since + self._started_after + window + LATE_S
+        return time.perf_counter() + self.tree.pass_estimate() <= deadline
+
+    def pass_ends_within(self, seconds: float) -> bool:
+        """Whether a tree pass is under way and expected to end within ``seconds``. Event loop."""
+        started = self.tree.pass_started if self.tree is not None else None
+        if started is None:
+            return False
+        return started + self.tree.pass_estimate() - time.perf_counter() <= seconds
 
     def _tally(self, ready: int, k: int) -> int:
         """Count a fill-mode answer as a hit (all k ready), partial (some) or miss (none)."""
@@ -326,7 +412,10 @@ class DraftSession:
         Compute thread only.
         """
         if self.tree is not None:
-            if not self.tree.step():
+            verified, self._verified = self._verified, None  # set on the event loop
+            if verified is not None:
+                self.tree.add_known(*verified)
+            if not self._pass_fits() or not self.tree.step():
                 return False
         elif self.speculator is None:
             return False

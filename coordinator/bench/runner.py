@@ -96,7 +96,7 @@ def verify(
         drafted = sum(r.drafted - r.draft.filled + r.draft.trimmed for r in result.rounds)
         asked = sum(1 for r in result.rounds if r.draft.calls)  # the last round may not ask the worker
         counters = {
-            "client_messages_sent": source.sent,
+            "client_messages_sent": source.sent_by_reply,  # by the worker's last reply
             "worker_messages_received": w.messages_received,
             "client_messages_received": source.received,
             "worker_messages_sent": w.messages_sent + 1,
@@ -118,7 +118,7 @@ def verify(
                 "worker_speculative_passes": w.speculative_passes,
             }
         ok = (
-            source.sent == w.messages_received
+            source.sent_by_reply == w.messages_received
             and source.received == w.messages_sent + 1
             and asked == w.rounds
             and drafted == w.draft_tokens

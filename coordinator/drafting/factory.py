@@ -152,7 +152,9 @@ def prespec_for(mode: str, rows: int = 0) -> pb.PreSpeculation | None:
         return None
     if mode == TREE_VERIFY:
         mode = "tree"
-    return pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=rows, fanout=FILL_FANOUT)
+    import os
+    fanout = int(os.environ.get("SPECWIRE_EXP_FANOUT", FILL_FANOUT))
+    return pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=rows, fanout=fanout)
 
 
 @dataclass(frozen=True)

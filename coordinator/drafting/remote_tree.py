@@ -23,6 +23,8 @@ here; a chain reply is verified by rejection sampling as always.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -80,11 +82,29 @@ class RemoteTreeDraftSource:
         self.local.observe(outcome)
         self._last = []
         block = self.remote.propose(k, outcome)
+        came = time.perf_counter_ns()
         if block.tree is not None:
-            return self._sized(block)
+            sized = self._sized(block)
+            self._verifying(len(sized.tokens), came)
+            return sized
         self.filled += 1
-        local = self.local.draft_tree(k)
+        miss = os.environ.get("SPECWIRE_EXP_MISS", "tree")
+        if miss == "ar":
+            local = DraftBlock([], None, 0, 0)
+        else:
+            local = self.local.draft_tree(1 if miss == "tree1" else k)
+        tree = local.tree
+        self._verifying(0, came, tree.tokens if tree else (), tree.parents if tree else ())
         return replace(local, calls=block.calls, speculation=block.speculation, filled=len(local.tokens))
+
+    def _verifying(
+        self, reply_nodes: int, came_ns: int, tokens: Sequence[int] = (), parents: Sequence[int] = ()
+    ) -> None:
+        """Tell the worker what the target verifies now, its reply having come at ``came_ns`` (a source
+        without the message is not told)."""
+        tell = getattr(self.remote, "verifying", None)
+        if tell is not None:
+            tell(reply_nodes, tokens, parents, time.perf_counter_ns() - came_ns)
 
     def _sized(self, block: DraftBlock) -> DraftBlock:
         """The tree's first n nodes (a tree too: each node comes after its parent), n from the curve."""

@@ -72,6 +72,7 @@ class StreamDraftSource:
 
     def _reset(self) -> None:
         self.sent = 0
+        self.sent_by_reply = 0  # messages sent when the latest Drafts came: the worker's count in it
         self.received = 0
         self.rounds_received = 0  # Drafts messages in hand, and the draft tokens they carried
         self.drafts_received = 0
@@ -103,6 +104,20 @@ class StreamDraftSource:
         record = block.calls[0]
         block.calls[0] = replace(record, requested_ns=requested, returned_ns=time.perf_counter_ns())
         return block
+
+    def verifying(
+        self, reply_nodes: int, tokens: Sequence[int] = (), parents: Sequence[int] = (), after_ns: int = 0
+    ) -> None:
+        """Tell the worker what the target now verifies of the latest reply (its first ``reply_nodes``
+        nodes, then ``tokens`` drafted here, each after ``parents[i]``), ``after_ns`` after the reply came;
+        does not wait for an answer."""
+        self.portal.call(self.send_verifying, reply_nodes, list(tokens), list(parents), after_ns)
+
+    async def send_verifying(self, reply_nodes: int, tokens: list[int], parents: list[int], after_ns: int) -> None:
+        msg = pb.Verifying(
+            seq=self._seq, reply_nodes=reply_nodes, tokens=tokens, parents=parents, started_after_ns=after_ns
+        )
+        await self._send(pb.DraftRequest(verifying=msg), f"Verifying of round {self._seq}")
 
     @property
     def seq(self) -> int:
@@ -236,6 +251,7 @@ class StreamDraftSource:
             elif kind == "drafts":
                 self._early[reply.drafts.seq] = (reply.drafts, raw_len, deserialize_ns, read_at, received_at)
                 self.worker_counters = reply.drafts.counters
+                self.sent_by_reply = self.sent  # a Verifying goes only after the Drafts it names
                 self.pace_headroom = counted(self.pace_headroom, reply.drafts.counters.pace_buckets)
                 self.rounds_received += 1
                 self.drafts_received += len(reply.drafts.tokens)

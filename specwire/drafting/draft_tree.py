@@ -41,6 +41,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,6 +61,7 @@ from specwire.models.node_pass import LayerRows, forward_nodes_keeping_states
 from specwire.models.tree_pass import placed
 
 DEFAULT_PASSES = 16  # passes a verdict may be followed by, while no Round comes
+PASS_TIMES = 8  # recent passes whose median predicts the next one's time
 
 
 def tree_batchable(cache: Sequence[Any]) -> bool:
@@ -116,6 +118,8 @@ class DraftTree:
         self.memory = memory or TreeMemory()
         self.memory.join(self)
         self._lock = threading.Lock()
+        self._pass_s: deque[float] = deque(maxlen=PASS_TIMES)  # the recent passes, start to publication
+        self.pass_started: float | None = None  # when the pass under way began (perf_counter s)
 
     @property
     def held(self) -> int:
@@ -246,6 +250,26 @@ class DraftTree:
         with self._lock:
             t.reset(int(appended[-1]))
 
+    def pass_estimate(self) -> float:
+        """Seconds the next pass is expected to take (0 before any): the median of the recent ones."""
+        return float(np.median(np.array(self._pass_s))) if self._pass_s else 0.0
+
+    def add_known(self, tokens: Sequence[int], parents: Sequence[int]) -> None:
+        """A tree being verified (each node after ``parents[i]``: -1 for the root, else an earlier node):
+        its nodes that this tree lacks, under a node it has expanded, join as unexpanded nodes (the
+        coordinator drafted them on a model of its own), each with the smallest share a child of its
+        parent has."""
+        t = self.table
+        index: list[int] = []
+        with self._lock:
+            for token, parent in zip(tokens, parents, strict=True):
+                above = 0 if parent < 0 else index[parent]
+                node = t.child(above, int(token)) if above != NONE else NONE
+                if node == NONE and above != NONE and t.first[above] != NONE:
+                    share = float(t.prob[above]) * (1 - self.rate.alpha) / max(1, self.width)
+                    node = int(t.add(np.array([token]), np.array([above]), np.array([share]))[0])
+                index.append(node)
+
     def step(self) -> bool:
         """One pass over the likeliest known nodes; False when the budget or the tree is spent."""
         if self.passes >= self.budget:
@@ -254,6 +278,7 @@ class DraftTree:
         if not len(nodes):
             return False
         started, started_ns = time.perf_counter(), time.perf_counter_ns()
+        self.pass_started = started
         t = self.table
         parents = t.parent[nodes]
         parent_slots = np.where(parents >= 0, t.slot[np.maximum(parents, 0)], NONE)
@@ -282,6 +307,8 @@ class DraftTree:
             self.drafter.settle(*self.arena.latest())
         with self._lock:  # the pass is done, as the emulated Mac would have it: its drafts are ready
             self._publish(nodes, slots, first, time.perf_counter_ns() - started_ns)
+        self._pass_s.append(time.perf_counter() - started)
+        self.pass_started = None
         return True
 
     def _take(self) -> np.ndarray:

@@ -63,6 +63,11 @@ class ComputeThread:
             with contextlib.suppress(RuntimeError):  # the loop closed while the job ran
                 loop.call_soon_threadsafe(_settle, future, outcome)
 
+    @property
+    def idle(self) -> bool:
+        """Whether no job waits for the thread (a job that runs may use it to go on a while longer)."""
+        return self._jobs.empty()
+
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn`` on the compute thread and await its result.
 

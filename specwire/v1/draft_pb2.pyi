@@ -202,12 +202,14 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., draft_top_k: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class DraftRequest(_message.Message):
-    __slots__ = ("open", "round")
+    __slots__ = ("open", "round", "verifying")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
+    VERIFYING_FIELD_NUMBER: _ClassVar[int]
     open: Open
     round: Round
-    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ...) -> None: ...
+    verifying: Verifying
+    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ..., verifying: _Optional[_Union[Verifying, _Mapping]] = ...) -> None: ...
 
 class Open(_message.Message):
     __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint", "prespec")
@@ -256,6 +258,20 @@ class Round(_message.Message):
     appended: _containers.RepeatedScalarFieldContainer[int]
     tree_nodes: int
     def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ..., appended: _Optional[_Iterable[int]] = ..., tree_nodes: _Optional[int] = ...) -> None: ...
+
+class Verifying(_message.Message):
+    __slots__ = ("seq", "reply_nodes", "tokens", "parents", "started_after_ns")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    REPLY_NODES_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AFTER_NS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    reply_nodes: int
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    parents: _containers.RepeatedScalarFieldContainer[int]
+    started_after_ns: int
+    def __init__(self, seq: _Optional[int] = ..., reply_nodes: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., parents: _Optional[_Iterable[int]] = ..., started_after_ns: _Optional[int] = ...) -> None: ...
 
 class DraftReply(_message.Message):
     __slots__ = ("opened", "drafts")
