@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.speculation import PrespecConfig, Speculator
@@ -290,7 +291,9 @@ class DraftSession:
         if self.tree is None or not self.fill:
             raise InvalidArgumentError("Verifying needs a session that drafts a tree and fills")
         if msg.seq != self.next_seq - 1:
-            raise InvalidArgumentError(f"Verifying of round {msg.seq}; the latest answered is {self.next_seq - 1}")
+            raise InvalidArgumentError(
+                f"Verifying of round {msg.seq}; the latest answered is {self.next_seq - 1}"
+            )
         if self._verifying:
             raise InvalidArgumentError(f"a second Verifying of round {msg.seq}")
         sent = len(self._reply_tree[0])
@@ -340,10 +343,11 @@ class DraftSession:
 
     def pass_ends_within(self, seconds: float) -> bool:
         """Whether a tree pass is under way and expected to end within ``seconds``. Event loop."""
-        started = self.tree.pass_started if self.tree is not None else None
-        if started is None:
+        tree = self.tree
+        started = tree.pass_started if tree is not None else None
+        if tree is None or started is None:
             return False
-        return started + self.tree.pass_estimate() - time.perf_counter() <= seconds
+        return started + tree.pass_estimate() - time.perf_counter() <= seconds
 
     def _tally(self, ready: int, k: int) -> int:
         """Count a fill-mode answer as a hit (all k ready), partial (some) or miss (none)."""

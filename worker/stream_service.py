@@ -156,7 +156,9 @@ class _DraftLoop(StreamLoop):
             return  # the passes under way go on, now timed to end by the verdict
         else:
             if kind != "round":
-                raise InvalidArgumentError("after Open, every message of a session must be a Round or Verifying")
+                raise InvalidArgumentError(
+                    "after Open, every message of a session must be a Round or Verifying"
+                )
             msg = request.round
             if self.session.fill:
                 self.session.note_round(arrived_ns)

@@ -23,7 +23,6 @@ here; a chain reply is verified by rejection sampling as always.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -42,9 +41,14 @@ FIRST_K = 2  # the first round's chain, drafted by the worker on demand while it
 class RemoteTreeDraftSource:
     """A worker's trees, sized to the target's curve, and a local tree when it has none (module docstring)."""
 
-    def __init__(self, remote: DraftSource, draft: LoadedModel, curve: VerifyCurve) -> None:
+    def __init__(
+        self, remote: DraftSource, draft: LoadedModel, curve: VerifyCurve, miss: str = "tree"
+    ) -> None:
         self.remote = remote
         self.curve = curve
+        self.miss = (
+            miss  # a round the worker has nothing for: "ar", the verdict's token alone; "tree", a local tree
+        )
         self.local = LocalTreeDraftSource(draft, curve)
         self.chains = FilledDraftSource(remote, draft)  # T > 0: the worker's chains, filled here
         self.name = f"{remote.name}+tree-verify+local-tree:{draft.spec}"
@@ -88,11 +92,7 @@ class RemoteTreeDraftSource:
             self._verifying(len(sized.tokens), came)
             return sized
         self.filled += 1
-        miss = os.environ.get("SPECWIRE_EXP_MISS", "tree")
-        if miss == "ar":
-            local = DraftBlock([], None, 0, 0)
-        else:
-            local = self.local.draft_tree(1 if miss == "tree1" else k)
+        local = DraftBlock([], None, 0, 0) if self.miss == "ar" else self.local.draft_tree(k)
         tree = local.tree
         self._verifying(0, came, tree.tokens if tree else (), tree.parents if tree else ())
         return replace(local, calls=block.calls, speculation=block.speculation, filled=len(local.tokens))

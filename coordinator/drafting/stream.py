@@ -113,7 +113,9 @@ class StreamDraftSource:
         does not wait for an answer."""
         self.portal.call(self.send_verifying, reply_nodes, list(tokens), list(parents), after_ns)
 
-    async def send_verifying(self, reply_nodes: int, tokens: list[int], parents: list[int], after_ns: int) -> None:
+    async def send_verifying(
+        self, reply_nodes: int, tokens: list[int], parents: list[int], after_ns: int
+    ) -> None:
         msg = pb.Verifying(
             seq=self._seq, reply_nodes=reply_nodes, tokens=tokens, parents=parents, started_after_ns=after_ns
         )

@@ -80,9 +80,10 @@ class RankNode:
 class RankTree:
     """The workers' speculation: nodes by the draft's choice rank, rooted at the verified prefix."""
 
-    def __init__(self, outcomes: Outcomes, horizon: int | None = None) -> None:
+    def __init__(self, outcomes: Outcomes, horizon: int | None = None, width: int = GUESSED) -> None:
         self.horizon = horizon  # the deepest node drafted, from the verified prefix (None: no limit)
-        self.shares = [*rank_shares(outcomes), 0.0]  # beyond the choices a worker drafts after
+        self.width = width  # choices a pass keeps of each node it expands
+        self.shares = [*rank_shares(outcomes, width), 0.0]  # beyond the choices a worker drafts after
         self.root = RankNode(1.0, None, known=True)
         self._order = itertools.count()
         self._frontier: list[tuple[float, int, RankNode]] = []
@@ -119,8 +120,9 @@ class RankTree:
         for node in nodes:
             if not self._live(node):
                 continue  # drafted after a verdict the target did not give
-            for rank in range(1, GUESSED + 1):
-                self._offer(node.child(rank, self.shares))
+            for rank in range(1, self.width + 1):
+                if self.shares[rank] > 0:
+                    self._offer(node.child(rank, self.shares))
 
     def _live(self, node: RankNode) -> bool:
         while node.parent is not None:
@@ -236,17 +238,19 @@ def ceiling(
     )
 
 
-def rank_shares(outcomes: Outcomes) -> list[float]:
-    """P(the target's token is the draft's rank-th choice), ranks 1..``GUESSED`` (index 0 unused)."""
+def rank_shares(outcomes: Outcomes, width: int = GUESSED) -> list[float]:
+    """P(the target's token is the draft's rank-th choice), ranks 1..``width`` (index 0 unused)."""
     alpha = outcomes.alpha
-    return [0.0, alpha] + [(1 - alpha) * outcomes.correction(r) for r in range(2, GUESSED + 1)]
+    return [0.0, alpha] + [(1 - alpha) * outcomes.correction(r) for r in range(2, width + 1)]
 
 
 def target_rank(rng: random.Random, shares: list[float]) -> int:
-    """The target's token at one position, as the draft's choice rank (GUESSED + 1: none guessed)."""
+    """The target's token at one position, as the draft's choice rank among ``shares``' (ranks 1 to
+    ``len(shares) - 2``, then a 0 for the rest); that count + 1: none guessed."""
+    width = len(shares) - 2
     u = rng.random()
-    for rank in range(1, GUESSED + 1):
+    for rank in range(1, width + 1):
         u -= shares[rank]
         if u < 0:
             return rank
-    return GUESSED + 1
+    return width + 1

@@ -4,7 +4,7 @@ Two figures the performance model and pre-speculation live on: the mean
 number of drafts accepted per round at k (the bench's "Mean acc": every
 drafting round, averaged per prompt, then over prompts), and, along the
 target's own greedy output, how often the target's next token is the draft's
-first choice, within its two and within its four most likely tokens
+first choice, within its two, its four and its eight most likely tokens
 (pre-speculation guesses the target's verdicts from the draft's top choices).
 ``scripts/pair_agreement.py`` prints them beside published figures.
 """
@@ -20,7 +20,7 @@ from coordinator.prompts import BUILTIN_PROMPTS, encode_prompt
 from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
 
-TOPS = (1, 2, 4)
+TOPS = (1, 2, 4, 8)
 
 
 def mean_accepted(target: LoadedModel, draft: LoadedModel, k: int, max_tokens: int) -> float:

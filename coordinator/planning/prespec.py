@@ -45,6 +45,8 @@ class Outcomes:
         top1 = self.agreement.get("top1", self.alpha)
         top2 = self.agreement.get("top2", top1)
         top4 = self.agreement.get("top4", top2)
+        if 5 <= j <= 8:  # only where the pair's top-8 agreement was measured
+            return (self.agreement.get("top8", top4) - top4) / 4
         return {1: top1, 2: top2 - top1, 3: (top4 - top2) / 2, 4: (top4 - top2) / 2}.get(j, 0.0)
 
     def accepted(self, a: int, k: int) -> float:

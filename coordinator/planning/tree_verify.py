@@ -37,18 +37,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.planning import profile as planned
-from coordinator.planning.ceiling import GUESSED, RankNode, RankTree, Worker, rank_shares, target_rank
+from coordinator.planning.ceiling import RankNode, RankTree, Worker, rank_shares, target_rank
 from coordinator.planning.prespec import Outcomes
 from specwire.drafting.draft_tree import DEFAULT_PASSES
 from specwire.emulation.profile import Machine, Profile
 
 LOCAL_NODES, LOCAL_WIDTH = 16, 4  # the local tree's defaults (coordinator.drafting.local_tree)
 REPLY_NODES = 64  # the most nodes a worker's tree reply carries (coordinator.drafting.factory)
+TREE_VERIFY_WIDTH = 8  # choices a worker's tree keeps of each node (its session's fanout + 1)
 # The coordinator's own time in a tree round beyond a chain round's (the tree's mask, the cache's
 # compaction, sizing, the walk): 3.1 ms measured on the paced test bed (2026-11-25, 2-core VM, the
 # tiny-draft-specinfer pair: 42.1 ms a local tree round where its passes take 37.9; a chain round 1.1
 # ms over its passes, which the model's chain rows leave out within their error).
 HOST_S = 3.0e-3
+# ... and in a round verifying a worker's tree, which it did not draft: 0.7 ms measured there (2026-11-26,
+# the tiny-draft pair: verification 24.3 ms over the paced 23.6).
+REMOTE_HOST_S = 0.7e-3
+# From a verdict to a worker's first pass after it: the Round's way, the reply, re-rooting the tree (1.0
+# to 1.3 ms measured on the paced test bed, 2026-11-26).
+WORKER_SETTLE_S = 1.2e-3
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class TreeRound:
     tokens: float
     draft_s: float = 0.0  # the target machine's drafting a round (local tree SD)
     local_share: float = 1.0  # rounds whose tree the target machine drafted (a worker had none ready)
+    miss: str = ""  # what such a round verifies: "ar" (the verdict's token alone) or "tree" (a local tree)
 
 
 def best_size(chances: list[float], verify_s: Callable[[int], float], fixed_s: float = 0.0) -> int:
@@ -119,18 +127,24 @@ def remote_tree(
     seed: int = 0,
     reply_nodes: int = REPLY_NODES,
     budget: int = DEFAULT_PASSES,
+    width: int = TREE_VERIFY_WIDTH,
+    miss: str | None = None,
 ) -> TreeRound:
     """``machines`` growing one tree, the target verifying what they have under each verdict (module
-    docstring); rounds they have nothing ready for take a local tree."""
+    docstring); a round they have nothing ready for verifies the verdict's token alone (``miss`` "ar")
+    or a local tree ("tree"); None: as ``miss_shape`` says for the slowest of them."""
     if profile.local_draft is None:
         raise ValueError(f"profile {profile.name} gives the target machine no draft model")
     outcomes = Outcomes(planned.acceptance(profile).profile[0], profile.agreement)
     target = planned.target(profile)
     local, local_shape = _local(profile, k_max)
-    fixed_s = target.engine_s + HOST_S + planned.link(profile).rtt_s + profile.stream_per_round_s
+    fixed_s = target.engine_s + REMOTE_HOST_S + planned.link(profile).rtt_s + profile.stream_per_round_s
     workers = [Worker(m.draft.pass_s, rows) for m in machines if m.draft is not None]
+    if miss is None:
+        slowest = max(w.pass_s(rows) for w in workers)
+        miss = miss_shape(slowest, fixed_s + target.verify_s(1))
     rng = random.Random(seed)
-    tree = RankTree(outcomes)
+    tree = RankTree(outcomes, width=width)
     clocks = [0.0] * len(workers)
     made = [0] * len(workers)  # passes since the last verdict
     passes: list[list[RankNode]] = [[] for _ in workers]
@@ -138,40 +152,66 @@ def remote_tree(
     misses = 0
 
     def run_until(t: float) -> None:
-        """Every pass that ends by ``t``; a worker that made ``budget`` since the verdict waits for one."""
+        """Every pass that ends by the verdict at ``t``: a worker starts none that would end later (it
+        times its passes by the window), nor more than ``budget`` after a verdict; it starts again once
+        it has heard the verdict and re-rooted its tree."""
         while True:
             i = min(range(len(workers)), key=lambda j: clocks[j])
             if clocks[i] > t:
                 return
             tree.expand(passes[i])
-            passes[i] = tree.take(workers[i].rows) if made[i] < budget else []
+            passes[i] = []
+            rows = workers[i].rows
+            if made[i] < budget and clocks[i] + workers[i].pass_s(rows) <= t:
+                passes[i] = tree.take(rows)
             made[i] += 1
-            clocks[i] = clocks[i] + workers[i].pass_s(len(passes[i])) if passes[i] else t + 1e-9
+            if passes[i]:
+                clocks[i] += workers[i].pass_s(len(passes[i]))
+            else:
+                clocks[i] = t + 1e-9  # idle until the verdict
 
     for _ in range(rounds):
         verified = _ready(tree.root, reply_nodes, k_max)
         if verified:
             n = best_size([v.probability for v in verified], target.verify_s, fixed_s)
             verified = verified[:n]
+        elif miss == "ar":  # nothing ready: the verdict's token alone (the worker catches up meanwhile)
+            misses += 1
+            verified = []
         else:  # nothing ready: the target machine drafts its own tree
             misses += 1
-            now += local.draft_s
+            now += local.draft_s + HOST_S - REMOTE_HOST_S
             verified = [_at(tree.root, path, tree.shares) for path in local_shape]
         chosen = {id(v) for v in verified}
         now += fixed_s + target.verify_s(len(verified) + 1)
         run_until(now)
+        clocks = [max(c, now + WORKER_SETTLE_S) for c in clocks]
         node, accepted = tree.root, 0
         while True:
             rank = target_rank(rng, tree.shares)
-            child = node.children.get(rank) if rank <= GUESSED else None
+            child = node.children.get(rank) if rank <= width else None
             if child is None or id(child) not in chosen:
                 break
             node, accepted = child, accepted + 1
-        tree.advance(node.child(rank, tree.shares) if rank <= GUESSED else RankNode(0.0, node))
+        tree.advance(node.child(rank, tree.shares) if rank <= width else RankNode(0.0, node))
         made = [0] * len(workers)
         tokens += accepted + 1
         nodes += len(verified)
-    return TreeRound(tokens / now, nodes / rounds, tokens / rounds, local_share=misses / rounds)
+    return TreeRound(tokens / now, nodes / rounds, tokens / rounds, local_share=misses / rounds, miss=miss)
+
+
+def miss_shape(worker_pass_s: float, ar_round_s: float) -> str:
+    """What a tree-verifying round verifies when the worker has nothing ready under the verdict.
+
+    The verdict's token alone ("ar") when the worker makes two passes within such a round: the first
+    expands the verdict, the second its children, among which the next verdict lands, so the worker
+    is ready again a round later. Otherwise a tree drafted here ("tree"): a worker that cannot catch
+    up in one round would leave every round to a lone token. On the paced test bed (2026-11-26, the
+    M1 Max, 16 rows a pass) the lone token made 72.05 tok/s, a one-level local tree 65.72 and a full
+    local tree 66.97: after a local tree the verdict lands two levels below what the worker expanded,
+    and it misses again.
+    """
+    return "ar" if 2 * worker_pass_s + WORKER_SETTLE_S <= ar_round_s else "tree"
 
 
 def _ready(root: RankNode, most: int, depth: int) -> list[RankNode]:
