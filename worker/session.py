@@ -284,7 +284,7 @@ class DraftSession:
         leaves the worker, from its reply to the verdict (less the coordinator's own drafting)."""
         if self._replied_at is not None:
             self._windows.append(arrived_ns / 1e9 - self._replied_at - self._started_after)
-        self._replied_at, self._verifying, self._verified = None, False, None
+        self._replied_at, self._verified = None, None
 
     def check_verifying(self, msg: pb.Verifying) -> None:
         """Raise ``InvalidArgumentError`` unless ``msg`` names a tree this session may be verified on."""
@@ -480,6 +480,7 @@ class DraftSession:
     def _count(self, block: DraftBlock) -> DraftBlock:
         self._count_passes()
         self.next_seq += 1
+        self._verifying = False  # this reply's Verifying may come
         self.rounds += 1
         self.draft_tokens += len(block.tokens)
         self.totals.draft_tokens += len(block.tokens)

@@ -109,10 +109,12 @@ class Agreement:
     top4: float
     target_logits: np.ndarray = field(repr=False)
     draft_logits: np.ndarray = field(repr=False)
+    top8: float | None = None  # a worker's verified tree keeps eight choices a node
 
     def greedy(self) -> dict[str, float]:
         """The profile's ``agreement`` at T = 0."""
-        return {"top1": self.top1, "top2": self.top2, "top4": self.top4}
+        out = {"top1": self.top1, "top2": self.top2, "top4": self.top4}
+        return out if self.top8 is None else {**out, "top8": self.top8}
 
     def at(self, temperature: float) -> tuple[float, dict[str, float]]:
         """Per-draft acceptance and agreement at ``temperature`` (0: greedy), with the draft's
@@ -147,11 +149,11 @@ def agreement(
         rows.append(np.array(logits))
     t_rows, d_rows = rows
     greedy = t_rows.argmax(axis=-1)
-    ranked = np.argsort(-d_rows, axis=-1)[:, :4]
-    top1, top2, top4 = (
-        float(np.mean([g in r[:j] for g, r in zip(greedy, ranked, strict=True)])) for j in (1, 2, 4)
+    ranked = np.argsort(-d_rows, axis=-1)[:, :8]
+    top1, top2, top4, top8 = (
+        float(np.mean([g in r[:j] for g, r in zip(greedy, ranked, strict=True)])) for j in (1, 2, 4, 8)
     )
-    return Agreement(top1, top2, top4, t_rows, d_rows)
+    return Agreement(top1, top2, top4, t_rows, d_rows, top8)
 
 
 @dataclass(frozen=True)

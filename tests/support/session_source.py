@@ -34,6 +34,7 @@ class SessionSource:
         self.tree_nodes = tree_nodes  # > 0: each Round asks for a tree (a tree session's reply)
         self.totals = WorkerCounters()
         self.outcomes: list[int] = []
+        self.verified: list[pb.Verifying] = []  # every Verifying the coordinator sent
         self._session: DraftSession | None = None
         self._first: DraftBlock | None = None
         self._seq = 0
@@ -79,6 +80,21 @@ class SessionSource:
         self.outcomes.append(computed.outcome)
         self._plan()
         return computed.block
+
+    def verifying(
+        self, reply_nodes: int, tokens: Sequence[int] = (), parents: Sequence[int] = (), after_ns: int = 0
+    ) -> None:
+        """What the target verifies, as a worker's stream service takes it (the session checks it)."""
+        assert self._session is not None
+        msg = pb.Verifying(
+            seq=self._seq,
+            reply_nodes=reply_nodes,
+            tokens=list(tokens),
+            parents=list(parents),
+            started_after_ns=after_ns,
+        )
+        self._session.verifying(msg)
+        self.verified.append(msg)
 
     def _plan(self) -> None:
         assert self._session is not None

@@ -124,8 +124,8 @@ def open_message(
     ).SerializeToString()
 
 
-# Sessions with pre-speculation, fill mode (answers at once, appended required), trees and batched
-# branches too.
+# Sessions with pre-speculation, fill mode (answers at once, appended required), trees (and what is
+# verified of them) and batched branches too.
 prespecs = st.sampled_from(
     [
         None,
@@ -157,14 +157,28 @@ valid_sampling = st.fixed_dictionaries(
 )
 tokens = st.one_of(st.integers(0, 49151), u32)
 rounds = st.builds(
-    lambda seq, acc, tok, k, appended: pb.DraftRequest(
-        round=pb.Round(seq=seq, accepted=acc, token=tok, k=k, appended=appended)
+    lambda seq, acc, tok, k, appended, nodes: pb.DraftRequest(
+        round=pb.Round(seq=seq, accepted=acc, token=tok, k=k, appended=appended, tree_nodes=nodes)
     ).SerializeToString(),
     small,
     small,
     tokens,
     small,
     st.lists(tokens, max_size=6),
+    st.one_of(st.just(0), small, u32),
+)
+# What the target verifies (a tree session's): the reply's first nodes, then the coordinator's own.
+verifyings = st.builds(
+    lambda seq, reply_nodes, drafted, parents, after: pb.DraftRequest(
+        verifying=pb.Verifying(
+            seq=seq, reply_nodes=reply_nodes, tokens=drafted, parents=parents, started_after_ns=after
+        )
+    ).SerializeToString(),
+    small,
+    st.one_of(small, u32),
+    st.lists(tokens, max_size=6),
+    st.lists(st.integers(-(2**31), 2**31 - 1), max_size=6),
+    st.integers(0, 2**64 - 1),
 )
 
 
@@ -181,7 +195,7 @@ def test_draft_stream_random_bytes(fuzzed: Fuzzed, messages: list[bytes]) -> Non
     st.one_of(valid_sampling, sampling_fields),
     st.one_of(st.integers(1, 4), u32),
     st.sampled_from([PROTOCOL_VERSION, 0, 2]),
-    st.lists(rounds, max_size=3),
+    st.lists(st.one_of(rounds, verifyings), max_size=3),
     st.booleans(),
     prespecs,
 )

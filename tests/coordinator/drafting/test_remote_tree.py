@@ -33,18 +33,32 @@ FLAT = VerifyCurve((1, 64), (1.0, 1.0))  # positions are free: every node the wo
 
 
 @pytest.mark.parametrize("budget", [1, 3, 8])
-def test_worker_trees_are_lossless_and_a_worker_with_none_ready_leaves_a_local_tree(budget: int) -> None:
+@pytest.mark.parametrize("miss", ["tree", "ar"])
+def test_worker_trees_are_lossless_and_a_worker_with_none_ready_leaves_a_local_tree_or_a_lone_token(
+    budget: int, miss: str
+) -> None:
     target, draft = disagreeing_pair()
     prompt, params = [2, 5, 1], SamplingParams()
     ar = SpeculativeDecoder(target).generate(prompt, max_tokens=60, k=0, params=params)
     worker = SessionSource(draft, pb.PreSpeculation(**{**_fields(TREE), "budget": budget}), tree_nodes=16)
-    source = RemoteTreeDraftSource(worker, draft, FLAT)
+    source = RemoteTreeDraftSource(worker, draft, FLAT, miss)
     result = SpeculativeDecoder(target, source).generate(prompt, max_tokens=60, k=6, params=params)
-    assert result.tokens == ar.tokens
-    trees = [r for r in result.rounds[1:] if r.draft.tree is not None and not r.draft.filled]
-    local = [r for r in result.rounds[1:] if r.draft.filled]
-    assert len(trees) + len(local) == len(result.rounds) - 1 - (result.rounds[-1].k == 0)
+    assert result.tokens == ar.tokens  # hits, partial hits and misses alike
+    asked = result.rounds[1 : len(result.rounds) - (result.rounds[-1].k == 0)]
+    trees = [r for r in asked if r.draft.tree is not None and not r.draft.filled]
+    local = [r for r in asked if r not in trees]
     assert local and source.filled == len(local)
+    if miss == "ar":  # nothing ready: the verdict's token alone
+        assert all(not r.draft.tokens for r in local)
+    else:
+        assert all(r.draft.filled == len(r.draft.tokens) > 0 for r in local)
+    # The worker was told what each round verified: its own first nodes, or the tree drafted here.
+    assert len(worker.verified) == len(asked)
+    for r, told in zip(asked, worker.verified, strict=True):
+        if r.draft.filled or not r.draft.tokens:
+            assert told.reply_nodes == 0 and list(told.tokens) == list(r.draft.tokens)
+        else:
+            assert told.reply_nodes == len(r.draft.tokens) and not told.tokens
     if budget >= 3:  # a worker that runs ahead serves rounds from its own tree
         assert trees
     if budget >= 8:  # far enough ahead that the target accepts deep into it

@@ -17,6 +17,7 @@ from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
+from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
@@ -53,11 +54,11 @@ async def generate_through(
             harmed_at[0] = time.perf_counter_ns()
 
     access = WorkerAccess(credentials(), ["127.0.0.1"], 3.0, round_timeout)
-    local = target.spec if mode == "tree" else ""  # a tree's rest is drafted on the target itself
+    local = target.spec if mode != "stream" else ""  # a tree's rest is drafted on the target itself
     spec = DraftSpec("remote", local=local, workers=(address,), mode=mode, on_loss=policy)
     async with coordinator_runtime() as runtime, DraftSources(runtime, target, access) as sources:
         opened = await sources.open(spec)
-        source = opened.remote if isinstance(opened, FilledDraftSource) else opened
+        source = opened.remote if isinstance(opened, (FilledDraftSource, RemoteTreeDraftSource)) else opened
         assert isinstance(source, FailoverDraftSource)
         result = await runtime.compute.run(
             SpeculativeDecoder(target, opened).generate,
@@ -102,8 +103,9 @@ async def test_sigkill_fails_over_to_another_worker(
     print(f"failover: next accepted token {recovery_ms(result, killed_at):.0f} ms after SIGKILL")
 
 
+@pytest.mark.parametrize("mode", ["tree", "tree-verify"])
 async def test_sigkill_of_a_prespeculating_worker_fails_over_losslessly(
-    doomed: WorkerProcess, tiny_worker: WorkerProcess, tiny: LoadedModel
+    doomed: WorkerProcess, tiny_worker: WorkerProcess, tiny: LoadedModel, mode: str
 ) -> None:
     result, source, _ = await generate_through(
         doomed.address,
@@ -111,7 +113,7 @@ async def test_sigkill_of_a_prespeculating_worker_fails_over_losslessly(
         "failover",
         KILL_AFTER_TOKENS,
         lambda: os.kill(doomed.pid, signal.SIGKILL),
-        mode="tree",
+        mode=mode,
     )
     assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     assert [loss.worker for loss in source.losses] == [doomed.name]
