@@ -71,8 +71,9 @@ class DraftWorkerServicer:
 
     def Draft(self, request_iterator, context):
         """One generation session. The coordinator's first message is an Open; each
-        later one is a Round. The worker answers an Open with Opened followed by
-        the first Drafts (seq 0), and each Round with the Drafts of the same seq.
+        later one is a Round, or in a tree session a Verifying (not answered).
+        The worker answers an Open with Opened followed by the first Drafts
+        (seq 0), and each Round with the Drafts of the same seq.
         Replies are matched by seq, not by position: a worker may send drafts
         ahead of the request that will use them, and neither side is in lock-step.
         The session and its KV cache end when the stream ends, for any reason.
