@@ -29,10 +29,8 @@ def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecCo
 
 
 def check_tree(drafter: Drafter) -> None:
-    """Raise unless tree pre-speculation can draft for ``drafter``: greedy, over KV caches and recurrent
-    states (``tree_batchable``)."""
-    if not drafter.params.greedy:
-        raise InvalidArgumentError("tree pre-speculation drafts first choices: it needs temperature 0")
+    """Raise unless tree pre-speculation can draft for ``drafter``: over KV caches and recurrent states
+    (``tree_batchable``). At T > 0 its rounds must ask for trees (``DraftSession.check_round``)."""
     if not tree_batchable(drafter.cache):
         raise InvalidArgumentError(
             "tree pre-speculation batches rows of KV caches and recurrent states: this draft model has "

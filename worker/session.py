@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -113,6 +113,7 @@ class DraftSession:
         prespec_defaults: PrespecConfig | None = None,
         pacer: Pacer | None = None,
         memory: TreeMemory | None = None,
+        pass_curve: Sequence[tuple[int, float]] = (),
     ) -> None:
         check_open(model, open_msg)
         self.model = model
@@ -129,6 +130,7 @@ class DraftSession:
         if config is not None and config.tree:
             check_tree(self.drafter)
             self.tree = DraftTree(self.drafter, config, model.context_length, memory)
+            self.tree.curve = tuple(pass_curve)  # the worker's (rows, seconds): a pass sized to the window
         self.speculator = Speculator(self.drafter, config) if config is not None and not config.tree else None
         self.next_seq = 0
         self.rounds = 0
@@ -147,6 +149,7 @@ class DraftSession:
         self._reply_tree: tuple[list[int], list[int]] = ([], [])  # the last tree answered: tokens, parents
         self._replied_at: float | None = None  # when the latest reply was sent (perf_counter s)
         self._verifying = False  # whether its Verifying came
+        self._told = False  # whether the coordinator says what it verifies (then passes are timed)
         self._started_after = 0.0  # from the reply to its verification's start (coordinator's drafting), s
         self._verified: tuple[list[int], list[int]] | None = None  # nodes the coordinator added, to add here
         self._windows: deque[float] = deque(maxlen=WINDOWS)  # from a reply to the next Round, less that, s
@@ -199,6 +202,11 @@ class DraftSession:
         if msg.tree_nodes and (self.tree is None or not self.fill):
             raise InvalidArgumentError(
                 f"round {msg.seq}: tree_nodes needs a session that drafts a tree and fills"
+            )
+        if self.tree is not None and not msg.tree_nodes and not self.drafter.params.greedy:
+            raise InvalidArgumentError(
+                f"round {msg.seq}: a tree session at T > 0 answers trees only (tree_nodes), which the "
+                "target verifies by its own draws; a chain of first choices needs temperature 0"
             )
         if msg.tree_nodes > MAX_TREE_NODES:
             raise InvalidArgumentError(
@@ -324,30 +332,27 @@ class DraftSession:
         coordinator's own nodes join the tree at its next pass. Event loop."""
         self.check_verifying(msg)
         self._verifying, self._started_after = True, msg.started_after_ns / 1e9
+        self._told = True
         if msg.tokens:
             tokens, parents = self._reply_tree
             n = msg.reply_nodes
             self._verified = ([*tokens[:n], *msg.tokens], [*parents[:n], *msg.parents])
 
-    def _pass_fits(self) -> bool:
-        """Whether a tree pass started now would end before the verdict is expected: a pass that ends
-        after it delays the next window's first pass. Always, until a Verifying has come and a few
-        windows were seen."""
+    def _rows_that_fit(self) -> int:
+        """How many rows a tree pass started now may take to end before the verdict is expected (0: no
+        pass): a pass that ends after it delays the next window's first pass. All the tree's rows until
+        the coordinator says what it verifies (``Verifying``) and a few windows were seen."""
         assert self.tree is not None
         since = self._replied_at  # set and cleared on the event loop
-        if since is None or len(self._windows) < MIN_WINDOWS:
-            return True
+        if since is None or not self._told or len(self._windows) < MIN_WINDOWS:
+            return self.tree.rows
         window = float(np.quantile(np.array(self._windows), WINDOW_QUANTILE))
-        deadline = since + self._started_after + window + LATE_S
-        return time.perf_counter() + self.tree.pass_estimate() <= deadline
+        return self.tree.rows_within(since + self._started_after + window + LATE_S - time.perf_counter())
 
     def pass_ends_within(self, seconds: float) -> bool:
         """Whether a tree pass is under way and expected to end within ``seconds``. Event loop."""
-        tree = self.tree
-        started = tree.pass_started if tree is not None else None
-        if tree is None or started is None:
-            return False
-        return started + tree.pass_estimate() - time.perf_counter() <= seconds
+        ends = self.tree.pass_ends if self.tree is not None else None
+        return ends is not None and ends - time.perf_counter() <= seconds
 
     def _tally(self, ready: int, k: int) -> int:
         """Count a fill-mode answer as a hit (all k ready), partial (some) or miss (none)."""
@@ -419,7 +424,8 @@ class DraftSession:
             verified, self._verified = self._verified, None  # set on the event loop
             if verified is not None:
                 self.tree.add_known(*verified)
-            if not self._pass_fits() or not self.tree.step():
+            rows = self._rows_that_fit()
+            if not rows or not self.tree.step(rows):
                 return False
         elif self.speculator is None:
             return False

@@ -215,7 +215,13 @@ class _DraftLoop(StreamLoop):
         service = self.service
         totals = service.host.totals
         session = DraftSession(
-            service.model, msg, totals, service.prespec, service.pacer, service.tree_memory
+            service.model,
+            msg,
+            totals,
+            service.prespec,
+            service.pacer,
+            service.tree_memory,
+            service.host.info.pass_curve,
         )
         self.session = session
         totals.sessions_opened += 1

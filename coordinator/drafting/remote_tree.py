@@ -1,24 +1,32 @@
-"""Remote tree verification: a worker's tree of drafts, checked by the target in one pass.
+"""Remote tree verification: a worker's speculation cache, its entry for the verdict verified in one pass.
 
 A worker in a tree session (``PreSpeculation`` tree and fill) keeps a tree of
 the draft model's likeliest continuations and expands it best first while
-the target verifies (``specwire.drafting.draft_tree``). Each Round here asks
-for that tree under the verdict (``Round.tree_nodes``): the worker answers at
-once with the nodes it has, best first, each with its chance of lying on the
+the target verifies (``specwire.drafting.draft_tree``): a cache keyed on the
+verification's outcome, since a node's chance of lying on the target's path
+is also the chance that the verdict ends there (its parent accepted, it the
+target's token), whatever the target verifies. Each Round here asks for the
+entry under the verdict (``Round.tree_nodes``): the worker answers at once
+with the nodes it has, best first, each with its chance of lying on the
 target's path. The target verifies the first n of them, n chosen so that
 the expected tokens of the round over the target's time for n + 1 positions
-(its measured ``VerifyCurve``) is largest: the whole tree where positions
-are free, a few nodes where each costs a pass. A chain verifies only one
-path of the tree; this verifies every path the worker has ready.
+(its measured ``VerifyCurve``) is largest. As the verification starts, the
+worker is told what it verifies (``Verifying``: its nodes and any drafted
+here, and when), so it times its passes to end by the verdict.
 
-When the worker has nothing ready under the verdict (the target took a path
-it had not expanded), the coordinator's own draft model drafts a tree here
-(``LocalTreeDraftSource``), so a round never waits for the worker's passes.
-That source sees every verdict, so its context stays the target's.
+When the worker has nothing ready under the verdict, the round verifies the
+verdict's token alone (``miss`` "ar"), which a worker that makes two passes
+in such a round turns into an entry for the next verdict; a slower worker
+has a tree drafted here instead ("tree": ``LocalTreeDraftSource``, which sees
+every verdict, so its context stays the target's). ``planning.tree_verify``
+says which.
 
-At T > 0 a worker's tree is not drafted (it holds first choices): the
-session drafts as fill mode does, a chain the worker has ready, and the rest
-here; a chain reply is verified by rejection sampling as always.
+At every temperature the target verifies a tree by its own draws: a node
+is taken where the target's draw is its token, so the output is distributed
+as the target's whatever the tree holds (at T > 0 the worker ranks nodes by
+its distribution at that temperature). The first round's chain is the
+worker's, drafted on demand with its distributions, and verified by
+rejection sampling.
 """
 
 from __future__ import annotations
@@ -28,7 +36,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from coordinator.drafting.base import DraftSource, Outcome
-from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.sampling import SamplingParams
@@ -50,11 +57,9 @@ class RemoteTreeDraftSource:
             miss  # a round the worker has nothing for: "ar", the verdict's token alone; "tree", a local tree
         )
         self.local = LocalTreeDraftSource(draft, curve)
-        self.chains = FilledDraftSource(remote, draft)  # T > 0: the worker's chains, filled here
         self.name = f"{remote.name}+tree-verify+local-tree:{draft.spec}"
         self.filled = 0  # rounds the local draft model drafted, the worker having nothing ready
         self.trimmed = 0  # nodes the worker sent that did not pay to verify
-        self._sampled = False
         self._last: list[int] = []  # the drafts of a chain round (the first), whose verdict names none
 
     @property
@@ -65,18 +70,12 @@ class RemoteTreeDraftSource:
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Open the worker's session (it prefills meanwhile), then prefill the local draft model."""
         self.filled = self.trimmed = 0
-        self._sampled = not params.greedy
-        if self._sampled:
-            self.chains.start(prompt, params, k)
-            return
         self._last = []
         self.remote.start(prompt, params, min(k, FIRST_K))
         self.local.start(prompt, params, k)
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Send the verdict; verify the worker's tree, or one drafted here if it has none ready."""
-        if self._sampled:
-            return self.chains.propose(k, outcome)
         if outcome is None:  # the Open's answer: a short chain the worker drafted on demand
             block = self.remote.propose(min(k, FIRST_K), None)
             self._last = list(block.tokens)
@@ -127,9 +126,6 @@ class RemoteTreeDraftSource:
 
     def close(self) -> None:
         """End the worker's session and drop the local caches."""
-        if self._sampled:
-            self.chains.close()
-            return
         self.local.close()
         self.remote.close()
 

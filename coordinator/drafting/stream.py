@@ -147,10 +147,11 @@ class StreamDraftSource:
     async def open_session(self, prompt: list[int], params: SamplingParams, k: int) -> None:
         self._reset()
         self._open_k = k
-        self._tree_nodes = self.tree_nodes if params.greedy else 0  # a worker's tree drafts first choices
+        self._tree_nodes = self.tree_nodes  # trees are verified by the target's draws at any temperature
         self._stream = StreamCall(self.connection, DRAFT_METHOD, self.round_timeout)
         prespec = self.prespec
-        if prespec is not None and prespec.tree and not params.greedy:  # a tree drafts first choices only
+        if prespec is not None and prespec.tree and not params.greedy and not self.tree_nodes:
+            # a chain of the tree's first choices is greedy: at T > 0 only its trees are asked for
             prespec = pb.PreSpeculation()
             prespec.CopyFrom(self.prespec)
             prespec.tree = False  # a sampled session fills as plain fill mode does

@@ -123,7 +123,7 @@ class Agreement:
             return self.top1, self.greedy()
         params = SamplingParams(temperature=temperature)
         accepted: list[float] = []
-        within: dict[int, list[float]] = {1: [], 2: [], 4: []}
+        within: dict[int, list[float]] = {1: [], 2: [], 4: [], 8: []}
         for t_row, d_row in zip(self.target_logits, self.draft_logits, strict=True):
             p, q = target_distribution(t_row, params), draft_distribution(d_row, params)
             accepted.append(float(np.minimum(p[q.ids], q.probs).sum()))
@@ -229,8 +229,9 @@ class MeasuredSetup:
         link is the slowest worker's (``profile_for`` gives each its own)."""
         a = self.alpha(temperature) if alpha is None else alpha
         agreement = self.agreement.at(temperature)[1] if self.agreement is not None else {}
-        if agreement:
-            agreement = {**agreement, "top1": a}
+        if agreement:  # at T > 0 a tree is verified by the target's draws: their first-choice share too
+            draw1 = {"draw1": agreement["top1"]} if temperature > 0 else {}
+            agreement = {**agreement, "top1": a, **draw1}
         rtt = max((w.link_rtt_s for w in self.workers), default=0.0)
         return Profile(
             name="measured",

@@ -126,8 +126,9 @@ def candidates(
     trees: bool = True,
 ) -> list[Setup]:
     """Every set-up ``profile``'s machines can run in ``modes``: local modes need the target machine's
-    draft model, a tree needs greedy decoding and a worker not in ``no_tree`` (windowed layers), and
-    tree verification also ``trees`` (the target and the local draft can pass over a tree)."""
+    draft model, a worker's tree a worker not in ``no_tree`` (windowed layers); a chain of its first
+    choices greedy decoding, and tree verification ``trees`` (the target and the local draft can pass
+    over a tree), at any temperature."""
     modes, no_tree = set(modes), set(no_tree)
     has_local = profile.local_draft is not None
     out = [Setup("ar")] if "ar" in modes else []
@@ -139,11 +140,13 @@ def candidates(
         for mode in REMOTE_MODES:
             if mode not in modes or (mode != "stream" and not has_local):
                 continue
-            if mode != "stream" and (not greedy or machine.name in no_tree):
+            if mode != "stream" and machine.name in no_tree:
                 continue
-            if mode == "tree-verify":
+            if mode == "tree-verify":  # verified by the target's draws at T > 0
                 if trees:
                     out.append(Setup(mode, TREE_DEPTH, machine.name))
+                continue
+            if mode == "tree" and not greedy:  # a chain of the tree's first choices
                 continue
             out += [Setup(mode, k, machine.name) for k in (TREE_KS if mode == "tree" else CHAIN_KS)]
     return out

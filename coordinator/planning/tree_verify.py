@@ -70,6 +70,17 @@ class TreeRound:
     miss: str = ""  # what such a round verifies: "ar" (the verdict's token alone) or "tree" (a local tree)
 
 
+def tree_outcomes(profile: Profile) -> Outcomes:
+    """The pair as a tree's verification takes it: a node is accepted where the target's token is its
+    token, so the first choice's share is the pair's acceptance at T = 0, and at T > 0 the chance that
+    the target's draw is the draft's first choice (the agreement's ``draw1``, where measured), not
+    rejection sampling's acceptance."""
+    alpha = profile.agreement.get("draw1", planned.acceptance(profile).profile[0])
+    return Outcomes(
+        alpha, {**profile.agreement, "top1": alpha} if "draw1" in profile.agreement else profile.agreement
+    )
+
+
 def best_size(chances: list[float], verify_s: Callable[[int], float], fixed_s: float = 0.0) -> int:
     """How many of ``chances`` (best first) give the most expected tokens a second, the rule every tree
     is sized by: (1 + their sum) / (``fixed_s`` + a verification over them and the last verified token)."""
@@ -94,7 +105,7 @@ def _local(
     if profile.local_draft is None:
         raise ValueError(f"profile {profile.name} gives the target machine no draft model")
     draft, target = profile.local_draft, planned.target(profile)
-    share = rank_shares(Outcomes(planned.acceptance(profile).profile[0], profile.agreement))
+    share = rank_shares(tree_outcomes(profile))
     level: list[tuple[float, tuple[int, ...]]] = [(share[r], (r,)) for r in range(1, width + 1)]
     grown = list(level)
     draft_s = draft.pass_s(1)
@@ -135,7 +146,7 @@ def remote_tree(
     or a local tree ("tree"); None: as ``miss_shape`` says for the slowest of them."""
     if profile.local_draft is None:
         raise ValueError(f"profile {profile.name} gives the target machine no draft model")
-    outcomes = Outcomes(planned.acceptance(profile).profile[0], profile.agreement)
+    outcomes = tree_outcomes(profile)
     target = planned.target(profile)
     local, local_shape = _local(profile, k_max)
     fixed_s = target.engine_s + REMOTE_HOST_S + planned.link(profile).rtt_s + profile.stream_per_round_s

@@ -61,7 +61,7 @@ from specwire.models.node_pass import LayerRows, forward_nodes_keeping_states
 from specwire.models.tree_pass import placed
 
 DEFAULT_PASSES = 16  # passes a verdict may be followed by, while no Round comes
-PASS_TIMES = 8  # recent passes whose median predicts the next one's time
+PASS_TIMES = 8  # recent passes whose median time beyond the curve predicts the next one's
 
 
 def tree_batchable(cache: Sequence[Any]) -> bool:
@@ -107,6 +107,10 @@ class DraftTree:
         self.config = config
         self.rate = AcceptanceRate()
         self.rows = config.batch
+        temperature = drafter.params.temperature
+        # At T > 0 a node's chances are the draft's sampled distribution's: the target's draws, which
+        # verify a tree there, follow the target's at that temperature.
+        self.inverse_temperature = 1.0 / temperature if temperature > 0 else 1.0
         self.width = config.alternatives  # a node's children: its first choice and ``fanout`` others
         self.budget = config.budget or DEFAULT_PASSES
         self.passes = 0  # since the last verdict
@@ -118,8 +122,9 @@ class DraftTree:
         self.memory = memory or TreeMemory()
         self.memory.join(self)
         self._lock = threading.Lock()
-        self._pass_s: deque[float] = deque(maxlen=PASS_TIMES)  # the recent passes, start to publication
-        self.pass_started: float | None = None  # when the pass under way began (perf_counter s)
+        self._overhead_s: deque[float] = deque(maxlen=PASS_TIMES)  # recent passes' time over the curve's
+        self.curve: tuple[tuple[int, float], ...] = ()  # (rows, seconds) of a pass: the worker's, if known
+        self.pass_ends: float | None = None  # when the pass under way is expected to end (perf_counter s)
 
     @property
     def held(self) -> int:
@@ -250,9 +255,30 @@ class DraftTree:
         with self._lock:
             t.reset(int(appended[-1]))
 
-    def pass_estimate(self) -> float:
-        """Seconds the next pass is expected to take (0 before any): the median of the recent ones."""
-        return float(np.median(np.array(self._pass_s))) if self._pass_s else 0.0
+    def pass_estimate(self, rows: int | None = None) -> float:
+        """Seconds a pass over ``rows`` rows (None: ``self.rows``) is expected to take: the worker's curve
+        there, plus the median of what the recent passes took beyond it (without a curve, their median)."""
+        over = float(np.median(np.array(self._overhead_s))) if self._overhead_s else 0.0
+        return self._curve_s(self.rows if rows is None else rows) + over
+
+    def rows_within(self, seconds: float) -> int:
+        """The most rows, up to ``self.rows``, whose pass is expected to end within ``seconds`` (0: none;
+        without a curve, all of them or none)."""
+        if self.pass_estimate(1) > seconds:
+            return 0
+        low, high = 1, self.rows
+        while low < high:  # the largest that fits: a pass's time grows with its rows
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if self.pass_estimate(mid) <= seconds else (low, mid - 1)
+        return low
+
+    def _curve_s(self, rows: int) -> float:
+        if not self.curve:
+            return 0.0
+        xs, ys = zip(*self.curve, strict=True)
+        if rows > xs[-1]:
+            return ys[-1] * rows / xs[-1]
+        return float(np.interp(rows, xs, ys))
 
     def add_known(self, tokens: Sequence[int], parents: Sequence[int]) -> None:
         """A tree being verified (each node after ``parents[i]``: -1 for the root, else an earlier node):
@@ -270,15 +296,16 @@ class DraftTree:
                     node = int(t.add(np.array([token]), np.array([above]), np.array([share]))[0])
                 index.append(node)
 
-    def step(self) -> bool:
-        """One pass over the likeliest known nodes; False when the budget or the tree is spent."""
+    def step(self, rows: int | None = None) -> bool:
+        """One pass over the likeliest known nodes, at most ``rows`` (None: ``self.rows``) of them; False
+        when the budget or the tree is spent."""
         if self.passes >= self.budget:
             return False
-        nodes = self._take()
+        nodes = self._take(self.rows if rows is None else rows)
         if not len(nodes):
             return False
         started, started_ns = time.perf_counter(), time.perf_counter_ns()
-        self.pass_started = started
+        self.pass_ends = started + self.pass_estimate(len(nodes))
         t = self.table
         parents = t.parent[nodes]
         parent_slots = np.where(parents >= 0, t.slot[np.maximum(parents, 0)], NONE)
@@ -295,7 +322,7 @@ class DraftTree:
         else:
             with placed(self.drafter.model, self.arena.kv, mx.array(positions), mx.array(visible)):
                 logits = self.drafter.batch_pass(mx.array([tokens]), self.arena.kv)
-        ids, probs = top_choices_now(logits[0], self.width)
+        ids, probs = top_choices_now(logits[0] * self.inverse_temperature, self.width)
         slots = self.arena.grow(visible, after)
         with self._lock:  # the children, unseen by readers until their parents are published below
             first = self._add_children(nodes, ids.tolist(), probs.tolist())
@@ -307,17 +334,16 @@ class DraftTree:
             self.drafter.settle(*self.arena.latest())
         with self._lock:  # the pass is done, as the emulated Mac would have it: its drafts are ready
             self._publish(nodes, slots, first, time.perf_counter_ns() - started_ns)
-        self._pass_s.append(time.perf_counter() - started)
-        self.pass_started = None
+        self._overhead_s.append(time.perf_counter() - started - self._curve_s(len(nodes)))
+        self.pass_ends = None
         return True
 
-    def _take(self) -> np.ndarray:
+    def _take(self, rows: int) -> np.ndarray:
         """The likeliest unexpanded nodes, at most ``rows``, and no more than the memory bound and the
         model's context leave room for."""
         t = self.table
         nodes = t.unexpanded()
         nodes = nodes[self.arena.prefix + t.depth[nodes] + 1 < self.context_length]
-        rows = self.rows
         free = self.memory.free()
         if free is not None and self.node_bytes:
             rows = min(rows, free // self.node_bytes)

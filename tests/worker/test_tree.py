@@ -105,9 +105,16 @@ def test_each_round_is_answered_with_the_greedy_drafts_for_its_verdict(
         assert session.misses == ROUNDS
 
 
-def test_a_tree_needs_greedy_fill_mode_and_no_windowed_layers(pair: tuple[LoadedModel, LoadedModel]) -> None:
-    with pytest.raises(InvalidArgumentError, match="needs temperature 0"):
-        _open(pair[1], SamplingParams(temperature=0.8, seed=1))
+def test_a_tree_needs_fill_mode_no_windowed_layers_and_at_t_above_0_answers_trees_only(
+    pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    sampled = _open(pair[1], SamplingParams(temperature=0.8, seed=1))
+    first = sampled.first_drafts().block.tokens
+    chain = pb.Round(seq=1, accepted=len(first), token=5, k=K, appended=[*first, 5])
+    with pytest.raises(InvalidArgumentError, match="answers trees only"):
+        sampled.answer_ready(chain)
+    tree = sampled.answer_ready(pb.Round(**{**_fields(chain), "tree_nodes": 8}))
+    assert tree.computed.block.tree is None or len(tree.computed.block.tree) <= 8
     drafter = Drafter(pair[1].model, SamplingParams())
     drafter.cache[-1] = RotatingKVCache(8)
     with pytest.raises(InvalidArgumentError, match="windowed layers"):
@@ -237,9 +244,18 @@ async def test_a_tree_it_cannot_draft_ends_only_its_session(
         assert pb.DraftReply.FromString(await good.read()).WhichOneof("kind") == "opened"
         first = pb.DraftReply.FromString(await good.read()).drafts
         bad_tree = pb.PreSpeculation(enabled=True, tree=True)
-        for prespec, params, why in [(tree, sampled, "temperature 0"), (bad_tree, None, "it needs fill")]:
+        for prespec, params, why in [
+            (tree, sampled, "answers trees only"),
+            (bad_tree, None, "it needs fill"),
+        ]:
             bad = channel.stream_stream(DRAFT_METHOD)(timeout=60)
             await bad.write(open_request(tiny.fingerprint, [1, 2, 3], K, prespec, params))
+            if params is not None:  # a sampled tree session opens; a chain round is what it refuses
+                assert pb.DraftReply.FromString(await bad.read()).WhichOneof("kind") == "opened"
+                drafts = pb.DraftReply.FromString(await bad.read()).drafts
+                chain = pb.Round(seq=1, accepted=0, token=5, k=K, appended=[5])
+                assert drafts.tokens
+                await bad.write(pb.DraftRequest(round=chain).SerializeToString())
             with anyio.fail_after(30), pytest.raises(grpc.aio.AioRpcError) as err:
                 await bad.read()
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -309,3 +325,7 @@ async def test_a_tree_asked_of_a_session_that_cannot_grow_one_ends_only_that_ses
         reply = pb.DraftReply.FromString(await healthy.read()).drafts
         assert reply.seq == 1 and len(reply.parents) == len(reply.tokens) == len(reply.node_probs) <= 8
         await healthy.done_writing()
+
+
+def _fields(msg: pb.Round) -> dict:
+    return {f.name: getattr(msg, f.name) for f, _ in msg.ListFields()}

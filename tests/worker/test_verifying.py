@@ -110,6 +110,7 @@ def test_the_coordinators_own_nodes_join_the_tree_under_a_node_it_expanded() -> 
 def test_no_pass_starts_that_would_end_after_the_verdict() -> None:
     session = _session()
     _answered(session)
+    session.verifying(pb.Verifying(seq=1))  # told what is verified: the worker times its passes
     for _ in range(2):
         assert session.speculate()  # passes timed, so the tree knows how long one takes
     window_ns = 20_000_000

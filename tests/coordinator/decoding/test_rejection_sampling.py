@@ -11,10 +11,15 @@ reproducible.
 Trees (local tree SD) are checked the same way: three tokens generated with
 trees up to two deep, so that (t1, t2) is accepted down a path, from a
 sibling, or drawn as a correction. The check must fail when the walk
-accepts the tree's likeliest child without the target's draw.
+accepts the tree's likeliest child without the target's draw. A worker's
+speculation cache (its session run in-process, its entries verified as
+trees, the rounds it has nothing for verified as a lone token or a local
+tree) passes and fails the same checks.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -26,7 +31,8 @@ import coordinator.decoding.engine as engine
 import coordinator.decoding.recurrent_tree as recurrent_tree
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
-from coordinator.drafting.local_tree import LocalTreeDraftSource
+from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
+from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from specwire.drafting.sampling import (
     SamplingParams,
     SparseDistribution,
@@ -35,9 +41,12 @@ from specwire.drafting.sampling import (
 )
 from specwire.models import LoadedModel
 from specwire.models.tiny_hybrid import build_tiny_hybrid
+from specwire.v1 import draft_pb2 as pb
+from tests.support.session_source import SessionSource
 from tests.support.tiny_models import as_loaded, tiny_llama
 
 PROMPT = [2, 5, 1]
+FREE = VerifyCurve((1, 64), (1.0, 1.0))  # positions cost nothing: the worker's whole entry is verified
 P_VALUE_FLOOR = 0.001
 RUNS = 1200
 TREE_RUNS = 800  # a tree round costs more; the broken walk fails at half of RUNS already
@@ -62,10 +71,21 @@ def exact_joint(target: LoadedModel, params: SamplingParams) -> np.ndarray:
 
 
 def sd_joint_counts(
-    pair: tuple[LoadedModel, LoadedModel], k: int, runs: int, tree: bool = False, **sampling: float
+    pair: tuple[LoadedModel, LoadedModel],
+    k: int,
+    runs: int,
+    tree: bool = False,
+    worker: str = "",
+    **sampling: float,
 ) -> np.ndarray:
+    """(t1, t2) counts over ``runs`` seeds: local SD, local tree SD (``tree``), or a worker's cache
+    verified as trees (``worker``: the miss shape), the worker's session run in-process."""
     target, draft = pair
-    source = LocalTreeDraftSource(draft, None, nodes=6, width=3) if tree else LocalDraftSource(draft)
+    source: Any = LocalTreeDraftSource(draft, None, nodes=6, width=3) if tree else LocalDraftSource(draft)
+    if worker:
+        prespec = pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=3, fanout=3, budget=2)
+        source = RemoteTreeDraftSource(SessionSource(draft, prespec, tree_nodes=6), draft, FREE, worker)
+        tree = True
     decoder = SpeculativeDecoder(target, source)
     vocab = target.vocab_size
     counts = np.zeros((vocab, vocab))
@@ -155,6 +175,20 @@ def test_hybrid_tree_check_fails_when_each_node_continues_the_previous_tokens_st
     assert chi_square_p(counts, expected) < P_VALUE_FLOOR
 
 
+@pytest.mark.parametrize(
+    ("sampling", "miss"),
+    [({"temperature": 0.7}, "ar"), ({"temperature": 1.0, "top_p": 0.9}, "tree")],
+    ids=["t0.7", "t1-top-p"],
+)
+def test_a_workers_cache_verified_as_trees_is_distributed_as_target(
+    pair: tuple[LoadedModel, LoadedModel], sampling: dict, miss: str
+) -> None:
+    """Through the worker's entries (hits), the first round's sampled chain, and rounds it had nothing
+    for (misses: a lone token, or a local tree)."""
+    counts = sd_joint_counts(pair, 2, TREE_RUNS, worker=miss, **sampling)
+    assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) >= P_VALUE_FLOOR
+
+
 def test_tree_check_fails_when_the_walk_takes_the_likeliest_child_unchecked(
     pair: tuple[LoadedModel, LoadedModel], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,6 +202,8 @@ def test_tree_check_fails_when_the_walk_takes_the_likeliest_child_unchecked(
     monkeypatch.setattr(engine, "accept_tree_sampled", unchecked)
     sampling = {"temperature": 0.7}
     counts = sd_joint_counts(pair, 2, RUNS // 2, tree=True, **sampling)
+    assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) < P_VALUE_FLOOR
+    counts = sd_joint_counts(pair, 2, RUNS // 2, worker="ar", **sampling)  # the worker's cache as well
     assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) < P_VALUE_FLOOR
 
 
