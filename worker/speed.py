@@ -25,7 +25,7 @@ from specwire.drafting.speculation import DEFAULT_FANOUT, TREE_ROWS, PrespecConf
 from specwire.models import LoadedModel
 
 WARMUP_TEXT = "The quick brown fox jumps over the lazy dog."
-CURVE_ROWS = (1, 2, 4, 8, TREE_ROWS, 32, 64)  # a tree pass is sized to the window by it
+CURVE_ROWS = (1, 2, 4, 8, TREE_ROWS)
 PASSES_PER_SIZE = 2
 CURVE_BUDGET_S = 2.0  # sizes after this much measuring are left out (a CPU's wide passes are slow)
 

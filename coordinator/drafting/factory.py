@@ -43,7 +43,7 @@ from coordinator.workers.connection import WorkerConnection, connect, refresh_he
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
-from coordinator.workers.speed import worker_curve, worker_speed
+from coordinator.workers.speed import pass_seconds, worker_speed
 from specwire.drafting.speculation import TREE_ROWS
 from specwire.emulation.profile import STREAM_PER_ROUND_S
 from specwire.errors import (
@@ -436,13 +436,14 @@ class DraftSources:
 
 def _miss_shape(remote: DraftSource, curve: VerifyCurve) -> str:
     """What a tree-verifying round verifies when the worker has nothing ready (``tree_verify.miss_shape``),
-    from the worker's advertised pass at its tree rows and a round verifying one position here (the
-    link's own time left out: a worker that fits only with it is taken not to)."""
+    from the worker's advertised pass at its tree rows (at most 16: it sizes a pass to the window) and a
+    round verifying one position here (the link's own time left out: a worker that fits only with it
+    is taken not to)."""
     stream = getattr(remote, "current", remote)  # a failover source: the worker it drafts on
     connection = getattr(stream, "connection", None)
     if connection is None:
         return "tree"
     prespec = getattr(stream, "prespec", None)
-    rows = prespec.batch if prespec is not None and prespec.batch else TREE_ROWS
+    rows = min(prespec.batch, TREE_ROWS) if prespec is not None and prespec.batch else TREE_ROWS
     round_s = curve.at(1) + REMOTE_HOST_S + STREAM_PER_ROUND_S
-    return miss_shape(worker_curve(connection).pass_s(rows), round_s)
+    return miss_shape(pass_seconds(connection, rows), round_s)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import socket
 
+import numpy as np
+
 from coordinator.planning.measured import WorkerSpeed, fit_curve
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import probe_grpc
@@ -28,6 +30,18 @@ def worker_curve(connection: WorkerConnection) -> PassCurve:
     if points:
         return fit_curve(points)
     return PassCurve(hello.draft_tokens_per_second or 1.0)
+
+
+def pass_seconds(connection: WorkerConnection, rows: int) -> float:
+    """A tree pass over ``rows`` rows as the worker measured it (Hello's points, interpolated; past the
+    last, in proportion to it), else as its draft speed says."""
+    points = sorted((p.rows, p.seconds) for p in connection.hello.pass_curve if p.seconds == p.seconds)
+    if not points:
+        return worker_curve(connection).pass_s(rows)
+    xs, ys = zip(*points, strict=True)
+    if rows > xs[-1]:
+        return ys[-1] * rows / xs[-1]
+    return float(np.interp(rows, xs, ys))
 
 
 async def worker_speed(connection: WorkerConnection) -> WorkerSpeed:
