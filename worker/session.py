@@ -130,7 +130,7 @@ class DraftSession:
         if config is not None and config.tree:
             check_tree(self.drafter)
             self.tree = DraftTree(self.drafter, config, model.context_length, memory)
-            self.tree.curve = tuple(pass_curve)  # the worker's (rows, seconds): a pass sized to the window
+            self.tree.set_curve(pass_curve)  # the worker's (rows, seconds): a pass sized to the window
         self.speculator = Speculator(self.drafter, config) if config is not None and not config.tree else None
         self.next_seq = 0
         self.rounds = 0
@@ -464,9 +464,10 @@ class DraftSession:
         return self._sent_k if self.fill else len(self.drafter.last_drafts)
 
     def _verdict(self, msg: pb.Round) -> None:
-        ahead = self.speculator or self.tree
-        if ahead is not None:
-            ahead.rate.observe(msg.accepted, self._drafted)
+        if self.tree is not None:
+            self.tree.observe(list(msg.appended))
+        elif self.speculator is not None:
+            self.speculator.rate.observe(msg.accepted, self._drafted)
         self.drafter.apply(msg.accepted, msg.token, list(msg.appended))
 
     def _draft_on_demand(self, k: int) -> DraftBlock:

@@ -229,6 +229,18 @@ class DraftTree:
                     break
             return tokens, parents, chances, spent
 
+    def observe(self, appended: Sequence[int]) -> None:
+        """Learn the session's acceptance from a verdict that appends ``appended``: at each node of its
+        path the tree expanded, whether the target's token was the draft's first choice (a tree's
+        verdict may take any child, so accepted over verified would not say)."""
+        t = self.table
+        node = 0
+        for token in appended:
+            if node == NONE or t.first[node] == NONE:
+                return
+            self.rate.observe(int(t.first[node] == token), 1)
+            node = t.child(node, int(token))
+
     def advance(self, appended: Sequence[int]) -> None:
         """The verdict appended ``appended`` to the verified prefix: re-root there, drop the rest.
 
@@ -271,6 +283,14 @@ class DraftTree:
             mid = (low + high + 1) // 2
             low, high = (mid, high) if self.pass_estimate(mid) <= seconds else (low, mid - 1)
         return low
+
+    def set_curve(self, points: Sequence[tuple[int, float]]) -> None:
+        """Time passes by ``points`` ((rows, seconds), as the worker measured them at start), made
+        non-decreasing: no pass costs more than a wider one (a first, cold measurement can)."""
+        envelope: list[tuple[int, float]] = []
+        for rows, seconds in reversed(sorted(points)):
+            envelope.append((rows, min(seconds, envelope[-1][1]) if envelope else seconds))
+        self.curve = tuple(reversed(envelope))
 
     def _curve_s(self, rows: int) -> float:
         if not self.curve:

@@ -122,3 +122,14 @@ def test_no_pass_starts_that_would_end_after_the_verdict() -> None:
     assert not session.speculate()
     session.note_reply(time.perf_counter_ns())  # a whole window ahead: a pass fits
     assert session.speculate()
+
+
+def test_a_pass_is_sized_to_the_time_left_by_the_workers_curve() -> None:
+    session = _session()
+    tree = session.tree
+    assert tree is not None
+    tree.rows = 64
+    tree.set_curve([(1, 0.016), (2, 0.012), (16, 0.012)])  # a cold first point: no narrower pass costs more
+    assert tree.pass_estimate(1) == tree.pass_estimate(16) == 0.012
+    assert tree.rows_within(0.013) == 17  # past the last point, in proportion to it
+    assert tree.rows_within(0.030) == 40 and tree.rows_within(0.011) == 0
