@@ -38,6 +38,10 @@ request 2153: 5.94, 5.74 and 5.96 ms a step at B = 1, 2 and 4).
 ``agreement`` is how often the target's next token is the draft's first
 choice, within its two and within its four most likely (at T = 0, along the
 target's own output): what pre-speculation's branches are guessed from.
+Optional ``top8`` (within its eight: a worker's tree keeps eight choices a
+node) and ``draw1`` (at T > 0, how often the target's draw is the draft's
+first choice: a tree is verified by the target's draws) refine the tree
+predictions where they were measured.
 """
 
 from __future__ import annotations
