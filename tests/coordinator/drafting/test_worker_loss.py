@@ -133,7 +133,10 @@ async def test_sigkill_falls_back_to_autoregressive(doomed: WorkerProcess, tiny:
     print(f"AR fallback: next accepted token {recovery_ms(result, killed_at):.0f} ms after SIGKILL")
 
 
-async def test_stall_hits_the_deadline_and_fails_over(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
+@pytest.mark.parametrize("mode", ["stream", "tree-verify"])
+async def test_stall_hits_the_deadline_and_fails_over(
+    tiny_worker: WorkerProcess, tiny: LoadedModel, mode: str
+) -> None:
     grpc_port, echo_port, relay_port = free_port(), free_port(), free_port()
     args = [
         "--model",
@@ -154,6 +157,7 @@ async def test_stall_hits_the_deadline_and_fails_over(tiny_worker: WorkerProcess
             KILL_AFTER_TOKENS,
             lambda: relay.send_signal(signal.SIGUSR1),  # black hole: nothing passes any more
             round_timeout=3.0,
+            mode=mode,
         )
     assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     (loss,) = source.losses
