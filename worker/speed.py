@@ -22,6 +22,7 @@ from specwire.drafting.draft_tree import DraftTree, tree_batchable
 from specwire.drafting.drafter import Drafter, LanguageModel
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.speculation import DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
+from specwire.emulation.profile import non_decreasing
 from specwire.models import LoadedModel
 
 WARMUP_TEXT = "The quick brown fox jumps over the lazy dog."
@@ -60,7 +61,7 @@ def pass_curve(model: LoadedModel, rows: Sequence[int] = CURVE_ROWS) -> list[tup
         curve.append((n, _tree_pass_s(model.model, _prompt(model), n, model.context_length)))
         if time.perf_counter() - started > CURVE_BUDGET_S:
             break
-    return curve
+    return non_decreasing(curve)
 
 
 def _tree_pass_s(model: LanguageModel, prompt: list[int], rows: int, context_length: int) -> float:

@@ -17,7 +17,7 @@ import numpy as np
 from coordinator.planning.measured import WorkerSpeed, fit_curve
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import probe_grpc
-from specwire.emulation.profile import PassCurve
+from specwire.emulation.profile import PassCurve, non_decreasing
 
 LINK_ECHOES = 20
 LINK_BUDGET_S = 0.5
@@ -28,14 +28,16 @@ def worker_curve(connection: WorkerConnection) -> PassCurve:
     hello = connection.hello
     points = [(p.rows, p.seconds) for p in hello.pass_curve if p.seconds == p.seconds]
     if points:
-        return fit_curve(points)
+        return fit_curve(non_decreasing(points))
     return PassCurve(hello.draft_tokens_per_second or 1.0)
 
 
 def pass_seconds(connection: WorkerConnection, rows: int) -> float:
     """A tree pass over ``rows`` rows as the worker measured it (Hello's points, interpolated; past the
     last, in proportion to it), else as its draft speed says."""
-    points = sorted((p.rows, p.seconds) for p in connection.hello.pass_curve if p.seconds == p.seconds)
+    points = non_decreasing(
+        [(p.rows, p.seconds) for p in connection.hello.pass_curve if p.seconds == p.seconds]
+    )
     if not points:
         return worker_curve(connection).pass_s(rows)
     xs, ys = zip(*points, strict=True)

@@ -57,6 +57,7 @@ from specwire.drafting.speculation import AcceptanceRate, PrespecConfig
 from specwire.drafting.tree_arena import NONE, TreeArena
 from specwire.drafting.tree_table import NodeTable
 from specwire.emulation.pace import hold_pass
+from specwire.emulation.profile import non_decreasing
 from specwire.models.node_pass import LayerRows, forward_nodes_keeping_states
 from specwire.models.tree_pass import placed
 
@@ -287,10 +288,7 @@ class DraftTree:
     def set_curve(self, points: Sequence[tuple[int, float]]) -> None:
         """Time passes by ``points`` ((rows, seconds), as the worker measured them at start), made
         non-decreasing: no pass costs more than a wider one (a first, cold measurement can)."""
-        envelope: list[tuple[int, float]] = []
-        for rows, seconds in reversed(sorted(points)):
-            envelope.append((rows, min(seconds, envelope[-1][1]) if envelope else seconds))
-        self.curve = tuple(reversed(envelope))
+        self.curve = tuple(non_decreasing(points))
 
     def _curve_s(self, rows: int) -> float:
         if not self.curve:

@@ -64,6 +64,16 @@ STREAM_BYTES_PER_ROUND = 87
 DEFAULT_TARGET_MACHINE = "target"
 
 
+def non_decreasing(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Measured (rows, seconds) of passes, smallest first, each no slower than a wider one's: a pass over
+    fewer positions does not cost more, and a cold first measurement can (a paced M1 Max's 1-row pass
+    read 16.4 ms against 12.1 at 16 rows)."""
+    out: list[tuple[int, float]] = []
+    for rows, seconds in sorted(points, reverse=True):
+        out.append((rows, min(seconds, out[-1][1]) if out else seconds))
+    return out[::-1]
+
+
 @dataclass(frozen=True)
 class PassCurve:
     """How long one forward pass of one model takes on one machine, by its shape (module docstring)."""
