@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-import numpy as np
 
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
@@ -45,13 +42,9 @@ from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import MAX_TREE_NODES, sampling_from_pb
 from worker.checks import check_k, check_open, check_token, check_tree, prespec_config
 from worker.hosting import WorkerCounters
+from worker.window import VerdictClock
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-WINDOWS = 16  # verification windows remembered, to time a tree's passes by
-WINDOW_QUANTILE = 0.25  # of them: the verdict is expected this early
-MIN_WINDOWS = 3  # windows seen before passes are timed by them
-LATE_S = 1e-3  # a pass may end this long after the verdict is expected: the verdict waits for it
 
 
 def _tallied(method: F) -> F:
@@ -147,12 +140,9 @@ class DraftSession:
         self._pending: Drafting | None = None  # fill: the block being finished in the background
         self._pending_k = 0
         self._reply_tree: tuple[list[int], list[int]] = ([], [])  # the last tree answered: tokens, parents
-        self._replied_at: float | None = None  # when the latest reply was sent (perf_counter s)
-        self._verifying = False  # whether its Verifying came
-        self._told = False  # whether the coordinator says what it verifies (then passes are timed)
-        self._started_after = 0.0  # from the reply to its verification's start (coordinator's drafting), s
+        self.clock = VerdictClock()  # when the verdict is expected: tree passes are timed by it
+        self._verifying = False  # whether the latest reply's Verifying came
         self._verified: tuple[list[int], list[int]] | None = None  # nodes the coordinator added, to add here
-        self._windows: deque[float] = deque(maxlen=WINDOWS)  # from a reply to the next Round, less that, s
 
     @property
     def speculates(self) -> bool:
@@ -262,6 +252,7 @@ class DraftSession:
         """
         self.check_round(msg)
         branch = None
+        self._reply_tree = ([], [])
         if self.tree is not None and msg.tree_nodes:
             tokens, parents, probs, spent = self.tree.ready_tree(msg.appended, msg.tree_nodes, msg.k)
             tree = TokenTree(tuple(tokens), tuple(parents)) if tokens else None
@@ -270,88 +261,60 @@ class DraftSession:
             self._reply_tree = (tokens, parents)
             # An entry for the verdict is verified as it is, nothing drafted on the critical path: a hit.
             outcome = self._tally(1 if tokens else 0, 1)
-            now = time.perf_counter_ns()
-            return Ready(msg, Computed(self._count(block), now, now, outcome, block.compute_ns), None, ready)
         elif self.tree is not None:
-            self._reply_tree = ([], [])
             drafts, spent = self.tree.ready(msg.appended, msg.k)
             block = DraftBlock(drafts, None, 0, spent)
             ready = len(block.tokens)
+            outcome = self._tally(ready, msg.k)
         else:
             assert self.speculator is not None
             branch = self.speculator.find(msg.accepted, msg.token, list(msg.appended))
             ready = min(msg.k, len(branch.tokens)) if branch is not None else 0
             block = branch.block(ready) if branch is not None else DraftBlock([], None, 0, 0)
-        outcome = self._tally(ready, msg.k)
+            outcome = self._tally(ready, msg.k)
         now = time.perf_counter_ns()
         computed = Computed(self._count(block), now, now, outcome, block.compute_ns)
         return Ready(msg, computed, branch, ready)
 
-    def note_reply(self, sent_ns: int) -> None:
-        """A reply was handed to the transport at ``sent_ns``: the next verdict is timed from it."""
-        self._replied_at, self._started_after = sent_ns / 1e9, 0.0
-
     def note_round(self, arrived_ns: int) -> None:
-        """A Round came off the stream at ``arrived_ns``: one more sample of the window a verification
-        leaves the worker, from its reply to the verdict (less the coordinator's own drafting)."""
-        if self._replied_at is not None:
-            self._windows.append(arrived_ns / 1e9 - self._replied_at - self._started_after)
-        self._replied_at, self._verified = None, None
-
-    def check_verifying(self, msg: pb.Verifying) -> None:
-        """Raise ``InvalidArgumentError`` unless ``msg`` names a tree this session may be verified on."""
-        if self.tree is None or not self.fill:
-            raise InvalidArgumentError("Verifying needs a session that drafts a tree and fills")
-        if msg.seq != self.next_seq - 1:
-            raise InvalidArgumentError(
-                f"Verifying of round {msg.seq}; the latest answered is {self.next_seq - 1}"
-            )
-        if self._verifying:
-            raise InvalidArgumentError(f"a second Verifying of round {msg.seq}")
-        sent = len(self._reply_tree[0])
-        if msg.reply_nodes > sent:
-            raise InvalidArgumentError(
-                f"Verifying of round {msg.seq}: {msg.reply_nodes} of the reply's nodes; it had {sent}"
-            )
-        if len(msg.tokens) != len(msg.parents):
-            raise InvalidArgumentError(
-                f"Verifying of round {msg.seq}: {len(msg.tokens)} tokens but {len(msg.parents)} parents"
-            )
-        if msg.reply_nodes + len(msg.tokens) > MAX_TREE_NODES:
-            raise InvalidArgumentError(
-                f"Verifying of round {msg.seq}: {msg.reply_nodes + len(msg.tokens)} nodes; "
-                f"a round takes at most {MAX_TREE_NODES}"
-            )
-        for i, parent in enumerate(msg.parents):
-            if not -1 <= parent < msg.reply_nodes + i:
-                raise InvalidArgumentError(
-                    f"Verifying of round {msg.seq}: node {msg.reply_nodes + i}'s parent {parent} "
-                    "is not an earlier node"
-                )
-        if msg.tokens:
-            check_token(self.model, max(msg.tokens), f"Verifying of round {msg.seq} token")
+        """A Round came off the stream at ``arrived_ns``: the verdict the clock waited for."""
+        self.clock.verdict(arrived_ns)
+        self._verified = None
 
     def verifying(self, msg: pb.Verifying) -> None:
-        """The target verifies ``msg``'s tree: the tree's passes are timed to end by its verdict, and the
-        coordinator's own nodes join the tree at its next pass. Event loop."""
-        self.check_verifying(msg)
-        self._verifying, self._started_after = True, msg.started_after_ns / 1e9
-        self._told = True
+        """The target verifies ``msg``'s tree (the reply's first nodes, then the coordinator's): the
+        tree's passes are timed to end by its verdict, and the coordinator's nodes join the tree at its
+        next pass. ``InvalidArgumentError`` for a tree this session did not send. Event loop."""
+        if self.tree is None or not self.fill:
+            raise InvalidArgumentError("Verifying needs a session that drafts a tree and fills")
+        where = f"Verifying of round {msg.seq}"
+        if msg.seq != self.next_seq - 1:
+            raise InvalidArgumentError(f"{where}; the latest answered is {self.next_seq - 1}")
+        if self._verifying:
+            raise InvalidArgumentError(f"a second {where}")
+        tokens, parents = self._reply_tree
+        if msg.reply_nodes > len(tokens):
+            raise InvalidArgumentError(
+                f"{where}: {msg.reply_nodes} of the reply's nodes; it had {len(tokens)}"
+            )
+        n = msg.reply_nodes
+        try:
+            verified = TokenTree((*tokens[:n], *msg.tokens), (*parents[:n], *msg.parents))
+            verified.check(self.model.vocab_size, MAX_TREE_NODES, MAX_TREE_NODES)
+        except InvalidArgumentError as err:
+            raise InvalidArgumentError(f"{where}: {err}") from err
+        self._verifying = True
+        self.clock.verifying(msg.started_after_ns)
         if msg.tokens:
-            tokens, parents = self._reply_tree
-            n = msg.reply_nodes
-            self._verified = ([*tokens[:n], *msg.tokens], [*parents[:n], *msg.parents])
+            self._verified = (list(verified.tokens), list(verified.parents))
 
     def _rows_that_fit(self) -> int:
-        """How many rows a tree pass started now may take to end before the verdict is expected (0: no
-        pass): a pass that ends after it delays the next window's first pass. All the tree's rows until
-        the coordinator says what it verifies (``Verifying``) and a few windows were seen."""
+        """How many rows a tree pass started now may take to end by the expected verdict (0: no pass)."""
         assert self.tree is not None
-        since = self._replied_at  # set and cleared on the event loop
-        if since is None or not self._told or len(self._windows) < MIN_WINDOWS:
+        deadline = self.clock.deadline()
+        if deadline is None:
             return self.tree.rows
-        window = float(np.quantile(np.array(self._windows), WINDOW_QUANTILE))
-        return self.tree.rows_within(since + self._started_after + window + LATE_S - time.perf_counter())
+        return self.tree.rows_within(deadline - time.perf_counter())
 
     def pass_ends_within(self, seconds: float) -> bool:
         """Whether a tree pass is under way and expected to end within ``seconds``. Event loop."""

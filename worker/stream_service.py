@@ -38,8 +38,9 @@ from specwire.wire.auth import worker_proof
 from specwire.wire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb, pace_to_pb
 from worker.auth import caller_proof_of
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
-from worker.session import LATE_S, Computed, DraftSession
+from worker.session import Computed, DraftSession
 from worker.status import status_for
+from worker.window import LATE_S
 
 
 class DraftService:
@@ -273,7 +274,7 @@ class _DraftLoop(StreamLoop):
             pb.DraftReply(drafts=msg), lambda timing: pb.DraftReply(drafts=pb.Drafts(timing=timing)), t0
         )
         await self.send(data)
-        s.note_reply(time.perf_counter_ns())
+        s.clock.replied(time.perf_counter_ns())
 
 
 async def _echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:

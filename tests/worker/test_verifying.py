@@ -21,7 +21,8 @@ from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import PROTOCOL_VERSION, sampling_to_pb
 from tests.support.tiny_models import disagreeing_pair
 from worker.hosting import WorkerCounters
-from worker.session import MIN_WINDOWS, DraftSession
+from worker.session import DraftSession
+from worker.window import MIN_WINDOWS
 
 PROMPT = [2, 5, 1]
 
@@ -58,8 +59,8 @@ def _answered(session: DraftSession) -> tuple[pb.Round, list[int], list[int]]:
     [
         ({"seq": 0}, "latest answered is 1"),
         ({"reply_nodes": 999}, "it had"),
-        ({"tokens": [3, 4], "parents": [-1]}, "2 tokens but 1 parents"),
-        ({"tokens": [3], "parents": [5]}, "is not an earlier node"),
+        ({"tokens": [3, 4], "parents": [-1]}, "2 tokens, 1 parents"),
+        ({"tokens": [3], "parents": [5]}, "must be an earlier node"),
         ({"tokens": [10**6], "parents": [-1]}, "token"),
     ],
 )
@@ -116,11 +117,11 @@ def test_no_pass_starts_that_would_end_after_the_verdict() -> None:
     window_ns = 20_000_000
     base = time.perf_counter_ns()
     for i in range(MIN_WINDOWS):  # verdicts came 20 ms after each reply
-        session.note_reply(base + i * 2 * window_ns)
+        session.clock.replied(base + i * 2 * window_ns)
         session.note_round(base + i * 2 * window_ns + window_ns)
-    session.note_reply(time.perf_counter_ns() - window_ns - 10**9)  # the verdict is a second overdue
+    session.clock.replied(time.perf_counter_ns() - window_ns - 10**9)  # the verdict is a second overdue
     assert not session.speculate()
-    session.note_reply(time.perf_counter_ns())  # a whole window ahead: a pass fits
+    session.clock.replied(time.perf_counter_ns())  # a whole window ahead: a pass fits
     assert session.speculate()
 
 
