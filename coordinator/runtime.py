@@ -57,6 +57,12 @@ class LoopPortal:
             raise concurrent.futures.CancelledError(f"{getattr(fn, '__qualname__', fn)} was cancelled")
         return task.result()
 
+    def submit(self, fn: Callable[P, Awaitable[None]], *args: P.args, **kwargs: P.kwargs) -> None:
+        """Start ``fn(*args, **kwargs)`` on the loop and return at once (one wake-up of the loop, none
+        of the caller): for work whose outcome the loop itself collects later."""
+        coro = fn(*args, **kwargs)
+        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(coro))  # type: ignore[arg-type]
+
 
 @dataclass
 class Runtime:

@@ -97,12 +97,8 @@ class FailoverDraftSource:
         """Tell the current worker what the target verifies (``StreamDraftSource.verifying``); a worker
         lost meanwhile is found, and recovered from, at the next round."""
         tell = getattr(self.current, "verifying", None)
-        if tell is None:
-            return
-        try:
+        if tell is not None:
             tell(reply_nodes, tokens, parents, after_ns)
-        except RemoteWorkerError as err:
-            log.info("could not tell %s what is verified: %s", self.name, err)
 
     def _start_current(self, k: int) -> None:
         """Open a session on the current source with the accepted context, recovering from losses."""

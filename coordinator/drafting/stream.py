@@ -16,6 +16,8 @@ worker's counters.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -83,6 +85,7 @@ class StreamDraftSource:
         self._open_k = 0
         self._tree_nodes = 0
         self._early: dict[int, tuple[pb.Drafts, int, int, int, int]] = {}
+        self._verifying: asyncio.Future[tuple[int, int, int, int]] | None = None  # a Verifying being written
         self._open_record: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @property
@@ -109,9 +112,10 @@ class StreamDraftSource:
         self, reply_nodes: int, tokens: Sequence[int] = (), parents: Sequence[int] = (), after_ns: int = 0
     ) -> None:
         """Tell the worker what the target now verifies of the latest reply (its first ``reply_nodes``
-        nodes, then ``tokens`` drafted here, each after ``parents[i]``), ``after_ns`` after the reply came;
-        does not wait for an answer."""
-        self.portal.call(self.send_verifying, reply_nodes, list(tokens), list(parents), after_ns)
+        nodes, then ``tokens`` drafted here, each after ``parents[i]``), ``after_ns`` after the reply came.
+        Returns at once: the verification starts without waiting for the loop, and the next round's
+        exchange collects the write (and its error, if the worker is gone) before sending."""
+        self.portal.submit(self.send_verifying, reply_nodes, list(tokens), list(parents), after_ns)
 
     async def send_verifying(
         self, reply_nodes: int, tokens: list[int], parents: list[int], after_ns: int
@@ -119,7 +123,15 @@ class StreamDraftSource:
         msg = pb.Verifying(
             seq=self._seq, reply_nodes=reply_nodes, tokens=tokens, parents=parents, started_after_ns=after_ns
         )
-        await self._send(pb.DraftRequest(verifying=msg), f"Verifying of round {self._seq}")
+        self._verifying = asyncio.ensure_future(
+            self._send(pb.DraftRequest(verifying=msg), f"Verifying of round {self._seq}")
+        )
+
+    async def _sent_verifying(self) -> None:
+        """Wait for the latest Verifying's write, raising its error."""
+        pending, self._verifying = self._verifying, None
+        if pending is not None:
+            await pending
 
     @property
     def seq(self) -> int:
@@ -140,6 +152,9 @@ class StreamDraftSource:
 
     async def cancel_session(self) -> None:
         """Drop the session at once (event loop)."""
+        pending, self._verifying = self._verifying, None
+        if pending is not None:
+            pending.cancel()
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.cancel()
@@ -178,6 +193,7 @@ class StreamDraftSource:
                 )
             seq, sent = 0, self._open_record
         else:
+            await self._sent_verifying()  # the stream takes one write at a time, in order
             self._seq += 1
             seq = self._seq
             round_msg = pb.Round(
@@ -269,6 +285,8 @@ class StreamDraftSource:
         return parsed
 
     async def close_session(self) -> None:
+        with contextlib.suppress(RemoteWorkerError):  # a worker gone since is found by the close
+            await self._sent_verifying()
         stream, self._stream = self._stream, None
         if stream is not None:
             await stream.close()

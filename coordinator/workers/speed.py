@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import socket
 
-import numpy as np
-
 from coordinator.planning.measured import WorkerSpeed, fit_curve
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import probe_grpc
-from specwire.emulation.profile import PassCurve, non_decreasing
+from specwire.emulation.profile import PassCurve, measured_pass_s, non_decreasing
 
 LINK_ECHOES = 20
 LINK_BUDGET_S = 0.5
@@ -33,17 +31,12 @@ def worker_curve(connection: WorkerConnection) -> PassCurve:
 
 
 def pass_seconds(connection: WorkerConnection, rows: int) -> float:
-    """A tree pass over ``rows`` rows as the worker measured it (Hello's points, interpolated; past the
-    last, in proportion to it), else as its draft speed says."""
+    """A tree pass over ``rows`` rows as the worker measured it (Hello's points), else as its draft
+    speed says."""
     points = non_decreasing(
         [(p.rows, p.seconds) for p in connection.hello.pass_curve if p.seconds == p.seconds]
     )
-    if not points:
-        return worker_curve(connection).pass_s(rows)
-    xs, ys = zip(*points, strict=True)
-    if rows > xs[-1]:
-        return ys[-1] * rows / xs[-1]
-    return float(np.interp(rows, xs, ys))
+    return measured_pass_s(points, rows) if points else worker_curve(connection).pass_s(rows)
 
 
 async def worker_speed(connection: WorkerConnection) -> WorkerSpeed:

@@ -57,7 +57,7 @@ from specwire.drafting.speculation import AcceptanceRate, PrespecConfig
 from specwire.drafting.tree_arena import NONE, TreeArena
 from specwire.drafting.tree_table import NodeTable
 from specwire.emulation.pace import hold_pass
-from specwire.emulation.profile import non_decreasing
+from specwire.emulation.profile import measured_pass_s, non_decreasing
 from specwire.models.node_pass import LayerRows, forward_nodes_keeping_states
 from specwire.models.tree_pass import placed
 
@@ -271,32 +271,28 @@ class DraftTree:
     def pass_estimate(self, rows: int | None = None) -> float:
         """Seconds a pass over ``rows`` rows (None: ``self.rows``) is expected to take: the worker's curve
         there, plus the median of what the recent passes took beyond it (without a curve, their median)."""
-        over = float(np.median(np.array(self._overhead_s))) if self._overhead_s else 0.0
-        return self._curve_s(self.rows if rows is None else rows) + over
+        return measured_pass_s(self.curve, self.rows if rows is None else rows) + self._overhead()
+
+    def _overhead(self) -> float:
+        """The median of what the recent passes took beyond the curve (0 before any)."""
+        return float(np.median(np.array(self._overhead_s))) if self._overhead_s else 0.0
 
     def rows_within(self, seconds: float) -> int:
         """The most rows, up to ``self.rows``, whose pass is expected to end within ``seconds`` (0: none;
         without a curve, all of them or none)."""
-        if self.pass_estimate(1) > seconds:
+        budget = seconds - self._overhead()  # what the curve leaves
+        if measured_pass_s(self.curve, 1) > budget:
             return 0
         low, high = 1, self.rows
         while low < high:  # the largest that fits: a pass's time grows with its rows
             mid = (low + high + 1) // 2
-            low, high = (mid, high) if self.pass_estimate(mid) <= seconds else (low, mid - 1)
+            low, high = (mid, high) if measured_pass_s(self.curve, mid) <= budget else (low, mid - 1)
         return low
 
     def set_curve(self, points: Sequence[tuple[int, float]]) -> None:
         """Time passes by ``points`` ((rows, seconds), as the worker measured them at start), made
         non-decreasing: no pass costs more than a wider one (a first, cold measurement can)."""
         self.curve = tuple(non_decreasing(points))
-
-    def _curve_s(self, rows: int) -> float:
-        if not self.curve:
-            return 0.0
-        xs, ys = zip(*self.curve, strict=True)
-        if rows > xs[-1]:
-            return ys[-1] * rows / xs[-1]
-        return float(np.interp(rows, xs, ys))
 
     def add_known(self, tokens: Sequence[int], parents: Sequence[int]) -> None:
         """A tree being verified (each node after ``parents[i]``: -1 for the root, else an earlier node):
@@ -352,7 +348,7 @@ class DraftTree:
             self.drafter.settle(*self.arena.latest())
         with self._lock:  # the pass is done, as the emulated Mac would have it: its drafts are ready
             self._publish(nodes, slots, first, time.perf_counter_ns() - started_ns)
-        self._overhead_s.append(time.perf_counter() - started - self._curve_s(len(nodes)))
+        self._overhead_s.append(time.perf_counter() - started - measured_pass_s(self.curve, len(nodes)))
         self.pass_ends = None
         return True
 

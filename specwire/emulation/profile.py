@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specwire.errors import InvalidArgumentError
 
 # This project's protocol costs, measured on loopback (docs/per-op-baseline.md, docs/protocol.md);
@@ -72,6 +74,17 @@ def non_decreasing(points: Sequence[tuple[int, float]]) -> list[tuple[int, float
     for rows, seconds in sorted(points, reverse=True):
         out.append((rows, min(seconds, out[-1][1]) if out else seconds))
     return out[::-1]
+
+
+def measured_pass_s(points: Sequence[tuple[int, float]], rows: int) -> float:
+    """A pass over ``rows`` rows by measured, non-decreasing ``points`` (smallest first): interpolated,
+    and past the last in proportion to it (0 without points)."""
+    if not points:
+        return 0.0
+    last_rows, last_s = points[-1]
+    if rows > last_rows:
+        return last_s * rows / last_rows
+    return float(np.interp(rows, [r for r, _ in points], [s for _, s in points]))
 
 
 @dataclass(frozen=True)
