@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from google.protobuf.message import Message
+
 from specwire.drafting.sampling import SamplingParams
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import PROTOCOL_VERSION, sampling_to_pb
@@ -30,3 +32,8 @@ def open_request(
 def round_request(seq: int, accepted: int, token: int, k: int) -> bytes:
     """An encoded Round message."""
     return pb.DraftRequest(round=pb.Round(seq=seq, accepted=accepted, token=token, k=k)).SerializeToString()
+
+
+def fields_of(msg: Message) -> dict:
+    """The fields ``msg`` sets, by name: to build a variant of it (``type(msg)(**{**fields_of(msg), ...})``)."""
+    return {f.name: getattr(msg, f.name) for f, _ in msg.ListFields()}

@@ -28,7 +28,7 @@ from specwire.models import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
 from tests.support.credentials import channel as worker_channel
-from tests.support.messages import open_request
+from tests.support.messages import fields_of, open_request
 from tests.support.tiny_models import disagreeing_pair, hybrid_pair
 from tests.support.workers import WorkerProcess
 from worker.checks import check_tree, prespec_config
@@ -113,7 +113,7 @@ def test_a_tree_needs_fill_mode_no_windowed_layers_and_at_t_above_0_answers_tree
     chain = pb.Round(seq=1, accepted=len(first), token=5, k=K, appended=[*first, 5])
     with pytest.raises(InvalidArgumentError, match="answers trees only"):
         sampled.answer_ready(chain)
-    tree = sampled.answer_ready(pb.Round(**{**_fields(chain), "tree_nodes": 8}))
+    tree = sampled.answer_ready(pb.Round(**{**fields_of(chain), "tree_nodes": 8}))
     assert tree.computed.block.tree is None or len(tree.computed.block.tree) <= 8
     drafter = Drafter(pair[1].model, SamplingParams())
     drafter.cache[-1] = RotatingKVCache(8)
@@ -325,7 +325,3 @@ async def test_a_tree_asked_of_a_session_that_cannot_grow_one_ends_only_that_ses
         reply = pb.DraftReply.FromString(await healthy.read()).drafts
         assert reply.seq == 1 and len(reply.parents) == len(reply.tokens) == len(reply.node_probs) <= 8
         await healthy.done_writing()
-
-
-def _fields(msg: pb.Round) -> dict:
-    return {f.name: getattr(msg, f.name) for f, _ in msg.ListFields()}

@@ -23,6 +23,7 @@ from specwire.errors import RemoteWorkerError
 from specwire.models import LoadedModel, load_model
 from specwire.v1 import draft_pb2 as pb
 from tests.support.credentials import credentials
+from tests.support.messages import fields_of
 from tests.support.prompts import PROMPTS
 from tests.support.session_source import SessionSource
 from tests.support.tiny_models import disagreeing_pair
@@ -40,7 +41,7 @@ def test_worker_trees_are_lossless_and_a_worker_with_none_ready_leaves_a_local_t
     target, draft = disagreeing_pair()
     prompt, params = [2, 5, 1], SamplingParams()
     ar = SpeculativeDecoder(target).generate(prompt, max_tokens=60, k=0, params=params)
-    worker = SessionSource(draft, pb.PreSpeculation(**{**_fields(TREE), "budget": budget}), tree_nodes=16)
+    worker = SessionSource(draft, pb.PreSpeculation(**{**fields_of(TREE), "budget": budget}), tree_nodes=16)
     source = RemoteTreeDraftSource(worker, draft, FLAT, miss)
     result = SpeculativeDecoder(target, source).generate(prompt, max_tokens=60, k=6, params=params)
     assert result.tokens == ar.tokens  # hits, partial hits and misses alike
@@ -65,14 +66,10 @@ def test_worker_trees_are_lossless_and_a_worker_with_none_ready_leaves_a_local_t
         assert max(r.accepted for r in trees) >= 2
 
 
-def _fields(msg: pb.PreSpeculation) -> dict:
-    return {f.name: getattr(msg, f.name) for f, _ in msg.ListFields()}
-
-
 def test_a_tree_is_cut_to_what_pays_on_the_verification_curve() -> None:
     target, draft = disagreeing_pair()
     steep = VerifyCurve((1, 2, 64), (1.0, 2.0, 64.0))  # each position a pass: a tree rarely pays
-    worker = SessionSource(draft, pb.PreSpeculation(**{**_fields(TREE), "budget": 8}), tree_nodes=16)
+    worker = SessionSource(draft, pb.PreSpeculation(**{**fields_of(TREE), "budget": 8}), tree_nodes=16)
     source = RemoteTreeDraftSource(worker, draft, steep)
     SpeculativeDecoder(target, source).generate([2, 5, 1], max_tokens=40, k=6, params=SamplingParams())
     assert source.trimmed > 0  # the source counts the nodes it left out
