@@ -35,5 +35,5 @@ def round_request(seq: int, accepted: int, token: int, k: int) -> bytes:
 
 
 def fields_of(msg: Message) -> dict:
-    """The fields ``msg`` sets, by name: to build a variant of it (``type(msg)(**{**fields_of(msg), ...})``)."""
+    """The fields ``msg`` sets, by name: to build a variant of it with a field changed."""
     return {f.name: getattr(msg, f.name) for f, _ in msg.ListFields()}
