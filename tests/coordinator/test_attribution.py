@@ -16,7 +16,10 @@ runs this test's measurement 12 times and prints, per share, the largest
 difference between the two delays that a correct attribution showed. Each
 figure here is that maximum plus half again, rounded up (12 runs, 2026-11-23:
 network 0.07, protocol 0.28, compute 0.68 ms; compute after the longer idle
-gap of the delayed runs is the noisiest). They stay far below the 4 ms the
+gap of the delayed runs is the noisiest). A CI run on a clean clone
+(2026-11-26) then saw compute move by 1.15 ms (1.10 -> 2.25 ms, the worker's
+own timer, so the host's load and not the attribution), so the compute
+figure is that plus half again. They stay below the 4 ms the
 test injects: booking the delay to the protocol share, or dropping it from
 the network share, fails the test by several times its tolerance.
 """
@@ -45,7 +48,7 @@ ADDED_DELAY_MS = 2.0
 REPEATS = 4  # bench runs per delay
 MAX_TOKENS = 48
 RELATIVE = 0.15
-NOISE_MS = {"network": 0.15, "protocol": 0.45, "compute": 1.0}  # measured: 0.07, 0.28, 0.68
+NOISE_MS = {"network": 0.15, "protocol": 0.45, "compute": 1.8}  # measured: 0.07, 0.28, 1.15
 
 
 def summary(size: int, p50_us: float) -> RttSummary:
