@@ -13,6 +13,7 @@ from specwire.drafting.token_tree import TokenTree
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel, load_model
 from tests.support.prompts import PROMPTS
+from tests.support.rounding import assert_lossless
 from tests.support.tiny_models import disagreeing_pair
 
 #      node: 0  1  2  3  4  5
@@ -92,13 +93,14 @@ def test_t0_output_equals_ar_at_every_tree_size(
 @pytest.mark.parametrize(("nodes", "width", "k"), [(4, 2, 3), (16, 4, 6)])
 def test_t0_output_equals_ar_for_a_hybrid_target_verifying_trees(nodes: int, width: int, k: int) -> None:
     # Qwen3.5's layout (Gated DeltaNet and full attention), trees from a llama draft of the same vocabulary.
+    # AR's output exactly on the CPU; a GPU may part from it only at a tie within its rounding.
     target, draft = load_model("tiny-hybrid"), load_model("tiny-draft")
     params = SamplingParams()
     source = LocalTreeDraftSource(draft, None, nodes, width)
     tokens = target.tokenizer.encode(PROMPTS[0])
     ar = SpeculativeDecoder(target).generate(tokens, max_tokens=32, k=0, params=params)
     tree = SpeculativeDecoder(target, source).generate(tokens, max_tokens=32, k=k, params=params)
-    assert tree.tokens == ar.tokens
+    assert_lossless(target, tokens, ar.tokens, tree.tokens)
     assert tree.rollback is not None and tree.rollback.strategy == "states"
     assert max(source.sizes) > 1 and all(r.draft.tree is not None for r in tree.rounds if r.k)
 
