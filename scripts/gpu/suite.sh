@@ -5,15 +5,22 @@
 #
 #   scripts/gpu/suite.sh                  # all four groups
 #   scripts/gpu/suite.sh worker rest      # only these groups
+#   scripts/gpu/suite.sh --resume         # in a later call on the same machine: what the last left undone
 #
 # Each group is cut off after $GPU_GROUP_TIMEOUT seconds (default 540), so that a call of a
-# time-limited runner still brings its logs back.
+# time-limited runner still brings its logs back. Each test's outcome is kept as it ends
+# (scripts/gpu/gpu_progress.py, in $GPU_STATE); --resume runs each group that was cut off again
+# without the tests it finished, and skips those that ran to the end.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 LOG_DIR=${GPU_OUT:-${OUT:-/tmp/specwire-gpu-check}}
 LIMIT=${GPU_GROUP_TIMEOUT:-540}
-mkdir -p "$LOG_DIR"
-export PYTHONPATH="${GPU_SITE:-/tmp/specwire-site}:$PWD" PYTHONUNBUFFERED=1
+STATE=${GPU_STATE:-/tmp/specwire-gpu-state}
+resume=0
+if [ "${1:-}" = "--resume" ]; then resume=1; shift; fi
+[ $resume -eq 1 ] || rm -rf "$STATE"
+mkdir -p "$LOG_DIR" "$STATE"
+export PYTHONPATH="${GPU_SITE:-/tmp/specwire-site}:$PWD:$PWD/scripts/gpu" PYTHONUNBUFFERED=1
 
 group_paths() {
   case "$1" in
@@ -30,17 +37,32 @@ groups=("$@")
 [ ${#groups[@]} -eq 0 ] && groups=(worker drafting commands rest)
 git rev-parse HEAD > "$LOG_DIR/commit.txt" 2>/dev/null || true
 pids=()
+ran=()
+status=0
 for g in "${groups[@]}"; do
   paths=$(group_paths "$g") || exit 2
-  timeout "$LIMIT" unshare -n sh -c "python3 -m tests.support.isolation && exec python3 -m pytest \
-    -p no:cacheprovider -rfEs --tb=short -q --durations=10 --junitxml='$LOG_DIR/gpu-$g.xml' $paths" \
-    > "$LOG_DIR/gpu-$g.log" 2>&1 &
+  if [ -f "$STATE/$g.complete" ]; then
+    echo "$g: ran to the end in an earlier call"
+    continue
+  fi
+  SPECWIRE_GPU_DONE="$STATE/$g.done" timeout "$LIMIT" unshare -n sh -c "python3 -m tests.support.isolation \
+    && exec python3 -m pytest -p no:cacheprovider -p gpu_progress -rfEs --tb=short -q --durations=10 \
+    --junitxml='$LOG_DIR/gpu-$g.xml' $paths" > "$LOG_DIR/gpu-$g.log" 2>&1 &
   pids+=($!)
+  ran+=("$g")
 done
-status=0
 for i in "${!pids[@]}"; do
+  g=${ran[$i]}
   wait "${pids[$i]}"; rc=$?
-  echo "${groups[$i]}: exit $rc; $(tail -n 1 "$LOG_DIR/gpu-${groups[$i]}.log")"
-  [ $rc -eq 0 ] || status=1
+  # 124: cut off by the time limit (--resume goes on); 5: nothing left to run
+  [ $rc -eq 124 ] || touch "$STATE/$g.complete"
+  [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1
+  echo "$g: exit $rc; $(tail -n 1 "$LOG_DIR/gpu-$g.log")"
+done
+for g in "${groups[@]}"; do
+  [ -f "$STATE/$g.done" ] || continue
+  cp "$STATE/$g.done" "$LOG_DIR/gpu-$g.done"
+  echo "$g, every call so far: $(python3 scripts/gpu/gpu_progress.py "$STATE/$g.done")"
+  if grep -v '^passed \|^skipped ' "$STATE/$g.done" | sed "s/^/  $g: /" | grep .; then status=1; fi
 done
 exit $status
