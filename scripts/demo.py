@@ -15,14 +15,8 @@
 Bonjour stays on 127.0.0.1; workers and relays are stopped on the way out,
 whether the bench succeeded, failed or was interrupted. Arguments the demo
 does not take go to the bench (the real-model one; with ``--paced``, the
-paced one).
-
-    python scripts/demo.py                      # the README's `make demo`
-    python scripts/demo.py --max-tokens 200     # the paper's length (the real-model bench)
-    python scripts/demo.py --fast               # the tiny model unpaced: where protocol cost shows
-    python scripts/demo.py --paced --k 2 ...    # the paced part alone, these arguments to its bench
-    python scripts/demo.py --paced --family hybrid   # ... with the pair in Qwen3.5's layout (tiny-hybrid)
-    python scripts/demo.py --paced --machines m1-max,m1-max,m2-pro,m2-pro   # four paced workers
+paced one). ``python scripts/demo.py --help`` gives the options, the time it
+takes and examples (``DESCRIPTION``, ``EPILOG``).
 """
 
 from __future__ import annotations
@@ -272,35 +266,86 @@ def real_part(argv: list[str], fast: bool) -> int:
         stop(processes)
 
 
-def main(argv: list[str]) -> int:
-    """The paced part, then the real-model part (or with --fast, the tiny model alone; with --paced, the
-    paced part alone)."""
+DESCRIPTION = """\
+The README's `make demo`: speculative decoding across Macs, shown on this machine in two parts.
+
+1. The paper's Macs, emulated. Two `worker serve` processes paced as the paper's M1 Max and M2 Pro,
+   each behind a delay relay on 127.0.0.1 (0.15 ms each way), and `coordinator bench` paced as the
+   M2 Ultra, with the tiny model pair. It prints what --draft auto chose against the target alone and
+   local speculative decoding, the table of every backend (stream protocol, trees, the per-op
+   baseline), and the planner's prediction beside every row.
+   Writes demo-paced-bench.json and demo-paced.png.
+2. This machine's real model: two unpaced workers serving the default model (SmolLM2-135M) and
+   `coordinator bench --backend auto,stream,ggml-rpc` at this machine's speed.
+   Writes demo-bench.json and demo-bench.png.
+
+It takes about 6 minutes on a 2-core machine. It needs no root and no network
+beyond 127.0.0.1, and stops its workers and relays on the way out, on success, failure or Ctrl-C."""
+
+EPILOG = """\
+Any other argument goes to a bench: the real-model one, or with --paced the paced one
+(`coordinator bench --help` lists them).
+
+examples:
+  python scripts/demo.py                          # both parts (make demo)
+  python scripts/demo.py --max-tokens 200         # the paper's length, for the real-model bench
+  python scripts/demo.py --fast                   # the tiny model unpaced: where protocol cost shows
+  python scripts/demo.py --paced --k 2            # the paced part alone, --k 2 to its bench
+  python scripts/demo.py --paced --family hybrid  # ... with the pair in Qwen3.5's layout
+  python scripts/demo.py --paced --machines m1-max,m1-max,m2-pro,m2-pro   # four paced workers"""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description and examples as written, and each option's default where it has one to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "default" in (action.help or "") or action.default in (None, False, ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The demo's own options; ``parse_known_args`` leaves the rest for the bench. Prefixes are not
+    taken as options (``allow_abbrev=False``), so a bench flag such as ``--pace`` is not read as
+    ``--paced``."""
     parser = argparse.ArgumentParser(
         prog="demo.py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Any other argument goes to the bench: coordinator bench --help lists them.",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
     )
     part = parser.add_mutually_exclusive_group()
-    part.add_argument("--paced", action="store_true", help="only the paper's Macs, emulated")
-    part.add_argument("--fast", action="store_true", help="only the tiny model, unpaced (protocol cost)")
-    parser.add_argument(
+    part.add_argument("--paced", action="store_true", help="run only part 1, the paper's Macs emulated")
+    part.add_argument(
+        "--fast", action="store_true", help="run only the tiny model, unpaced: where protocol cost shows"
+    )
+    advanced = parser.add_argument_group("advanced")
+    advanced.add_argument(
         "--family",
         choices=sorted(PAIRS),
         default="llama",
-        help="the emulated pair (hybrid: Qwen3.5's layout)",
+        help="the emulated pair of part 1 (hybrid: Qwen3.5's layout)",
     )
-    parser.add_argument(
-        "--device",
-        choices=("cpu", "gpu"),
-        help="where every process's MLX computes ($SPECWIRE_DEVICE); default MLX's own. On a GPU host "
-        "the paced part runs well on CPUs: its passes are held to the profile anyway",
-    )
-    parser.add_argument(
+    advanced.add_argument(
         "--machines",
         default="",
-        help="the paced workers: the paper's drafting machines, repeats allowed (default: m1-max,m2-pro)",
+        help="the paced workers of part 1: the paper's drafting machines, repeats allowed (default: each "
+        "drafting machine of the paper's profile once, m1-max,m2-pro)",
     )
+    advanced.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        help="where every process's MLX computes ($SPECWIRE_DEVICE; default: MLX's own). On a GPU host "
+        "part 1 runs well on CPUs: its passes are held to the profile anyway",
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """The paced part, then the real-model part (or with --fast, the tiny model alone; with --paced, the
+    paced part alone)."""
+    parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.device:
         ENV[DEVICE_ENV] = args.device
