@@ -50,7 +50,7 @@ PACED_BENCH += ["--granularity", "op,token"]
 PACED_BENCH += ["--k", "2", "--local-k", "4"]
 # A row whose pace a busy 2-core machine could not hold is marked NOT HELD and named below, not fatal.
 PACED_BENCH += ["--allow-overruns"]
-FAST_BENCH = ["--target", "tiny", "--draft", "tiny", "--granularity", "op,layer,token,round"]
+FAST_BENCH = ["--target", "tiny", "--local-draft", "tiny", "--granularity", "op,layer,token,round"]
 FAST_BENCH += ["--max-tokens", "64", "--k", "4", "--json", "demo-fast-bench.json"]
 READY_TIMEOUT_S = 300.0
 ENV = {**os.environ, "SPECWIRE_MDNS_INTERFACES": "127.0.0.1"}
@@ -213,7 +213,7 @@ def paced_part(
     target, draft = PAIRS[family]
     suffix = "" if family == "llama" else f"-{family}"
     report = f"demo-paced{suffix}-bench.json"
-    flags = [*PACED_BENCH, "--target", target, "--draft", draft, "--json", report]
+    flags = [*PACED_BENCH, "--target", target, "--local-draft", draft, "--json", report]
     argv = argv or []
     if "--json" in argv[:-1]:  # the bench takes the last --json: the one given here
         report = argv[argv.index("--json") + 1]

@@ -15,6 +15,7 @@ from coordinator.commands.options import (
     add_drafting_arguments,
     add_pace_argument,
     add_rollback_argument,
+    add_target_argument,
     draft_spec,
     pace_of,
     worker_access,
@@ -36,17 +37,12 @@ from specwire.models import LoadedModel, load_model
 
 NAME = "generate"
 HELP = "Generate text from a prompt with speculative decoding, and print tok/s, acceptance and the set-up."
-DEFAULT_TARGET = "default@float32"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``coordinator generate``."""
     p.add_argument("--prompt", help="prompt text (read from stdin when omitted)")
-    p.add_argument(
-        "--target",
-        default=DEFAULT_TARGET,
-        help="target model spec: default, FILE.gguf, DIR or HF id, optionally @float32/@float16",
-    )
+    add_target_argument(p)
     p.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold of the target")

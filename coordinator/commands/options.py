@@ -22,6 +22,7 @@ from specwire.wire.bonjour import mdns_interfaces
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 FALLBACK_DRAFT = "default"
+DEFAULT_TARGET = "default@float32"
 
 
 def add_credential_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,11 +38,40 @@ def add_credential_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-ca", type=Path, help="PEM CA certificate: reach workers over TLS and verify them")
 
 
-def add_interface_argument(p: argparse.ArgumentParser) -> None:
+def add_interface_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The --interface flag: where Bonjour listens."""
     p.add_argument(
         "--interface",
         help="mDNS interfaces: 'all' or comma-separated IPv4 addresses (env SPECWIRE_MDNS_INTERFACES)",
+    )
+
+
+def add_discover_timeout_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The --discover-timeout flag: how long Bonjour answers are waited for."""
+    p.add_argument(
+        "--discover-timeout",
+        type=float,
+        default=DEFAULT_DISCOVER_TIMEOUT_S,
+        help="seconds to wait for workers to answer on Bonjour",
+    )
+
+
+def add_target_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The --target flag: the target model (the same default in every command)."""
+    p.add_argument(
+        "--target",
+        default=DEFAULT_TARGET,
+        help="target model spec: default, FILE.gguf, DIR or HF id, optionally @float32/@float16",
+    )
+
+
+def add_local_draft_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The --local-draft flag: the draft model on this machine (a model spec, never a drafting policy)."""
+    p.add_argument(
+        "--local-draft",
+        metavar="SPEC",
+        default=FALLBACK_DRAFT,
+        help="the draft model on this machine, for local SD, trees and auto ('none': no local drafting)",
     )
 
 
@@ -65,11 +95,7 @@ def add_drafting_arguments(p: argparse.ArgumentParser, k_default: int = 4) -> No
         help="drafts per round for --draft local and remote; for trees, the deepest a round goes (auto "
         "chooses its own k each round)",
     )
-    p.add_argument(
-        "--local-draft",
-        default=FALLBACK_DRAFT,
-        help="the draft model on this machine, for local SD and trees ('none': no local drafting)",
-    )
+    add_local_draft_argument(p)
     p.add_argument(
         "--worker",
         "--workers",
@@ -78,12 +104,7 @@ def add_drafting_arguments(p: argparse.ArgumentParser, k_default: int = 4) -> No
         "compatible one discovered; --draft remote takes the fastest)",
     )
     add_interface_argument(p)
-    p.add_argument(
-        "--discover-timeout",
-        type=float,
-        default=DEFAULT_DISCOVER_TIMEOUT_S,
-        help="seconds to wait for workers to answer on Bonjour",
-    )
+    add_discover_timeout_argument(p)
     add_credential_arguments(p)
     advanced = p.add_argument_group("advanced drafting (auto chooses these itself)")
     advanced.add_argument(

@@ -28,11 +28,14 @@ import anyio
 from coordinator.bench.plot import write_check_plot
 from coordinator.commands.options import (
     add_credential_arguments,
+    add_discover_timeout_argument,
     add_interface_argument,
+    add_local_draft_argument,
+    add_target_argument,
     pace_of,
     worker_access,
 )
-from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, DraftSources, DraftSpec
+from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.planning.against_profile import load_checked
 from coordinator.planning.fit import FITS, emulation_fit
 from coordinator.planning.from_bench import check_bench, unmodelled
@@ -94,15 +97,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --check-bench: a PNG of every row measured, beside the paper's figure and the prediction",
     )
     live = p.add_argument_group("measuring this set-up (no --profile or --from-bench), as --draft auto does")
-    live.add_argument("--target", default="default@float32", help="target model spec")
-    live.add_argument(
-        "--local-draft",
-        "--draft",
-        dest="draft",
-        metavar="SPEC",
-        default="default",
-        help="the draft model on this machine (none: no local drafting)",
-    )
+    add_target_argument(live)
+    add_local_draft_argument(live)
     live.add_argument(
         "--workers",
         "--worker",
@@ -116,12 +112,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         help="per-draft acceptance to plan with (0..1; default: the pair's, measured on a calibration text)",
     )
-    live.add_argument(
-        "--discover-timeout",
-        type=float,
-        default=DEFAULT_DISCOVER_TIMEOUT_S,
-        help="seconds to wait for workers on Bonjour",
-    )
+    add_discover_timeout_argument(live)
     live.add_argument(
         "--pace",
         metavar="PROFILE:MACHINE",
@@ -343,7 +334,7 @@ async def _measure(args: argparse.Namespace) -> Planner:
         if pace is not None:
             target = pace.target_model(target)
         async with DraftSources(runtime, target, access, pace) as sources:
-            local = "" if args.draft == "none" else args.draft
+            local = "" if args.local_draft == "none" else args.local_draft
             planner, _ = await sources.auto(DraftSpec("auto", local=local, workers=selectors))
             return planner
 

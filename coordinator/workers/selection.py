@@ -27,10 +27,8 @@ from specwire.errors import (
     BackendUnavailableError,
     NoWorkerError,
     ProtocolVersionError,
-    UnsupportedModelError,
 )
 from specwire.models import LoadedModel
-from specwire.models.op_counts import block_kinds
 from specwire.models.vocab import ensure_same_vocabulary
 from specwire.wire.bonjour import WorkerAdvert
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM, PROTOCOL_VERSION
@@ -41,6 +39,12 @@ _HOST_PORT = re.compile(r"^\[?[\w.:-]+\]?:\d+$")
 
 def check_worker(connection: WorkerConnection, target: LoadedModel, backend: str) -> None:
     """Raise unless the connected worker can draft for ``target`` over ``backend``."""
+    check_hello(connection, target.fingerprint, target.spec, backend)
+
+
+def check_hello(connection: WorkerConnection, fingerprint: str, target_name: str, backend: str) -> None:
+    """Raise unless the connected worker's Hello says it can draft over ``backend`` for a target of
+    vocabulary ``fingerprint`` (named ``target_name`` in the error): no target weights needed."""
     hello = connection.hello
     if hello.protocol_version != PROTOCOL_VERSION:
         raise ProtocolVersionError(
@@ -49,20 +53,14 @@ def check_worker(connection: WorkerConnection, target: LoadedModel, backend: str
         )
     if backend not in hello.backends:
         why = ""
-        if backend == BACKEND_PER_OP:
-            try:
-                block_kinds(connection.model_config())
-            except (UnsupportedModelError, KeyError, ValueError, TypeError) as err:
-                why = f": {err}"
+        if backend == BACKEND_PER_OP and hello.model.unwalked:
+            why = f": {hello.model.unwalked}"
         raise BackendUnavailableError(
             f"worker {connection.name} does not offer the {backend} backend "
             f"(it offers {', '.join(hello.backends) or 'none'}){why}"
         )
     ensure_same_vocabulary(
-        target.fingerprint,
-        hello.model.fingerprint,
-        target.spec,
-        f"{hello.model.spec} on worker {connection.name}",
+        fingerprint, hello.model.fingerprint, target_name, f"{hello.model.spec} on worker {connection.name}"
     )
 
 

@@ -66,7 +66,7 @@ def paced_preset(
         },
         coordinator_flags=[],
         bench_flags=[
-            *("--pace", f"{profile}:{coordinator.name}", "--target", target, "--draft", draft),
+            *("--pace", f"{profile}:{coordinator.name}", "--target", target, "--local-draft", draft),
             *("--backend", "auto,local-tree,stream,stream+prespec+fill+tree,stream+tree-verify,ggml-rpc"),
             *("--granularity", "op"),
             *("--k", "2", "--local-k", "4", "--max-tokens", "128", "--repeats", "2"),

@@ -163,7 +163,7 @@ def run_bench_through_relay(
             f"127.0.0.1:{relay_port}",
             "--backend",
             "stream",
-            "--draft",
+            "--local-draft",
             "none",
             "--target",
             "tiny",

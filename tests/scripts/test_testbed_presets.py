@@ -21,7 +21,7 @@ def test_the_hybrid_family_runs_the_hybrid_pair_in_the_same_preset_with_its_own_
     topo = Topology.build(["m2-ultra", "m1-max", "m2-pro"], "198.18.77.0/24", "1gbit", 0.15, ["", "", ""])
     llama, hybrid = paced_preset("paper", topo), paced_preset("paper", topo, "hybrid")
     assert (llama.worker_model, _flag(llama.bench_flags, "--target")) == ("tiny-draft", "tiny")
-    assert hybrid.worker_model == _flag(hybrid.bench_flags, "--draft") == "tiny-hybrid-draft"
+    assert hybrid.worker_model == _flag(hybrid.bench_flags, "--local-draft") == "tiny-hybrid-draft"
     assert _flag(hybrid.bench_flags, "--target") == "tiny-hybrid"
     assert hybrid.json == "testbed-paper-hybrid-bench.json" != llama.json
     assert hybrid.after[0][-1] == hybrid.json  # the planner checks this run's report

@@ -67,7 +67,8 @@ def test_the_bench_shows_paced_rows_and_refuses_a_pace_not_held(
     fast = {"name": "impossible", "target_machine": "rocket", "target_tok_s": 1e7, "workers": {"x": 1e7}}
     profile = tmp_path / "impossible.json"
     profile.write_text(json.dumps({**fast, "mean_accepted": 1, "k": 4}))
-    common = ["--workers", paced_worker.address, "--target", "tiny", "--draft", "none", "--max-tokens", "8"]
+    common = ["--workers", paced_worker.address, "--target", "tiny", "--local-draft", "none"]
+    common += ["--max-tokens", "8"]
     common += [
         "--backend",
         "stream",
@@ -99,7 +100,7 @@ def test_the_paper_profile_is_checked_against_a_paced_bench(
     paced_worker: WorkerProcess, tmp_path: Path
 ) -> None:
     bench, plan = tmp_path / "paced.json", tmp_path / "plan.json"
-    flags = ["--workers", paced_worker.address, "--target", "tiny", "--draft", "tiny-draft"]
+    flags = ["--workers", paced_worker.address, "--target", "tiny", "--local-draft", "tiny-draft"]
     flags += ["--max-tokens", "8", "--backend", "stream", "--prompts", str(_one_prompt(tmp_path))]
     out = run_cli("coordinator", "bench", *flags, "--json", str(bench), "--pace", "paper:m2-ultra")
     assert out.returncode in (0, 1), out.stderr  # 1 only if this loaded machine could not hold the pace

@@ -106,7 +106,7 @@ def bench(tiny_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) 
         "op,round",
         "--target",
         "tiny",
-        "--draft",
+        "--local-draft",
         "tiny",
         "--max-tokens",
         "16",
@@ -255,7 +255,7 @@ def test_plan_refuses_a_file_that_is_not_a_bench(tmp_path: Path) -> None:
 def test_plan_measures_this_set_up_and_predicts_what_auto_chooses_from(
     tiny_worker: WorkerProcess, tmp_path: Path
 ) -> None:
-    args = ["plan", "--target", "tiny", "--draft", "tiny", "--workers", tiny_worker.address]
+    args = ["plan", "--target", "tiny", "--local-draft", "tiny", "--workers", tiny_worker.address]
     out = run_cli("coordinator", *args, "--json", str(tmp_path / "plan.json"))
     assert out.returncode == 0, out.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())

@@ -33,7 +33,7 @@ LOOPBACK = ["127.0.0.1"]
 
 async def test_discover_lists_worker_with_txt_matching_what_it_serves(tiny_worker: WorkerProcess) -> None:
     worker = tiny_worker
-    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "5", "--json")
+    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--discover-timeout", "5", "--json")
     assert out.returncode == 0, out.stderr
     listed = {w["name"]: w for w in json.loads(out.stdout)["workers"]}
     assert worker.name in listed
@@ -55,7 +55,7 @@ async def test_discover_lists_worker_with_txt_matching_what_it_serves(tiny_worke
 
 async def test_discover_table_output(tiny_worker: WorkerProcess) -> None:
     worker = tiny_worker
-    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "5")
+    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--discover-timeout", "5")
     assert out.returncode == 0
     header, *rows = out.stdout.splitlines()
     assert header.split()[:3] == ["NAME", "ADDRESS", "LABEL"]
@@ -107,7 +107,7 @@ def test_mdns_on_an_interface_that_is_down_is_one_clear_error() -> None:
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare (Linux) to make a namespace whose interfaces are down")
     for role, args in (
-        ("coordinator", ["discover", "--timeout", "1"]),
+        ("coordinator", ["discover", "--discover-timeout", "1"]),
         ("coordinator", ["generate", "--target", "tiny", "--draft", "remote", "--worker", "m1-max"]),
     ):
         command = ["unshare", "-n", sys.executable, "-m", f"{role}.cli", *args, "--interface", "127.0.0.1"]
@@ -115,5 +115,8 @@ def test_mdns_on_an_interface_that_is_down_is_one_clear_error() -> None:
         if "unshare failed" in out.stderr or "Operation not permitted" in out.stderr:
             pytest.skip("cannot create a network namespace here")
         assert out.returncode == 1
-        line = one_error_line(out.stderr)
+        # discover says what it does first (its progress lines), then the one error line.
+        line = one_error_line(
+            "".join(x for x in out.stderr.splitlines(True) if not x.startswith("discover: "))
+        )
         assert "cannot use Bonjour (mDNS) on 127.0.0.1" in line and "--interface" in line
