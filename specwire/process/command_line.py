@@ -111,8 +111,24 @@ def build_command_parser(
         sp = sub.add_parser(
             module.NAME, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter
         )
-        module.add_arguments(sp)
-        add_common_options(sp)
+        add_command_options(sp, module)
+    return parser
+
+
+def add_command_options(parser: argparse.ArgumentParser, module: ModuleType) -> None:
+    """Every option of ``module``'s subcommand: its own, then the common ones."""
+    module.add_arguments(parser)
+    add_common_options(parser)
+
+
+def subcommand_parser(prog: str, module: ModuleType) -> argparse.ArgumentParser:
+    """A parser of ``module``'s subcommand alone, taking what ``command_main`` takes after its name.
+
+    It raises ``argparse.ArgumentError`` instead of exiting, for a command that
+    checks another's flags before it runs them (``worker install``).
+    """
+    parser = argparse.ArgumentParser(prog=f"{prog} {module.NAME}", exit_on_error=False)
+    add_command_options(parser, module)
     return parser
 
 
