@@ -2,6 +2,7 @@
 
 Schema ``specwire.bench/1``: ``settings``, ``coordinator``, ``workers`` (with
 their probes), ``rows`` (summaries, attribution, counters, identities),
+``skipped`` (the rows a worker could not serve, each with its reason),
 ``runs`` (every generation's tokens and rounds, and every remote call's
 record in columns), and ``lossless`` (null at T > 0; ``ties`` lists outputs that part from AR
 only at a tie of the target's logits within a GPU's rounding).
@@ -12,17 +13,14 @@ from __future__ import annotations
 import os
 import platform
 import socket
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-import msgpack
-
-from coordinator.bench.plan import RemoteWorker
+from coordinator.bench.plan import RemoteWorker, SkippedRow
 from coordinator.bench.runner import Run
 from coordinator.bench.summary import RowSummary
 from coordinator.strict_json import strict_json
-from specwire.errors import SpecwireError
-from specwire.models.op_counts import ops_per_pass
 from specwire.wire.timing import CallRecord
 
 SCHEMA = "specwire.bench/1"
@@ -142,10 +140,7 @@ def worker_record(worker: RemoteWorker, peak_rss: int) -> dict[str, Any]:
 
 def walked_ops(hello: Any) -> int | None:
     """Operations of one pass of the worker's model as the per-op baseline walks it (None: not walked)."""
-    try:
-        return ops_per_pass(msgpack.unpackb(hello.model.config_msgpack))
-    except (SpecwireError, KeyError, ValueError, TypeError):
-        return None
+    return int(hello.model.walked_ops) or None
 
 
 def pace_of_hello(hello: Any) -> dict[str, Any] | None:
@@ -168,6 +163,7 @@ def bench_record(
     workers: list[RemoteWorker],
     worker_rss: dict[str, int],
     coordinator_rss: int,
+    skipped: Sequence[SkippedRow] = (),
 ) -> dict[str, Any]:
     """The whole bench as plain data."""
     checked = [s.lossless for s in rows if s.lossless is not None]
@@ -183,6 +179,7 @@ def bench_record(
             },
             "workers": [worker_record(w, worker_rss.get(w.name, 0)) for w in workers],
             "rows": [row_record(s) for s in rows],
+            "skipped": [asdict(s) for s in skipped],
             "runs": [run_record(r) for r in runs],
             "lossless": all(checked) if checked and settings["temperature"] == 0 else None,
         }

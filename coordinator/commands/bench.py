@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,11 @@ from coordinator.bench.plan import (
     BACKEND_PRESPEC_TREE,
     STREAM_MODES,
     RemoteWorker,
+    SkippedRow,
     connect_workers,
     plan_rows,
     row_draft,
+    skipped_worker,
 )
 from coordinator.bench.plot import write_plot
 from coordinator.bench.record import bench_record
@@ -35,9 +37,12 @@ from coordinator.bench.runner import Settings, excuse_ties, run_bench
 from coordinator.bench.summary import RowSummary, summarize
 from coordinator.commands.options import (
     add_credential_arguments,
+    add_discover_timeout_argument,
     add_interface_argument,
+    add_local_draft_argument,
     add_pace_argument,
     add_rollback_argument,
+    add_target_argument,
     add_worker_loss_arguments,
     pace_of,
     worker_access,
@@ -86,18 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="worker names or HOST:PORT (comma-separated), all discovered, or none (AR and local SD only)",
     )
     add_interface_argument(p)
-    p.add_argument(
-        "--discover-timeout", type=float, default=3.0, help="seconds to wait for workers on Bonjour"
-    )
-    p.add_argument("--target", default="default@float32", help="target model spec")
-    p.add_argument(
-        "--local-draft",
-        "--draft",
-        dest="draft",
-        metavar="SPEC",
-        default="default",
-        help="the draft model on this machine, for local SD rows, auto and trees (none: no local drafting)",
-    )
+    add_discover_timeout_argument(p)
+    add_target_argument(p)
+    add_local_draft_argument(p)
     p.add_argument("--k", type=int, default=4, help="draft tokens per round of the hand-picked rows")
     p.add_argument(
         "--local-k",
@@ -188,11 +184,18 @@ class Measured:
     workers: list[RemoteWorker]
     worker_rss: dict[str, int]
     coordinator_rss: int  # peak, read once when the last row ended
+    skipped: list[SkippedRow] = field(default_factory=list)  # rows a worker could not serve, with why
 
     def record(self) -> dict[str, Any]:
         """The bench JSON (schema specwire.bench/1)."""
         return bench_record(
-            self.settings, self.summaries, self.runs, self.workers, self.worker_rss, self.coordinator_rss
+            self.settings,
+            self.summaries,
+            self.runs,
+            self.workers,
+            self.worker_rss,
+            self.coordinator_rss,
+            self.skipped,
         )
 
 
@@ -208,7 +211,7 @@ async def measure(
     """Run every row the flags ask for; ``raw_prompt`` replaces the prompts (one, no chat template)."""
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     access = worker_access(args)
-    local = "" if args.draft == "none" else args.draft
+    local = "" if args.local_draft == "none" else args.local_draft
     sizes = tree_rows(args)
     remote = DraftSpec("remote", local=local, rows=sizes[0], on_loss=args.on_worker_loss)
     pace = pace_of(args)
@@ -231,9 +234,12 @@ async def measure(
                     access.credentials,
                 )
             )
-            workers = await connect_workers(addresses, backends, sources)
+            workers, unusable = await connect_workers(addresses, backends, sources)
             local_ks = [int(k) for k in args.local_k.split(",") if k.strip()]
-            rows = plan_rows(workers, backends, granularities, bool(local), local_ks, sizes)
+            rows, skipped = plan_rows(workers, backends, granularities, bool(local), local_ks, sizes)
+            skipped = [skipped_worker(a, why, backends) for a, why in unusable] + skipped
+            for s in skipped:
+                print(f"bench: {s.line()}", file=sys.stderr, flush=True)
             if raw_prompt is not None:
                 prompts = [(Prompt("text", raw_prompt), encode_prompt(target, raw_prompt, chat=False))]
             else:
@@ -261,7 +267,7 @@ async def measure(
     settings["chat_template"] = settings["chat_template"] and raw_prompt is None
     settings["warmup_s"] = warmup_s
     settings["pace"] = pace.label if pace is not None else None
-    return Measured(summaries, settings, runs, workers, worker_rss, peak_rss_bytes())
+    return Measured(summaries, settings, runs, workers, worker_rss, peak_rss_bytes(), skipped)
 
 
 def _settings(
@@ -269,7 +275,7 @@ def _settings(
 ) -> dict[str, Any]:
     return {
         "target": args.target,
-        "draft": args.draft,
+        "draft": args.local_draft,
         "k": args.k,
         "max_tokens": args.max_tokens,
         "temperature": args.temperature,
@@ -289,6 +295,8 @@ def _settings(
 def _write(args: argparse.Namespace, measured: Measured) -> None:
     m = measured
     sections = report_sections(m.summaries, m.coordinator_rss, m.worker_rss, m.settings)
+    if m.skipped:
+        sections.append(("Rows skipped (a worker could not serve them)", [s.line() for s in m.skipped]))
     print(render(sections, markdown=False))
     if args.markdown:
         args.markdown.write_text(render(sections, markdown=True))

@@ -132,7 +132,8 @@ def bench(tiny_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) 
 def test_schema(bench: tuple[dict, str, Path]) -> None:
     data, _, _ = bench
     assert data["schema"] == "specwire.bench/1"
-    assert {"settings", "coordinator", "workers", "rows", "runs", "lossless"} <= set(data)
+    assert {"settings", "coordinator", "workers", "rows", "runs", "lossless", "skipped"} <= set(data)
+    assert data["skipped"] == []  # the worker serves every row asked of it
     assert data["settings"]["max_tokens"] == 16 and data["settings"]["prompts"] == 2
     assert data["coordinator"]["peak_rss_bytes"] > 0
     (w,) = data["workers"]
