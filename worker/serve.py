@@ -46,6 +46,7 @@ from worker.advertise import Advertiser, advertised_addresses
 from worker.auth import AuthInterceptor
 from worker.echo import EchoServer
 from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
+from worker.log_file import log_to_file
 from worker.speed import draft_speed, pass_curve
 from worker.stream_service import DraftService
 from worker.tensor_service import TensorService, walkable
@@ -136,6 +137,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     advanced = p.add_argument_group("advanced")
     advanced.add_argument("--backends", default=",".join(BACKENDS), help="drafting backends to offer")
     advanced.add_argument(
+        "--log-file",
+        type=Path,
+        help="write the log, the ready line and warnings to this file instead of the terminal, rotated at "
+        "10 MB, 3 old files kept (`worker install` sets it)",
+    )
+    advanced.add_argument(
         "--warmup-tokens", type=int, default=8, help="tokens drafted to measure the local draft speed"
     )
     advanced.add_argument(
@@ -170,6 +177,8 @@ def prespec_defaults(args: argparse.Namespace) -> PrespecConfig:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``worker serve`` until SIGINT or SIGTERM."""
+    if args.log_file is not None:
+        log_to_file(args.log_file)
     backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
     unknown = set(backends) - set(BACKENDS)
     if unknown or not backends:
