@@ -1,19 +1,25 @@
-"""A worker that stays up: ``worker install`` makes ``worker serve`` a launchd agent (macOS) or a systemd
-user unit (Linux), and ``worker uninstall`` removes it.
+"""The file that keeps ``worker serve`` running: a launchd agent (macOS) or a systemd user unit (Linux).
 
 The agent runs this very Python (``sys.executable -m worker.cli serve``) with
-the serve flags given after ``--``, checked first by ``worker serve``'s own
-parser, so a typo fails now and not at the next boot. It starts at login (a
-reboot included), is restarted after a crash, and logs to a known file:
-``~/Library/Logs/specwire/worker.log`` on macOS, ``~/.local/state/specwire/
-worker.log`` on Linux. The environment the worker needs is written into the
-file: ``SPECWIRE_*`` variables set now (the token, the mDNS interfaces) and
-``HF_HOME``/``HF_HUB_OFFLINE`` where set.
+the serve flags given to ``worker install`` (``worker.serve_flags``: checked,
+relative paths made absolute) and ``--log-file``, in the directory install
+ran in (launchd would start it in ``/``). It starts at login (a reboot
+included) and is restarted after a crash, not after a clean stop.
 
-Installing writes the file and loads it (``launchctl bootstrap``; ``systemctl
---user enable --now``); removing unloads it and deletes the file. ``--dir``
-and ``--no-load`` write elsewhere and skip the loading, for a look at the
-file (and for the tests).
+Logs: the worker writes its own log, rotated (``worker.log_file``), to
+``~/Library/Logs/specwire/worker.log`` on macOS and
+``~/.local/state/specwire/worker.log`` on Linux; what it prints before that
+log starts, or a crash below Python, goes to ``worker-output.log`` beside it.
+
+Environment: the ``SPECWIRE_*`` variables set at install time (the mDNS
+interfaces, the device) and ``HF_HOME``/``HF_HUB_OFFLINE`` are written into
+the file, but never ``SPECWIRE_TOKEN``: the worker reads the token file at
+each start, so a later ``worker token set`` reaches it at the next
+``worker stop`` / ``worker start``.
+
+``--dir`` writes the file elsewhere than the service manager's place (for a
+look at it, and for the tests); ``worker.agent_control`` loads, starts and
+stops it.
 """
 
 from __future__ import annotations
@@ -22,26 +28,33 @@ import argparse
 import os
 import plistlib
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from specwire.errors import InvalidArgumentError
+from specwire.wire.auth import TOKEN_ENV
 
 LABEL = "dev.specwire.worker"
 UNIT = "specwire-worker.service"
 KINDS = ("launchd", "systemd")
-PASSED_ENV = ("HF_HOME", "HF_HUB_OFFLINE")  # and every SPECWIRE_* variable
+PASSED_ENV = ("HF_HOME", "HF_HUB_OFFLINE")  # and every SPECWIRE_* variable but the token
+NOT_PASSED_ENV = (TOKEN_ENV,)
 
 
 @dataclass(frozen=True)
 class Agent:
-    """Where an agent's file lives, how it is named, and where it logs."""
+    """Where an agent's file lives, and where its worker logs (``log``) and prints (``output``)."""
 
     kind: str
     path: Path
     log: Path
+    output: Path
+
+    @property
+    def manager(self) -> str:
+        """The service manager's command, for messages."""
+        return "launchctl" if self.kind == "launchd" else "systemctl --user"
 
 
 def default_kind() -> str:
@@ -53,14 +66,13 @@ def agent(kind: str, directory: Path | None = None) -> Agent:
     """The agent of ``kind``, its file in ``directory`` or the system's usual place."""
     home = Path.home()
     if kind == "launchd":
-        return Agent(
-            kind,
-            (directory or home / "Library" / "LaunchAgents") / f"{LABEL}.plist",
-            home / "Library" / "Logs" / "specwire" / "worker.log",
-        )
-    state = Path(os.environ.get("XDG_STATE_HOME") or home / ".local" / "state")
-    config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
-    return Agent(kind, (directory or config / "systemd" / "user") / UNIT, state / "specwire" / "worker.log")
+        logs = home / "Library" / "Logs" / "specwire"
+        path = (directory or home / "Library" / "LaunchAgents") / f"{LABEL}.plist"
+    else:
+        logs = Path(os.environ.get("XDG_STATE_HOME") or home / ".local" / "state") / "specwire"
+        config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+        path = (directory or config / "systemd" / "user") / UNIT
+    return Agent(kind, path, logs / "worker.log", logs / "worker-output.log")
 
 
 def command(serve_args: list[str]) -> list[str]:
@@ -69,31 +81,35 @@ def command(serve_args: list[str]) -> list[str]:
 
 
 def environment() -> dict[str, str]:
-    """What the worker needs of this shell's environment."""
+    """What the worker needs of this shell's environment (never the token)."""
     return {
-        k: v for k, v in sorted(os.environ.items()) if v and (k.startswith("SPECWIRE_") or k in PASSED_ENV)
+        k: v
+        for k, v in sorted(os.environ.items())
+        if v and (k.startswith("SPECWIRE_") or k in PASSED_ENV) and k not in NOT_PASSED_ENV
     }
 
 
-def launchd_plist(argv: list[str], env: dict[str, str], log: Path) -> bytes:
-    """A launchd agent that runs ``argv`` at login and again after a crash."""
+def launchd_plist(argv: list[str], env: dict[str, str], workdir: Path, output: Path) -> bytes:
+    """A launchd agent that runs ``argv`` in ``workdir`` at login and again after a crash."""
     return plistlib.dumps(
         {
             "Label": LABEL,
             "ProgramArguments": argv,
             "EnvironmentVariables": env,
+            "WorkingDirectory": str(workdir),
             "RunAtLoad": True,
             "KeepAlive": {"SuccessfulExit": False},  # restarted unless it stopped cleanly
             "ThrottleInterval": 5,
-            "StandardOutPath": str(log),
-            "StandardErrorPath": str(log),
+            "StandardOutPath": str(output),
+            "StandardErrorPath": str(output),
             "ProcessType": "Interactive",  # a worker serves requests: no App Nap throttling
         }
     )
 
 
-def systemd_unit(argv: list[str], env: dict[str, str], log: Path) -> str:
-    """A systemd user unit that runs ``argv`` at login (or boot, with lingering) and after a crash."""
+def systemd_unit(argv: list[str], env: dict[str, str], workdir: Path, output: Path) -> str:
+    """A systemd user unit that runs ``argv`` in ``workdir`` at login (or boot, with lingering) and after a
+    crash."""
     lines = [
         "[Unit]",
         "Description=specwire draft worker",
@@ -102,10 +118,11 @@ def systemd_unit(argv: list[str], env: dict[str, str], log: Path) -> str:
         "[Service]",
         f"ExecStart={' '.join(_systemd_quote(a) for a in argv)}",
         *([f"Environment={' '.join(_systemd_quote(f'{k}={v}') for k, v in env.items())}"] if env else []),
+        f"WorkingDirectory={_systemd_escape(str(workdir))}",
         "Restart=on-failure",
         "RestartSec=5",
-        f"StandardOutput=append:{_systemd_escape(str(log))}",
-        f"StandardError=append:{_systemd_escape(str(log))}",
+        f"StandardOutput=append:{_systemd_escape(str(output))}",
+        f"StandardError=append:{_systemd_escape(str(output))}",
         "",
         "[Install]",
         "WantedBy=default.target",
@@ -114,63 +131,33 @@ def systemd_unit(argv: list[str], env: dict[str, str], log: Path) -> str:
     return "\n".join(lines)
 
 
-def install(kind: str, serve_args: list[str], directory: Path | None, load: bool) -> Agent:
-    """Write the agent's file (replacing an earlier one) and load it."""
-    a = agent(kind, directory)
+def write(a: Agent, serve_args: list[str], workdir: Path) -> None:
+    """Write the agent's file (replacing an earlier one), and make its log directory."""
     argv, env = command(serve_args), environment()
     a.path.parent.mkdir(parents=True, exist_ok=True)
     a.log.parent.mkdir(parents=True, exist_ok=True)
-    if load and a.path.exists():
-        _unload(a, missing_ok=True)
-    if kind == "launchd":
-        a.path.write_bytes(launchd_plist(argv, env, a.log))
+    if a.kind == "launchd":
+        a.path.write_bytes(launchd_plist(argv, env, workdir, a.output))
     else:
-        a.path.write_text(systemd_unit(argv, env, a.log))
-    a.path.chmod(0o600)  # it may carry the token
-    if load:
-        _load(a)
-    return a
+        a.path.write_text(systemd_unit(argv, env, workdir, a.output))
+    a.path.chmod(0o600)  # it names this user's paths and environment
 
 
-def uninstall(kind: str, directory: Path | None, load: bool) -> Agent:
-    """Unload the agent and delete its file; an agent that is not there is a clear error."""
-    a = agent(kind, directory)
+def serve_args_of(a: Agent) -> list[str]:
+    """The serve flags the installed agent runs with, read back from its file."""
     if not a.path.exists():
-        raise InvalidArgumentError(f"no worker agent is installed at {a.path}")
-    if load:
-        _unload(a, missing_ok=True)
-    a.path.unlink()
-    if load and kind == "systemd":
-        _run(["systemctl", "--user", "daemon-reload"])
-    return a
-
-
-def _load(a: Agent) -> None:
-    if a.kind == "launchd":
-        _run(["launchctl", "bootstrap", f"gui/{os.getuid()}", str(a.path)])
-    else:
-        _run(["systemctl", "--user", "daemon-reload"])
-        _run(["systemctl", "--user", "enable", "--now", UNIT])
-
-
-def _unload(a: Agent, missing_ok: bool) -> None:
-    if a.kind == "launchd":
-        _run(["launchctl", "bootout", f"gui/{os.getuid()}/{LABEL}"], quiet=missing_ok)
-    else:
-        _run(["systemctl", "--user", "disable", "--now", UNIT], quiet=missing_ok)
-
-
-def _run(argv: list[str], quiet: bool = False) -> None:
-    """Run a service-manager command; a failure is one clear error (unless ``quiet``)."""
+        raise InvalidArgumentError(f"no worker agent is installed at {a.path}: `worker install` makes one")
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        if quiet:
-            return
-        raise InvalidArgumentError(f"{shlex.join(argv)} failed: {err}") from err
-    if done.returncode and not quiet:
-        why = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise InvalidArgumentError(f"{shlex.join(argv)} failed ({done.returncode}): {why[0]}")
+        if a.kind == "launchd":
+            argv = [str(w) for w in plistlib.loads(a.path.read_bytes())["ProgramArguments"]]
+        else:
+            line = next(ln for ln in a.path.read_text().splitlines() if ln.startswith("ExecStart="))
+            argv = _systemd_words(line.removeprefix("ExecStart="))
+    except (OSError, ValueError, KeyError, StopIteration, plistlib.InvalidFileException) as err:
+        raise InvalidArgumentError(f"cannot read the worker agent {a.path}: {err}") from err
+    if "serve" not in argv:
+        raise InvalidArgumentError(f"the worker agent {a.path} does not run `worker serve`")
+    return argv[argv.index("serve") + 1 :]
 
 
 def _systemd_escape(text: str) -> str:
@@ -185,8 +172,16 @@ def _systemd_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
 
 
-def add_agent_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags both ``install`` and ``uninstall`` take."""
+def _systemd_words(line: str) -> list[str]:
+    """The words ``_systemd_quote`` wrote."""
+    return [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(line)]
+
+
+def add_agent_arguments(p: argparse.ArgumentParser, no_load: bool = True) -> None:
+    """Flags every agent command takes (``--no-load``: only those that write or delete the file)."""
     p.add_argument("--kind", choices=KINDS, default=default_kind(), help="the service manager")
-    p.add_argument("--dir", type=Path, help="write the file here instead of the service manager's place")
-    p.add_argument("--no-load", action="store_true", help="write or delete the file only; do not (un)load it")
+    p.add_argument("--dir", type=Path, help="the agent's file is here instead of the service manager's place")
+    if no_load:
+        p.add_argument(
+            "--no-load", action="store_true", help="write or delete the file only; do not (un)load it"
+        )

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from specwire.process.command_line import command_main, exit_process
 from specwire.wire import token_command
-from worker import inspect_model, install, serve, uninstall
+from worker import agent_status, inspect_model, install, serve, start, stop, uninstall
 
-COMMANDS = (serve, install, uninstall, token_command, inspect_model)
+COMMANDS = (serve, install, uninstall, agent_status, start, stop, token_command, inspect_model)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from worker.agent import add_agent_arguments, uninstall
+from specwire.errors import InvalidArgumentError
+from worker import agent_control
+from worker.agent import add_agent_arguments, agent
 
 NAME = "uninstall"
 HELP = "Stop and remove the worker agent that `worker install` made."
@@ -17,7 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Unload the agent and delete its file."""
-    a = uninstall(args.kind, args.dir, load=not args.no_load)
-    print(f"worker agent removed: {a.path}", file=sys.stderr)
+    """Unload the agent and delete its file; an agent that is not there is a clear error."""
+    a = agent(args.kind, args.dir)
+    if not a.path.exists():
+        raise InvalidArgumentError(f"no worker agent is installed at {a.path}")
+    if not args.no_load:
+        agent_control.unload(a)
+    a.path.unlink()
+    print(f"worker agent removed: {a.path} (its logs stay in {a.log.parent})", file=sys.stderr)
     return 0
