@@ -50,6 +50,8 @@ class WorkerInfo:
     max_sessions: int
     echo_port: int = 0
     pass_curve: tuple[tuple[int, float], ...] = ()  # (rows, seconds) of a tree pass (worker.speed)
+    walked_ops: int = 0  # operations of one pass in the per-op baseline (worker.op_walk); 0: not offered
+    unwalked: str = ""  # why the per-op baseline cannot split the model's pass, when it cannot
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     boot_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])

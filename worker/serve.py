@@ -47,9 +47,10 @@ from worker.auth import AuthInterceptor
 from worker.echo import EchoServer
 from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
 from worker.log_file import log_to_file
+from worker.op_walk import Walk
 from worker.speed import draft_speed, pass_curve
 from worker.stream_service import DraftService
-from worker.tensor_service import TensorService, walkable
+from worker.tensor_service import TensorService, walk_of
 
 NAME = "serve"
 HELP = "Serve a draft model over gRPC and announce it over Bonjour."
@@ -245,6 +246,7 @@ def _grpc_server(
     prespec: PrespecConfig,
     pace: Pace | None,
     pacer: Pacer | None,
+    walk: Walk | None = None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, list[str]]:
     """The gRPC server with every service this worker offers (not started).
 
@@ -257,7 +259,7 @@ def _grpc_server(
     drafting = DraftService(model, host, compute, token, prespec, pace, pacer)
     server.add_generic_rpc_handlers([drafting.handler()])
     if BACKEND_PER_OP in host.info.backends:
-        server.add_generic_rpc_handlers([TensorService(raw, host, compute, pacer).handler()])
+        server.add_generic_rpc_handlers([TensorService(raw, walk, host, compute, pacer).handler()])
         services.append(TENSOR_SERVICE_NAME)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -274,7 +276,7 @@ async def _serve(
 ) -> None:
     compute = compute_thread()
     raw = await compute.run(load_model, args.model)
-    refusal = walkable(raw)[1]
+    walk, refusal = await compute.run(walk_of, raw) if BACKEND_PER_OP in backends else (None, "")
     if BACKEND_PER_OP in backends and refusal:
         log.warning("model %s: the %s backend is off (%s)", raw.spec, BACKEND_PER_OP, refusal)
         backends = tuple(b for b in backends if b != BACKEND_PER_OP)
@@ -295,11 +297,13 @@ async def _serve(
             args.max_sessions,
             echo_port=advertised_echo,
             pass_curve=tuple(curve),
+            walked_ops=walk.ops_per_pass if walk is not None else 0,
+            unwalked=refusal,
         )
         host = SessionHost(info, WorkerCounters(), idle_timeout_s=args.idle_timeout)
         prespec = prespec_defaults(args)
         server, health_servicer, services = _grpc_server(
-            model, raw, host, compute, token, prespec, pace, pacer
+            model, raw, host, compute, token, prespec, pace, pacer, walk
         )
         credentials = _credentials(args)
         address = f"{args.host}:{args.port}"

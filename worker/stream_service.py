@@ -97,6 +97,8 @@ class DraftService:
                 vocab_size=self.model.vocab_size,
                 context_length=self.model.context_length,
                 config_msgpack=config,
+                walked_ops=info.walked_ops,
+                unwalked=info.unwalked,
             ),
             backends=list(info.backends),
             draft_tokens_per_second=info.draft_tps,

@@ -2,19 +2,19 @@
 
 One Execute stream is one session (hosted by ``worker.hosting``, like the
 stream protocol's sessions, so both backends share admission, shutdown and
-error handling). The first message opens the session and gets the module
-handle table and the session's handle tag; every later message is a Graph of
-operations, executed where the worker computes and answered by one GraphResult
-carrying the requested tensors, the worker's durations and the session's
-counters.
+error handling). The first message opens the session and gets the model's
+walk (``worker.op_walk``: its operations' names and handles, in pass order);
+every later message is a Graph of operations, executed where the worker
+computes and answered by one GraphResult carrying the requested tensors, the
+worker's durations and the session's counters.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import AsyncIterator
 
+import anyio
 import grpc
 from google.protobuf.message import DecodeError
 
@@ -24,21 +24,19 @@ from specwire.errors import (
     UnsupportedModelError,
 )
 from specwire.models import LoadedModel
-from specwire.models.op_counts import block_kinds, ops_per_pass
 from specwire.process.compute import ComputeThread
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import TENSOR_SERVICE_NAME
 from worker.checks import check_peer
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
-from worker.tensor_modules import ModuleTable
+from worker.op_walk import Walk, trace
 from worker.tensor_session import TensorSession
 
 
-def walkable(model: LoadedModel) -> tuple[ModuleTable | None, str]:
-    """The model's module table, or None and why the per-op executor cannot walk it."""
+def walk_of(model: LoadedModel) -> tuple[Walk | None, str]:
+    """The model's walk, or None and why the per-op executor cannot split its pass. Compute thread."""
     try:
-        block_kinds(model.args)
-        return ModuleTable.of(model.model), ""
+        return trace(model.model), ""
     except UnsupportedModelError as err:
         return None, str(err)
 
@@ -47,13 +45,20 @@ class TensorService:
     """Serves the tensor executor for one model to many concurrent sessions."""
 
     def __init__(
-        self, model: LoadedModel, host: SessionHost, compute: ComputeThread, pacer: Pacer | None = None
+        self,
+        model: LoadedModel,
+        walk: Walk | None,
+        host: SessionHost,
+        compute: ComputeThread,
+        pacer: Pacer | None = None,
+        refusal: str = "",
     ) -> None:
         self.model = model  # unpaced: the executor holds each call itself, for its share of a pass
+        self.walk = walk  # None: the model's pass cannot be split (``refusal`` says why)
         self.host = host
         self.compute = compute
         self.pacer = pacer
-        self.table, self.refusal = walkable(model)
+        self.refusal = refusal
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The gRPC handler of the TensorWorker service."""
@@ -63,7 +68,13 @@ class TensorService:
 
     async def execute(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
         """One session: open, then graphs, until the stream ends."""
-        await self.host.serve(requests, _TensorLoop(self, context))
+        loop = _TensorLoop(self, context)
+        try:
+            await self.host.serve(requests, loop)
+        finally:
+            if loop.session is not None:  # a pass left half walked unwinds on the compute thread
+                with anyio.CancelScope(shield=True):
+                    await self.compute.run(loop.session.close)
 
 
 class _TensorLoop(StreamLoop):
@@ -121,20 +132,16 @@ class _TensorLoop(StreamLoop):
         await self.send(data)
 
     async def _open(self, msg: pb.TensorOpen) -> None:
-        model, table = self.service.model, self.service.table
+        model, walk = self.service.model, self.service.walk
         check_peer(model, msg.protocol_version, msg.vocab_fingerprint)
-        if table is None:
+        if walk is None:
             raise UnsupportedModelError(self.service.refusal)
-        tag = secrets.randbits(31) + 1
-        self.session = TensorSession(
-            model, table, tag, pacer=self.service.pacer, ops_per_pass=ops_per_pass(model.args)
+        self.session = await self.service.compute.run(
+            lambda: TensorSession(model, walk, pacer=self.service.pacer)
         )
         self.service.host.totals.sessions_opened += 1
-        opened = pb.TensorOpened(
-            identity=self.service.host.info.identity(),
-            session_tag=tag,
-            modules=[pb.ModuleHandle(name=n, handle=h) for n, h in table.names.items()],
-        )
+        opened = walk.announce()
+        opened.identity.CopyFrom(self.service.host.info.identity())
         await self.send(pb.TensorReply(opened=opened).SerializeToString())
 
 

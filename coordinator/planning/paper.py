@@ -16,7 +16,6 @@ from coordinator.planning import profile as planned
 from coordinator.planning.model import Transport, predict
 from specwire.emulation import paper
 from specwire.emulation.profile import PER_CALL_S, Profile
-from specwire.models.op_counts import block_kinds, ops_per_pass
 
 K = paper.K
 TABLE11 = paper.TABLE11
@@ -65,11 +64,10 @@ def table11() -> list[Check]:
 
 def walked_ops() -> dict[str, Any]:
     """The paper's draft as specwire's walker would run it per op, beside llama.cpp's graph nodes."""
-    kinds = block_kinds(paper.DRAFT_BLOCKS)
     return {
         "ggml_nodes_per_pass": paper.OPS_PER_PASS,
-        "walked_ops_per_pass": ops_per_pass(paper.DRAFT_BLOCKS),
-        "blocks": {kind: kinds.count(kind) for kind in sorted(set(kinds))},
+        "walked_ops_per_pass": paper.WALKED_OPS_PER_PASS,
+        "blocks": dict(paper.DRAFT_BLOCKS),
     }
 
 

@@ -31,12 +31,12 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coordinator.decoding.engine import SpeculativeDecoder
-from coordinator.drafting.ggml_rpc.graph import ForwardGraph, ModelShape
+from coordinator.drafting.ggml_rpc.graph import ForwardGraph, Walk
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.prompts import BUILTIN_PROMPTS, encode_prompt
 from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel, load_model
-from worker.tensor_modules import ModuleTable
+from worker.op_walk import trace
 from worker.tensor_session import TensorSession
 
 K = 4
@@ -84,9 +84,9 @@ def rounding(target: LoadedModel, texts: tuple[str, ...], max_tokens: int = 24) 
 def walked_pass(draft: LoadedModel, text: str) -> dict:
     """The per-op walk of one pass against the model's own pass over the same tokens."""
     tokens = draft.tokenizer.encode(text)
-    table = ModuleTable.of(draft.model)
-    session = TensorSession(draft, table, tag=1)
-    graph = ForwardGraph(ModelShape.from_config(draft.args), table.names, 1)
+    walk = trace(draft.model)
+    session = TensorSession(draft, walk)
+    graph = ForwardGraph(Walk.of(walk.announce()))
     ops = [op for group in graph.forward(0, tokens) for op in group]
     walked = np.frombuffer(session.execute(ops).tensors[-1], dtype=np.float32)
     whole = np.array(draft.model(mx.array([tokens]))[0, -1].astype(mx.float32))

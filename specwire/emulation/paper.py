@@ -47,8 +47,10 @@ TABLE11_REMOTE_DRAFT_TOK_S = {"M1 Max": 16.0, "M2 Pro": 14.2}
 LINK_RTT_S = 0.3e-3
 LINK_BANDWIDTH_BPS = 125e6
 OPS_PER_PASS = 1737
-# The draft's blocks as specwire's per-op walk sees them (Qwen3.5-0.8B: 24, full attention every fourth).
-DRAFT_BLOCKS = {"model_type": "qwen3_5", "num_hidden_layers": 24, "full_attention_interval": 4}
+# The draft's blocks (Qwen3.5-0.8B: 24, full attention every fourth), and the operations of one pass
+# as specwire's per-op walk splits it (worker.op_walk on that layout: tests/worker/test_op_walk.py).
+DRAFT_BLOCKS = {"gated_attention": 6, "gated_delta": 18}
+WALKED_OPS_PER_PASS = 329
 LOGITS_BYTES = 248_320 * 4
 # SpecInfer, Table 1, greedy: top-1, top-2 and top-4 over Alpaca, CP, WebQA, CIP and PIQA.
 SPECINFER_GREEDY = {"top1": (68, 69, 62, 70, 63), "top2": (77, 79, 72, 81, 75), "top4": (84, 86, 80, 88, 83)}

@@ -37,7 +37,6 @@ from specwire.errors import ModelNotFoundError, SpecwireError, UnsupportedModelE
 from specwire.models.gguf import load_gguf
 from specwire.models.gguf_header import is_gguf, read_metadata
 from specwire.models.gguf_tokenizer import build_tokenizer
-from specwire.models.op_counts import text_config
 from specwire.models.tiny import (
     TINY_DRAFT_MODEL,
     TINY_MODEL,
@@ -60,6 +59,12 @@ _DTYPE_ALIASES = {
     "bf16": "bfloat16",
 }
 _HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's arguments (a multimodal config, as Qwen3.5's, nests them in ``text_config``)."""
+    nested = config.get("text_config")
+    return {**config, **nested} if isinstance(nested, dict) else config
 
 
 @dataclass(frozen=True)

@@ -19,26 +19,9 @@ class OpCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OP_UNSPECIFIED: _ClassVar[OpCode]
     SET_TENSOR: _ClassVar[OpCode]
     GET_TENSOR: _ClassVar[OpCode]
-    EMBED: _ClassVar[OpCode]
-    RMS_NORM: _ClassVar[OpCode]
-    MATMUL: _ClassVar[OpCode]
-    ROPE: _ClassVar[OpCode]
-    KV_WRITE: _ClassVar[OpCode]
-    ATTENTION: _ClassVar[OpCode]
-    ADD: _ClassVar[OpCode]
-    MUL: _ClassVar[OpCode]
-    SILU: _ClassVar[OpCode]
-    LM_HEAD: _ClassVar[OpCode]
     KV_TRIM: _ClassVar[OpCode]
     ARGMAX: _ClassVar[OpCode]
-    CONV_STATE: _ClassVar[OpCode]
-    QKV_SPLIT: _ClassVar[OpCode]
-    GATED_DELTA: _ClassVar[OpCode]
-    GATED_NORM: _ClassVar[OpCode]
-    HEAD_SPLIT: _ClassVar[OpCode]
-    HEAD_NORM: _ClassVar[OpCode]
-    ROPE_HEADS: _ClassVar[OpCode]
-    SIGMOID_GATE: _ClassVar[OpCode]
+    STEP: _ClassVar[OpCode]
 SPECULATION_OFF: SpeculationOutcome
 SPECULATION_HIT: SpeculationOutcome
 SPECULATION_PARTIAL: SpeculationOutcome
@@ -46,26 +29,9 @@ SPECULATION_MISS: SpeculationOutcome
 OP_UNSPECIFIED: OpCode
 SET_TENSOR: OpCode
 GET_TENSOR: OpCode
-EMBED: OpCode
-RMS_NORM: OpCode
-MATMUL: OpCode
-ROPE: OpCode
-KV_WRITE: OpCode
-ATTENTION: OpCode
-ADD: OpCode
-MUL: OpCode
-SILU: OpCode
-LM_HEAD: OpCode
 KV_TRIM: OpCode
 ARGMAX: OpCode
-CONV_STATE: OpCode
-QKV_SPLIT: OpCode
-GATED_DELTA: OpCode
-GATED_NORM: OpCode
-HEAD_SPLIT: OpCode
-HEAD_NORM: OpCode
-ROPE_HEADS: OpCode
-SIGMOID_GATE: OpCode
+STEP: OpCode
 
 class EchoMessage(_message.Message):
     __slots__ = ("payload",)
@@ -92,20 +58,24 @@ class WorkerIdentity(_message.Message):
     def __init__(self, name: _Optional[str] = ..., label: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., boot_id: _Optional[str] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("spec", "fingerprint", "precision", "vocab_size", "context_length", "config_msgpack")
+    __slots__ = ("spec", "fingerprint", "precision", "vocab_size", "context_length", "config_msgpack", "walked_ops", "unwalked")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
     CONFIG_MSGPACK_FIELD_NUMBER: _ClassVar[int]
+    WALKED_OPS_FIELD_NUMBER: _ClassVar[int]
+    UNWALKED_FIELD_NUMBER: _ClassVar[int]
     spec: str
     fingerprint: str
     precision: str
     vocab_size: int
     context_length: int
     config_msgpack: bytes
-    def __init__(self, spec: _Optional[str] = ..., fingerprint: _Optional[str] = ..., precision: _Optional[str] = ..., vocab_size: _Optional[int] = ..., context_length: _Optional[int] = ..., config_msgpack: _Optional[bytes] = ...) -> None: ...
+    walked_ops: int
+    unwalked: str
+    def __init__(self, spec: _Optional[str] = ..., fingerprint: _Optional[str] = ..., precision: _Optional[str] = ..., vocab_size: _Optional[int] = ..., context_length: _Optional[int] = ..., config_msgpack: _Optional[bytes] = ..., walked_ops: _Optional[int] = ..., unwalked: _Optional[str] = ...) -> None: ...
 
 class WorkerCounters(_message.Message):
     __slots__ = ("sessions_opened", "sessions_active", "forward_passes", "draft_tokens", "peak_rss_bytes", "rss_bytes", "prespec_hits", "prespec_partial", "prespec_misses", "speculative_passes", "paced_passes", "pace_overruns", "pace_headroom")
@@ -412,14 +382,16 @@ class ModuleHandle(_message.Message):
     def __init__(self, name: _Optional[str] = ..., handle: _Optional[int] = ...) -> None: ...
 
 class TensorOpened(_message.Message):
-    __slots__ = ("identity", "session_tag", "modules")
+    __slots__ = ("identity", "modules", "walk", "recurrent")
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
-    SESSION_TAG_FIELD_NUMBER: _ClassVar[int]
     MODULES_FIELD_NUMBER: _ClassVar[int]
+    WALK_FIELD_NUMBER: _ClassVar[int]
+    RECURRENT_FIELD_NUMBER: _ClassVar[int]
     identity: WorkerIdentity
-    session_tag: int
     modules: _containers.RepeatedCompositeFieldContainer[ModuleHandle]
-    def __init__(self, identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., session_tag: _Optional[int] = ..., modules: _Optional[_Iterable[_Union[ModuleHandle, _Mapping]]] = ...) -> None: ...
+    walk: _containers.RepeatedScalarFieldContainer[int]
+    recurrent: bool
+    def __init__(self, identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., modules: _Optional[_Iterable[_Union[ModuleHandle, _Mapping]]] = ..., walk: _Optional[_Iterable[int]] = ..., recurrent: _Optional[bool] = ...) -> None: ...
 
 class Graph(_message.Message):
     __slots__ = ("seq", "ops")

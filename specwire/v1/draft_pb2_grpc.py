@@ -244,12 +244,13 @@ class DraftWorker:
 
 class TensorWorkerStub:
     """The GGML_RPC-style baseline: a plain tensor executor. The coordinator holds
-    the draft model's compute graph and sends operations; the worker holds the
-    weights (loaded from its own model file) and per-session activations under
-    handles, executes what it is sent, and returns only the tensors asked for
-    (the full float32 logits row per draft token). It exists so the bench can
-    compare the stream protocol against the per-operation design on the same
-    worker and model.
+    the draft model's compute graph (the walk the worker announces: its
+    operations, in the order a forward pass runs them) and sends operations;
+    the worker holds the weights (loaded from its own model file) and each
+    session's cache and pass in progress, executes what it is sent, and returns
+    only the tensors asked for (the full float32 logits row per draft token).
+    It exists so the bench can compare the stream protocol against the
+    per-operation design on the same worker and model.
     """
 
     def __init__(self, channel):
@@ -267,18 +268,19 @@ class TensorWorkerStub:
 
 class TensorWorkerServicer:
     """The GGML_RPC-style baseline: a plain tensor executor. The coordinator holds
-    the draft model's compute graph and sends operations; the worker holds the
-    weights (loaded from its own model file) and per-session activations under
-    handles, executes what it is sent, and returns only the tensors asked for
-    (the full float32 logits row per draft token). It exists so the bench can
-    compare the stream protocol against the per-operation design on the same
-    worker and model.
+    the draft model's compute graph (the walk the worker announces: its
+    operations, in the order a forward pass runs them) and sends operations;
+    the worker holds the weights (loaded from its own model file) and each
+    session's cache and pass in progress, executes what it is sent, and returns
+    only the tensors asked for (the full float32 logits row per draft token).
+    It exists so the bench can compare the stream protocol against the
+    per-operation design on the same worker and model.
     """
 
     def Execute(self, request_iterator, context):
         """One session: a TensorOpen, then Graph messages, each answered by one
-        GraphResult, strictly request/response. The session's activations and
-        KV cache are freed when the stream ends.
+        GraphResult, strictly request/response. The session's cache is freed
+        when the stream ends.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -302,12 +304,13 @@ def add_TensorWorkerServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class TensorWorker:
     """The GGML_RPC-style baseline: a plain tensor executor. The coordinator holds
-    the draft model's compute graph and sends operations; the worker holds the
-    weights (loaded from its own model file) and per-session activations under
-    handles, executes what it is sent, and returns only the tensors asked for
-    (the full float32 logits row per draft token). It exists so the bench can
-    compare the stream protocol against the per-operation design on the same
-    worker and model.
+    the draft model's compute graph (the walk the worker announces: its
+    operations, in the order a forward pass runs them) and sends operations;
+    the worker holds the weights (loaded from its own model file) and each
+    session's cache and pass in progress, executes what it is sent, and returns
+    only the tensors asked for (the full float32 logits row per draft token).
+    It exists so the bench can compare the stream protocol against the
+    per-operation design on the same worker and model.
     """
 
     @staticmethod

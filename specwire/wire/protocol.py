@@ -20,7 +20,8 @@ from specwire.errors import InvalidArgumentError
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.timing import ServerTiming
 
-PROTOCOL_VERSION = 2  # 2: tree replies (Round.tree_nodes, Drafts.parents)
+# 2: tree replies (Round.tree_nodes, Drafts.parents); 3: the per-op walk traced from the model (Op STEP)
+PROTOCOL_VERSION = 3
 SERVICE_NAME = "specwire.v1.DraftWorker"
 HELLO_METHOD = f"/{SERVICE_NAME}/Hello"
 DRAFT_METHOD = f"/{SERVICE_NAME}/Draft"

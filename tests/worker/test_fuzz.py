@@ -229,7 +229,7 @@ handles = st.one_of(
 )
 ops = st.builds(
     lambda code, outs, ins, args, data: pb.Op(code=code, outputs=outs, inputs=ins, args=args, data=data),
-    st.one_of(st.integers(0, 15), st.integers(16, 2**31 - 1)),
+    st.one_of(st.integers(0, 24), st.integers(25, 2**31 - 1)),
     st.lists(handles, max_size=3),
     st.lists(handles, max_size=4),
     st.lists(st.integers(-(2**63), 2**63 - 1), max_size=4),

@@ -53,38 +53,39 @@ class Session:
         return err.value
 
 
-def set_tokens(handle: int, ids: list[int]) -> pb.Op:
+def set_tokens(ids: list[int], offset: int = 0) -> pb.Op:
     return pb.Op(
-        code=pb.SET_TENSOR,
-        outputs=[handle],
-        args=[len(ids)],
-        data=b"".join(i.to_bytes(4, "little") for i in ids),
+        code=pb.SET_TENSOR, args=[len(ids), offset], data=b"".join(i.to_bytes(4, "little") for i in ids)
     )
 
 
-async def test_unknown_op_bad_handle_and_foreign_handle(
+def steps(opened: pb.TensorOpened) -> list[pb.Op]:
+    """The STEPs of one pass, in the order the worker announced."""
+    return [pb.Op(code=pb.STEP, inputs=[h]) for h in opened.walk]
+
+
+async def test_refused_operations_end_only_their_own_session(
     tiny_worker: WorkerProcess, tiny: LoadedModel
 ) -> None:
     fp = tiny.fingerprint
     async with worker_channel(tiny_worker.address) as channel:
-        a, b = Session(channel), Session(channel)
-        tag_a = (await a.open(fp)).session_tag
-        opened_b = await b.open(fp)
-        mine = tag_a << 32 | 1
-        assert (await a.run(1, set_tokens(mine, [1, 2, 3]))).counters.ops == 1
+        a = Session(channel)
+        opened = await a.open(fp)
+        walk = steps(opened)
+        assert (await a.run(1, set_tokens([1, 2, 3]), *walk[:4])).counters.ops == 5  # a pass half walked
 
-        err = await b.refused(1, pb.Op(code=pb.GET_TENSOR, inputs=[mine]))
+        b = Session(channel)
+        await b.open(fp)
+        err = await b.refused(1, set_tokens([4]), pb.Op(code=pb.STEP, inputs=[10_000]))
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "belongs to another session" in (err.details() or "")
+        assert "handle 0x2710 names no operation of this model" in (err.details() or "")
 
-        embed = {m.name: m.handle for m in opened_b.modules}["model.embed_tokens"]
         c = Session(channel)
-        tag_c = (await c.open(fp)).session_tag
-        err = await c.refused(
-            1, pb.Op(code=pb.EMBED, outputs=[tag_c << 32 | 2], inputs=[tag_c << 32 | 9, embed])
-        )
-        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "holds no tensor in this session" in (err.details() or "")
+        await c.open(fp)
+        err = await c.refused(1, set_tokens([4]), walk[1])
+        names = {m.handle: m.name for m in opened.modules}
+        first, second = names[opened.walk[0]], names[opened.walk[1]]
+        assert f"the pass reaches {first} next, not {second}" in (err.details() or "")
 
         d = Session(channel)
         await d.open(fp)
@@ -92,29 +93,30 @@ async def test_unknown_op_bad_handle_and_foreign_handle(
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "unknown op code 99" in (err.details() or "")
 
-        # Session a was never disturbed, and new sessions still open.
-        result = await a.run(2, pb.Op(code=pb.EMBED, outputs=[tag_a << 32 | 2], inputs=[mine, embed]))
-        assert result.counters.graphs == 2
-        assert (await Session(channel).open(fp)).session_tag > 0
+        # Session a was never disturbed: its pass ends and returns the logits row; new sessions still open.
+        result = await a.run(2, *walk[4:], pb.Op(code=pb.GET_TENSOR))
+        assert result.counters.graphs == 2 and len(result.tensors) == 1
+        assert len(result.tensors[0]) == 4 * tiny.vocab_size
+        assert (await Session(channel).open(fp)).walk == opened.walk
 
 
-async def test_module_of_wrong_kind_and_bad_arity(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:
+async def test_bad_arity_position_and_order_are_refused(
+    tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
     async with worker_channel(tiny_worker.address) as channel:
-        s = Session(channel)
-        opened = await s.open(tiny.fingerprint)
-        modules = {m.name: m.handle for m in opened.modules}
-        tag = opened.session_tag
-        await s.run(1, set_tokens(tag << 32 | 1, [5]))
-        err = await s.refused(
-            2, pb.Op(code=pb.MATMUL, outputs=[tag << 32 | 2], inputs=[tag << 32 | 1, modules["model.norm"]])
-        )
-        assert "is not a linear layer of this model" in (err.details() or "")
-        s2 = Session(channel)
-        await s2.open(tiny.fingerprint)
-        err = await s2.refused(1, pb.Op(code=pb.KV_TRIM))
-        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "takes 0 outputs, 0 inputs and 1 args" in (
-            err.details() or ""
-        )
+        refusals = [
+            ([pb.Op(code=pb.KV_TRIM)], "takes 0 outputs, 0 inputs and 1 args; got 0, 0 and 0"),
+            ([set_tokens([5], offset=3)], "position 3 does not match the session's (0)"),
+            ([pb.Op(code=pb.GET_TENSOR)], "no pass has ended yet"),
+            ([pb.Op(code=pb.ARGMAX, args=[0])], "no pass has ended yet, so there is no token to chain"),
+        ]
+        for ops, message in refusals:
+            s = Session(channel)
+            await s.open(tiny.fingerprint)
+            err = await s.refused(1, *ops)
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and message in (err.details() or ""), (
+                message
+            )
 
 
 def test_backend_can_be_switched_off() -> None:
@@ -138,10 +140,10 @@ def test_backend_can_be_switched_off() -> None:
         assert "does not offer the ggml-rpc backend" in one_error_line(out.stderr)
 
 
-def test_an_architecture_the_walker_does_not_know_is_served_by_the_stream_backend_only(
+def test_a_qwen3_model_saved_to_disk_drafts_per_op_losslessly(
     tmp_path: Path, default_q4: LoadedModel, tiny: LoadedModel
 ) -> None:
-    # A qwen3 model (per-head q/k norms, no gate: not a layout the walker knows), saved as mlx-lm saves.
+    # A qwen3 model (per-head q/k norms, tied head), saved as mlx-lm saves: walked from its own modules.
     args = {
         "model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "rms_norm_eps": 1e-6,
@@ -154,11 +156,11 @@ def test_an_architecture_the_walker_does_not_know_is_served_by_the_stream_backen
     save_config(args, config_path=tmp_path / "config.json")
     default_q4.tokenizer.save_pretrained(str(tmp_path))
     with running_worker("--model", str(tmp_path), "--name", unique_name("qwen3")) as w:
-        assert w.ready["backends"] == ["stream"]
+        assert w.ready["backends"] == ["stream", "ggml-rpc"]
         common = ["--prompt", "hi", "--target", "tiny", "--draft", "remote", "--worker", w.address]
-        refused = run_cli("coordinator", "generate", *common, "--backend", "ggml-rpc")
-        assert refused.returncode == 1
-        assert "walks llama, qwen3_5 models; this model is 'qwen3'" in one_error_line(refused.stderr)
-        streamed = run_cli("coordinator", "generate", *common, "--max-tokens", "8", "--json")
-        assert streamed.returncode == 0, streamed.stderr
-        assert json.loads(streamed.stdout)["token_ids"] == text_ar_tokens(tiny, "hi", 8)
+        for backend in ("ggml-rpc", "stream"):
+            out = run_cli(
+                "coordinator", "generate", *common, "--backend", backend, "--max-tokens", "8", "--json"
+            )
+            assert out.returncode == 0, out.stderr
+            assert json.loads(out.stdout)["token_ids"] == text_ar_tokens(tiny, "hi", 8), backend

@@ -6,11 +6,12 @@ it exactly as it drives a local model: the same feeding, the same sampling,
 the same cache bookkeeping. Each call walks one forward pass of the graph on
 the worker, grouped into calls by the granularity:
 
-* ``op``: one operation per call (17 L + 5 calls per forward pass);
+* ``op``: one operation per call (the walk's steps + 2 per forward pass);
 * ``layer``: one call per transformer block, plus one before and one after;
 * ``token``: one call per forward pass;
 * ``round``: one call per draft round (greedy only): the worker chains the k
-  passes with ARGMAX, and the logits rows of all k come back together.
+  passes, each after the first starting with ARGMAX, and the logits rows of
+  all k come back together.
 
 The cache lives on the worker; ``RemoteKVCache`` is its local shadow.
 Rolling it back queues a KV_TRIM, sent in its own call at ``op``
@@ -82,7 +83,7 @@ class RemoteDraftModel:
         self.client = client
         self.graph = graph
         self.granularity = granularity
-        self.cache = RemoteRecurrentCache() if graph.shape.recurrent else RemoteKVCache()
+        self.cache = RemoteRecurrentCache() if graph.walk.recurrent else RemoteKVCache()
         # The drafter hands whole greedy rounds to models that can run them in one call.
         self.greedy_chain: Callable[[list[int], int, Any], list[int]] | None = (
             self._greedy_chain if granularity == "round" else None
@@ -112,7 +113,6 @@ class RemoteDraftModel:
         ops = [op for group in self.graph.forward(self.cache.offset, feed) for op in group]
         self.cache.offset += len(feed)
         for _ in range(k - 1):
-            ops.append(self.graph.argmax())
             ops.extend(op for group in self.graph.forward(self.cache.offset, None) for op in group)
             self.cache.offset += 1
         return await self._send([ops])

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from coordinator.drafting.base import Outcome
 from coordinator.drafting.ggml_rpc.client import CALL_TIMEOUT_S, TensorClient
-from coordinator.drafting.ggml_rpc.graph import ForwardGraph, ModelShape
+from coordinator.drafting.ggml_rpc.graph import ForwardGraph, Walk
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES, RemoteDraftModel
 from coordinator.runtime import LoopPortal
 from coordinator.workers.connection import WorkerConnection
@@ -35,7 +35,6 @@ class PerOpDraftSource:
         self.fingerprint = fingerprint
         self.granularity = granularity
         self.call_timeout = call_timeout
-        self.shape = ModelShape.from_config(connection.model_config())
         self.name = f"ggml-rpc/{granularity}:{connection.name}"
         self.client: TensorClient | None = None
         self.prefill_calls = 0
@@ -56,7 +55,7 @@ class PerOpDraftSource:
         client = TensorClient(self.connection, self.fingerprint, self.call_timeout)
         opened = self.portal.call(client.open)
         self.client = client
-        graph = ForwardGraph(self.shape, {m.name: m.handle for m in opened.modules}, opened.session_tag)
+        graph = ForwardGraph(Walk.of(opened))
         self._drafter = Drafter(RemoteDraftModel(self.portal, client, graph, self.granularity), params)
         self._drafter.start(prompt)
         self.prefill_calls = client.calls

@@ -21,6 +21,7 @@ from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import PerOpRun, assert_per_op_drafts_as_stream, generate_per_op, generate_remote
 from tests.support.workers import WorkerProcess
+from worker.op_walk import trace
 
 pytestmark = pytest.mark.anyio
 MAX_TOKENS = 8
@@ -29,18 +30,16 @@ MAX_TOKENS = 8
 def ops_per_forward_pass(model: nn.Module) -> int:
     """Count the operations of one forward pass from the model's own modules.
 
-    Each linear layer of a block is one matmul; each RMSNorm one norm (the final one
-    included); per block, queries and keys are each rotated once, the KV cache
-    is written once, attention runs once, two residual adds, one SiLU and one
-    multiply; around the blocks, the token ids go up, the embedding runs, the
-    LM head runs and the logits row comes back.
+    Every leaf module of a block is called once, but its RoPE twice (queries,
+    keys); the KV-cache write and attention are one kernel each; around the
+    blocks, the token ids go up, the embedding runs, the final norm and the LM
+    head (the embedding again, when tied) run, and the logits row comes back.
     """
-    in_blocks = [m for layer in model.layers for _, m in layer.named_modules()]
-    linear = sum(isinstance(m, (nn.Linear, nn.QuantizedLinear)) for m in in_blocks)  # the LM head: below
-    norms = sum(isinstance(m, nn.RMSNorm) for _, m in model.named_modules())
-    blocks = len(model.layers)
-    per_block_other = 2 + 1 + 1 + 2 + 1 + 1  # rope q/k, kv write, attention, adds, silu, mul
-    return linear + norms + blocks * per_block_other + 4
+    per_block = 0
+    for layer in model.layers:
+        leaves = [m for _, m in layer.named_modules() if not m.children()]
+        per_block += len(leaves) + sum(isinstance(m, nn.RoPE) for m in leaves) + 2
+    return per_block + 5
 
 
 def drafting_calls(run: PerOpRun, per_call: int, granularity: str, forward_ops: int) -> int:
@@ -59,8 +58,8 @@ def drafting_calls(run: PerOpRun, per_call: int, granularity: str, forward_ops: 
 
 
 def test_op_count_comes_from_the_model(default_q4: LoadedModel, tiny: LoadedModel) -> None:
-    assert ops_per_forward_pass(default_q4.model) == 17 * 30 + 5  # tied embeddings
-    assert ops_per_forward_pass(tiny.model) == 17 * 2 + 5  # its own LM head
+    assert trace(default_q4.model).ops_per_pass == ops_per_forward_pass(default_q4.model) == 13 * 30 + 5
+    assert trace(tiny.model).ops_per_pass == ops_per_forward_pass(tiny.model) == 13 * 2 + 5
 
 
 async def test_every_op_ran_remotely_once(tiny_worker: WorkerProcess, tiny: LoadedModel) -> None:

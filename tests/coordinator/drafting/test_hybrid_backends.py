@@ -14,25 +14,18 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from coordinator.drafting.ggml_rpc.graph import ForwardGraph, ModelShape
 from specwire.drafting.sampling import SamplingParams
-from specwire.errors import InvalidArgumentError, UnsupportedModelError
+from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel, load_model
-from specwire.models.op_counts import block_kinds, ops_per_pass
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import assert_per_op_drafts_as_stream, generate_per_op, generate_remote
 from tests.support.rounding import assert_lossless, assert_rejections_are_ties
+from tests.support.walks import ops, walked
 from tests.support.workers import WorkerProcess, running_worker, unique_name
-from worker.tensor_modules import ModuleTable
-from worker.tensor_session import MAX_KEPT, UNSPOKEN, TensorSession
+from worker.tensor_session import MAX_KEPT, UNSPOKEN
 
 pytestmark = pytest.mark.anyio
 TOKENS = 24
-# Qwen3.5-0.8B's text config (the paper's draft model): 24 blocks, full attention every fourth.
-QWEN35_08B = {
-    "model_type": "qwen3_5",
-    "text_config": {"num_hidden_layers": 24, "full_attention_interval": 4, "num_attention_heads": 8},
-}
 
 
 @pytest.fixture(scope="module")
@@ -51,29 +44,27 @@ def hybrid_worker() -> Iterator[WorkerProcess]:
         yield w
 
 
-def test_op_counts_follow_the_block_kinds(hybrid: LoadedModel) -> None:
-    assert block_kinds(hybrid.args) == ["gated_delta", "gated_attention"]
-    assert ops_per_pass(hybrid.args) == 18 + 21 + 5
-    assert ops_per_pass(QWEN35_08B) == 18 * 18 + 6 * 21 + 5 == 455
-    with pytest.raises(UnsupportedModelError, match="mixture-of-experts"):
-        block_kinds({**QWEN35_08B, "text_config": {**QWEN35_08B["text_config"], "num_experts": 64}})
-    with pytest.raises(UnsupportedModelError, match="'qwen3_next'"):
-        block_kinds({"model_type": "qwen3_next", "num_hidden_layers": 48})
+def test_the_walk_of_a_hybrid_model_follows_its_blocks(hybrid: LoadedModel) -> None:
+    session, graph = walked(hybrid)
+    assert session.walk.recurrent and graph.walk.recurrent
+    per_block = [[session.walk.steps[i] for i in range(len(session.walk.steps)) if f"layers.{b}." in
+                  session.walk.steps[i]] for b in range(2)]  # fmt: skip
+    assert any(":gated_delta_update" in s for s in per_block[0])  # block 0 is a Gated DeltaNet
+    assert any(":scaled_dot_product_attention" in s for s in per_block[1])  # block 1 a gated attention
+    assert len(graph.forward(0, [1])) == 2 + 2  # before, two blocks, after
 
 
 def test_walked_hybrid_pass_gives_the_models_own_logits(hybrid_draft: LoadedModel) -> None:
-    # The same kernels in the same order as the model run whole, state carried in the same cache
-    # kinds: bit-exact on the CPU, across passes and after a rollback.
-    table = ModuleTable.of(hybrid_draft.model)
-    session = TensorSession(hybrid_draft, table, tag=1)
-    graph = ForwardGraph(ModelShape.from_config(hybrid_draft.args), table.names, 1)
+    # The model's own pass, stopped before each operation, state carried in its own cache: bit-exact
+    # on the CPU, across passes and after a rollback.
+    session, graph = walked(hybrid_draft)
     cache = make_prompt_cache(hybrid_draft.model)
     tokens = hybrid_draft.tokenizer.encode(PROMPTS[2])[:9]
 
-    def walked(offset: int, fed: list[int]) -> np.ndarray:
-        ops = [op for group in graph.forward(offset, fed) for op in group]
-        assert len(ops) == ops_per_pass(hybrid_draft.args)
-        row = np.frombuffer(session.execute(ops).tensors[-1], dtype=np.float32)
+    def walked_row(offset: int, fed: list[int]) -> np.ndarray:
+        pass_ops = ops(graph, offset, fed)
+        assert len(pass_ops) == session.walk.ops_per_pass
+        row = np.frombuffer(session.execute(pass_ops).tensors[-1], dtype=np.float32)
         # the whole vocabulary's row; past the ids the emulation model speaks, logits no softmax weighs
         spoken = hybrid_draft.model.language_model.lm_head.weight.shape[0]
         assert row.size == hybrid_draft.vocab_size and np.all(row[spoken:] == UNSPOKEN)
@@ -82,34 +73,35 @@ def test_walked_hybrid_pass_gives_the_models_own_logits(hybrid_draft: LoadedMode
     def whole(fed: list[int]) -> np.ndarray:
         return np.array(hybrid_draft.model(mx.array([fed]), cache=cache)[0, -1].astype(mx.float32))
 
-    assert np.array_equal(walked(0, tokens[:6]), whole(tokens[:6]))
-    assert np.array_equal(walked(6, tokens[6:8]), whole(tokens[6:8]))
+    assert np.array_equal(walked_row(0, tokens[:6]), whole(tokens[:6]))
+    assert np.array_equal(walked_row(6, tokens[6:8]), whole(tokens[6:8]))
     session.execute([graph.trim(2)])  # back to the end of the first pass, where the state was kept
     cache = make_prompt_cache(hybrid_draft.model)
     whole(tokens[:6])
-    assert np.array_equal(walked(6, tokens[7:9]), whole(tokens[7:9]))
+    assert np.array_equal(walked_row(6, tokens[7:9]), whole(tokens[7:9]))
 
 
-def test_a_rollback_to_a_position_not_kept_is_refused_and_the_session_goes_on(
+def test_rollbacks_go_only_to_kept_pass_ends_and_the_kept_states_are_bounded(
     hybrid_draft: LoadedModel,
 ) -> None:
-    table = ModuleTable.of(hybrid_draft.model)
-    session = TensorSession(hybrid_draft, table, tag=1)
-    graph = ForwardGraph(ModelShape.from_config(hybrid_draft.args), table.names, 1)
-    forward = [op for group in graph.forward(0, [5, 6, 7, 8]) for op in group]
-    session.execute(forward)
+    session, graph = walked(hybrid_draft)
+    session.execute(ops(graph, 0, [5, 6, 7, 8]))
     with pytest.raises(InvalidArgumentError, match="position 2 is not one"):
         session.execute([graph.trim(2)])
-    mid_pass = [op for group in graph.forward(4, [9])[:2] for op in group]  # embedding and block 0 only
-    session.execute(mid_pass)
+    with pytest.raises(InvalidArgumentError, match="the session ended at a refused operation"):
+        session.execute([graph.trim(4)])  # its cache may hold half a pass: the session is over
+
+    session, graph = walked(hybrid_draft)
+    session.execute(ops(graph, 0, [5, 6, 7, 8]))
+    session.execute([op for group in graph.forward(4, [9])[:2] for op in group])  # embedding and block 0
     with pytest.raises(InvalidArgumentError, match="middle of a forward pass"):
         session.execute([graph.trim(4)])
-    for position in range(MAX_KEPT + 4):  # the kept states are bounded
-        ops = [op for group in graph.forward(4 + position, [9]) for op in group]
-        if position == 0:
-            ops = ops[len(mid_pass) :]  # finish the pass begun above
-        session.execute(ops)
+
+    session, graph = walked(hybrid_draft)
+    for position in range(MAX_KEPT + 4):
+        session.execute(ops(graph, position, [9]))
     assert len(session.checkpoints.kept) == MAX_KEPT
+    session.execute([graph.trim(MAX_KEPT - 1)])  # the oldest pass end still kept
 
 
 @pytest.mark.parametrize("granularity", ["op", "token", "round"])
