@@ -29,6 +29,7 @@ import uvicorn
 from coordinator.commands.options import (
     add_drafting_arguments,
     add_pace_argument,
+    add_target_argument,
     draft_spec,
     pace_of,
     worker_access,
@@ -40,6 +41,7 @@ from coordinator.pacing import CoordinatorPace
 from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
 from coordinator.serving.body import DEFAULT_MAX_BODY
+from coordinator.serving.drafting_status import DraftingStatus
 from coordinator.serving.scheduler import Drafting, Scheduler
 from coordinator.workers.discovery import WorkerDirectory
 from specwire.drafting.sampling import SamplingParams
@@ -54,7 +56,7 @@ DEFAULT_PORT = 8080
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``coordinator serve``."""
-    p.add_argument("--target", default="default@float32", help="target model spec (as generate takes it)")
+    add_target_argument(p)
     p.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (beyond loopback needs --api-key)"
     )
@@ -116,8 +118,11 @@ async def _serve(
         access = dataclasses.replace(access, live=live)
         async with DraftSources(runtime, target, access, pace) as sources:
             spec = drafting.spec
-            if spec.kind == "auto":  # this machine measured, and the workers found by now, before any request
-                await sources.auto(spec)
+            if live is not None:  # every worker that answers within --discover-timeout is planned with
+                await anyio.sleep(live.wait_budget(access.discover_timeout))
+            planner = None
+            if spec.kind == "auto":  # this machine measured, and the workers found, before any request
+                planner, _ = await sources.auto(spec)
             elif spec.local and (spec.kind == "local" or spec.mode in FILLED):
                 await sources.local_model(spec.local)
             # Requests may be greedy or sampled: warm both paths before the first one is timed.
@@ -126,10 +131,14 @@ async def _serve(
                 SpeculativeDecoder(target).warm_up, k, SamplingParams(temperature=1.0), sources.local_models
             )
             scheduler = Scheduler(runtime, sources, drafting, args.max_queue)
+            scheduler.planner = planner
+            status = DraftingStatus(scheduler, live)
+            for line in await status.lines(access.discover_timeout):
+                print(f"serve: {line}", file=sys.stderr, flush=True)
             served = ServedModel(
                 args.model_name or args.target, target, args.default_max_tokens, created_now(), args.max_body
             )
-            app = Api(served, scheduler, args.api_key, live).app()
+            app = Api(served, scheduler, args.api_key, status).app()
             config = uvicorn.Config(app, lifespan="off", log_level=args.log_level, access_log=False)
             server = uvicorn.Server(config)
             sock = _listen(args.host, args.port)

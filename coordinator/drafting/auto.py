@@ -347,6 +347,13 @@ class AutoDraftSource:
         }
 
 
+def predicted_start(planner: Planner, temperature: float) -> Predicted:
+    """The set-up a generation at ``temperature`` starts on, with its predicted tok/s: what ``start``
+    chooses before any round is measured (the calibrated acceptance, no worker lost)."""
+    t = max(0.0, temperature)
+    return simplest_near_best(planner.ranking(t, planner.prior(t)))
+
+
 def _key(setup: Setup) -> tuple[str, str]:
     """A session: the mode and the worker (k may change within it)."""
     return setup.mode, setup.worker

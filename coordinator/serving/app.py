@@ -32,11 +32,11 @@ from starlette.routing import Route
 
 from coordinator.serving import responses
 from coordinator.serving.body import DEFAULT_MAX_BODY, excerpt, parse_json, read_body
+from coordinator.serving.drafting_status import DraftingStatus
 from coordinator.serving.requests import CHAT, TEXT, CompletionRequest, read_request
 from coordinator.serving.responses import Envelope
 from coordinator.serving.scheduler import Scheduler
 from coordinator.serving.text import CompletionText
-from coordinator.workers.discovery import WorkerDirectory
 from specwire.errors import (
     ApiKeyError,
     AuthenticationError,
@@ -104,12 +104,12 @@ class Api:
         served: ServedModel,
         scheduler: Scheduler,
         api_key: str | None,
-        directory: WorkerDirectory | None = None,
+        status: DraftingStatus | None = None,
     ) -> None:
         self.served = served
         self.scheduler = scheduler
         self.api_key = api_key
-        self.directory = directory
+        self.status = status
 
     def app(self) -> Starlette:
         """The Starlette application."""
@@ -127,15 +127,16 @@ class Api:
     # Routes.
 
     async def health(self, request: Request) -> Response:
-        """Liveness, the model, the queue, and the workers known on Bonjour (no key needed)."""
+        """Liveness, the model and the queue (no key needed); with the key, each worker known on Bonjour
+        (used, or skipped and why), auto's choice at T = 0 and T = 1, and how the last request drafted."""
         body: dict[str, Any] = {
             "status": "ok",
             "model": self.served.name,
             "pending_requests": self.scheduler.pending,
         }
         if self._key_given(request):  # who drafts, and how, is not for strangers
-            if self.directory is not None:
-                body["workers"] = [{"name": w.name, "address": w.address} for w in self.directory.workers()]
+            if self.status is not None:
+                body.update(await self.status.to_dict())
             if self.scheduler.last_drafting is not None:
                 body["drafting"] = self.scheduler.last_drafting
         return JSONResponse(body)

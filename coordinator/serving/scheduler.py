@@ -34,6 +34,7 @@ from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.provenance import drafted_by
+from coordinator.planning.planner import Planner
 from coordinator.runtime import Runtime
 from coordinator.serving.requests import CompletionRequest
 from specwire.errors import CapacityError, NoWorkerError, QueueFullError, RemoteWorkerError
@@ -85,6 +86,7 @@ class Scheduler:
         # draft source on it.
         self._decoder = SpeculativeDecoder(sources.target, None)
         self.last_drafting: dict[str, Any] | None = None  # the drafting policy's report of the last request
+        self.planner: Planner | None = None  # the drafting policy's, as the last request (or start) had it
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Scheduler]:
@@ -145,6 +147,8 @@ class Scheduler:
         def deliver(tokens: list[int]) -> None:  # on the compute thread
             loop.call_soon_threadsafe(_send_quietly, send, list(tokens))
 
+        if isinstance(source, AutoDraftSource):
+            self.planner = source.planner
         request, drafting = generation.request, self.drafting
         k = 0 if source is None else AUTO_K if isinstance(source, AutoDraftSource) else drafting.k
         generation.source["k"] = k
