@@ -119,12 +119,13 @@ def _progress(line: str) -> None:
 
 
 def _print_table(rows: list[dict[str, object]]) -> None:
-    header = ("NAME", "ADDRESS", "LABEL", "MODEL", "FP MATCH", "PROTOCOL", "TOKEN", "CAN DRAFT")
+    header = ("NAME", "ADDRESS", "LABEL", "PACED AS", "MODEL", "FP MATCH", "PROTOCOL", "TOKEN", "CAN DRAFT")
     table = [
         (
             r["name"],
             r["address"],
             r["label"] or "-",
+            r["pace"] or "-",
             r["model"] or "-",
             "yes" if r["fingerprint_match"] else "no",
             r["protocol"],

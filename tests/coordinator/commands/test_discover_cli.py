@@ -44,6 +44,8 @@ def test_discover_says_hello_to_each_worker_and_says_why_one_cannot_draft(
         "NAME",
         "ADDRESS",
         "LABEL",
+        "PACED",
+        "AS",
         "MODEL",
         "FP",
         "MATCH",
