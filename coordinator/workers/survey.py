@@ -88,7 +88,10 @@ async def check(
     except AuthenticationError as err:
         return _unanswered(advert, TOKEN_UNPROVEN, str(err))
     except RemoteWorkerError as err:
-        return _unanswered(advert, TOKEN_REJECTED if err.code in _REFUSED else UNREACHABLE, str(err))
+        if err.code not in _REFUSED:
+            return _unanswered(advert, UNREACHABLE, str(err))
+        sent_none = " (this machine sent no token: --insecure)" if credentials.token is None else ""
+        return _unanswered(advert, TOKEN_REJECTED, f"{err}{sent_none}")
     try:
         return _answered(advert, connection, fingerprint, target_name)
     finally:
