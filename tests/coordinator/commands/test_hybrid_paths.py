@@ -53,7 +53,7 @@ def bench(
         "bench",
         "--target",
         "tiny-hybrid",
-        "--draft",
+        "--local-draft",
         "tiny-hybrid-draft",
         "--workers",
         f"{a.address},{b.address}",
