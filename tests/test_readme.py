@@ -175,6 +175,7 @@ def test_every_readme_command_is_run_here_or_said_why_not() -> None:
         ".venv/bin/worker serve",
         ".venv/bin/worker install",
         ".venv/bin/worker status",
+        ".venv/bin/coordinator discover",
         ".venv/bin/coordinator plan",
         ".venv/bin/coordinator serve",
         ".venv/bin/coordinator bench",
@@ -197,11 +198,13 @@ def test_install_is_refused_while_the_terminal_worker_holds_the_port(
 def test_discover_finds_the_worker_and_says_it_can_draft(
     env: dict[str, str], terminal_worker: subprocess.Popen[str]
 ) -> None:
-    out = sh(".venv/bin/coordinator discover --json", env)  # the commands table's `coordinator discover`
+    line = command(".venv/bin/coordinator discover").split("#")[0].strip()
+    out = sh(f"{line} --json", env)  # the same command, its table as JSON
     assert out.returncode == 0, out.stderr
     (mine,) = [w for w in json.loads(out.stdout)["workers"] if w["address"].endswith(":7070")]
     assert mine["label"] == "M1 Max" and mine["model"] == DRAFT_ID, mine
     assert mine["token"] == "yes" and mine["can_draft"] is True, mine
+    assert mine["fingerprint_match"] is True, mine
 
 
 def test_plan_measures_the_pair_and_the_worker(

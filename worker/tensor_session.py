@@ -183,9 +183,7 @@ class TensorSession:
         if self._pass is not None:
             raise InvalidArgumentError(f"the pass in progress reaches {self._pass.pending} next")
         if offset != self.position:
-            raise InvalidArgumentError(
-                f"position {offset} does not match the session's ({self.position})"
-            )
+            raise InvalidArgumentError(f"position {offset} does not match the session's ({self.position})")
         length = tokens.shape[1]
         last_rows = 1 if length > ROUND_POSITIONS else 0  # a prefill: only the row GET_TENSOR returns
         model, cache = self.model.model, self.cache

@@ -93,7 +93,7 @@ def test_bench_rows_with_hybrid_models_are_lossless_and_verified(bench: dict) ->
         if row["kind"] not in ("ar", "auto"):  # the target rolled its recurrent state back in one pass
             assert row["rollback"]["strategy"] == "states" and row["rollback"]["rounds"] > 0
             assert row["rollback"]["replayed"] == 0
-    assert all(w["ops_per_pass"] == 13 + 15 + 5 for w in data["workers"])  # a Gated DeltaNet, a gated attention
+    assert all(w["ops_per_pass"] == 13 + 15 + 5 for w in data["workers"])  # Gated DeltaNet + gated attention
     assert "rolled back" in bench["stdout"]
     run = data["runs"][1]
     assert run["rollback"]["strategy"] == "states" and len(run["rounds"]["rollback_ns"]) == len(
