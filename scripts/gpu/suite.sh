@@ -35,7 +35,8 @@ group_paths() {
 
 groups=("$@")
 [ ${#groups[@]} -eq 0 ] && groups=(worker drafting commands rest)
-git rev-parse HEAD > "$LOG_DIR/commit.txt" 2>/dev/null || true
+# $GPU_COMMIT names the commit where the tree has no .git (an export of it)
+echo "${GPU_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" > "$LOG_DIR/commit.txt"
 pids=()
 ran=()
 status=0
