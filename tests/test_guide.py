@@ -20,7 +20,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"```(?:sh|bash|console)?\n(.*?)```", re.S)
 ROLES = {"worker": "worker", "coordinator": "coordinator"}
 SUBCOMMANDS = {
-    "worker": ("serve", "install", "uninstall", "token", "inspect"),
+    "worker": ("serve", "install", "uninstall", "status", "stop", "start", "token", "inspect"),
     "coordinator": ("generate", "serve", "bench", "plan", "discover", "token"),
 }
 

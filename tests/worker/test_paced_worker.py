@@ -42,7 +42,7 @@ async def test_a_paced_worker_says_so(paced_worker: WorkerProcess) -> None:
     finally:
         await connection.close()
     # 5 s: a loaded machine has answered Bonjour later than 2 s
-    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--timeout", "5", "--json")
+    out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--discover-timeout", "5", "--json")
     mine = [w for w in json.loads(out.stdout)["workers"] if w["name"] == paced_worker.name]
     assert len(mine) == 1 and mine[0]["pace"] == "paper:m1-max"
 

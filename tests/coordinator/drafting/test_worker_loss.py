@@ -71,6 +71,12 @@ async def generate_through(
     return result, source, harmed_at[0]
 
 
+def longest_wait_ms(result: GenerationResult, harmed_at: int) -> float:
+    """The longest wait for a token after the harm (a round already answered may still emit just after it)."""
+    after = [harmed_at, *(t for t in result.token_ns if t > harmed_at)]
+    return max(b - a for a, b in zip(after, after[1:], strict=False)) / 1e6
+
+
 def recovery_ms(result: GenerationResult, harmed_at: int) -> float:
     """Time from the harm to the next accepted token."""
     after = [t for t in result.token_ns if t > harmed_at]
@@ -162,7 +168,7 @@ async def test_stall_hits_the_deadline_and_fails_over(
     assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     (loss,) = source.losses
     assert loss.code == "DEADLINE_EXCEEDED" and tiny_worker.name in loss.action
-    assert recovery_ms(result, stalled_at) >= 3000  # the deadline, then the new session
+    assert longest_wait_ms(result, stalled_at) >= 3000  # the deadline, then the new session
 
 
 def test_restarted_worker_is_rediscovered_for_new_sessions() -> None:
