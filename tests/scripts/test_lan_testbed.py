@@ -179,7 +179,9 @@ def test_workers_are_discovered_across_the_bridge_and_the_probe_measures_the_con
     run_testbed(*up_args("0ms"), state=state)
     with worker_on_lan(state) as ready, worker_on_lan(state, OTHER) as other:
         assert ready["advertised"].startswith("198.18.78.")
-        found = on_coordinator(state, "-m", "coordinator.cli", "discover", "--discover-timeout", "2", "--json")
+        found = on_coordinator(
+            state, "-m", "coordinator.cli", "discover", "--discover-timeout", "2", "--json"
+        )
         assert found.returncode == 0, found.stderr
         workers = {w["name"]: w for w in json.loads(found.stdout)["workers"]}
         assert workers[WORKER]["address"] == ready["advertised"] and workers[WORKER]["fingerprint_match"]

@@ -5,6 +5,7 @@ Recovery is orchestration, so workers and target serve the tiny model.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -74,7 +75,7 @@ async def generate_through(
 def longest_wait_ms(result: GenerationResult, harmed_at: int) -> float:
     """The longest wait for a token after the harm (a round already answered may still emit just after it)."""
     after = [harmed_at, *(t for t in result.token_ns if t > harmed_at)]
-    return max(b - a for a, b in zip(after, after[1:], strict=False)) / 1e6
+    return max(b - a for a, b in itertools.pairwise(after)) / 1e6
 
 
 def recovery_ms(result: GenerationResult, harmed_at: int) -> float:

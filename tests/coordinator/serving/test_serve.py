@@ -391,7 +391,7 @@ def eventually(condition: Callable[[], bool], timeout: float) -> bool:
 
 
 def test_a_worker_that_appears_is_used_and_one_killed_mid_stream_changes_nothing(
-    tiny_worker: WorkerProcess,
+    tiny_worker: WorkerProcess, tiny: LoadedModel
 ) -> None:
     name = unique_name("serve-late-worker")
     remote = ["--draft", "remote", "--worker", name, "--discover-timeout", "1"]
@@ -407,8 +407,11 @@ def test_a_worker_that_appears_is_used_and_one_killed_mid_stream_changes_nothing
             late.stop(signal.SIGKILL)
             chunks += list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == before.choices[0].message.content  # type: ignore[attr-defined]
     figures = chunks[-1].model_extra["specwire"]
+    if text != before.choices[0].message.content:  # type: ignore[attr-defined]
+        # the target alone's text, but for a part at a tie within this backend's rounding (a GPU's)
+        alone = before.model_extra["specwire"]["token_ids"]  # type: ignore[attr-defined]
+        assert_lossless(tiny, encode_prompt(tiny, PROMPT, chat=True), alone, figures["token_ids"])
     assert [loss["worker"] for loss in figures["worker_losses"]] == [name]
     assert figures["worker"]["pid"] == tiny_worker.pid  # failed over to the other worker on Bonjour
     assert chunks[-1].usage.completion_tokens == LONG // 4
