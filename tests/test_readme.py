@@ -20,8 +20,11 @@ agent's files). The one-Mac walk-through follows the README's order:
    status``, ``worker uninstall``.
 
 Only the set-up commands (``make demo``, ``make test``, the clone) are not
-run here: CI runs them on a clean clone. Serial: the commands use the
-README's fixed ports (7070, 7071, 8080) and find every worker on Bonjour.
+run here: CI runs them on a clean clone. The commands use the README's
+fixed ports (7070, 7071, 8080), which no other test uses, and find every
+worker on Bonjour: other tests' workers hold another token (this test's
+home has a token file of its own), so every command leaves them out, saying
+why.
 """
 
 from __future__ import annotations
@@ -41,8 +44,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.hub import DRAFT_ID, TARGET_ID, write_readme_pair
-
-pytestmark = pytest.mark.serial
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -27,6 +27,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from specwire.drafting.prefix_cache import PrefixCache, add_prompt_cache_arguments
 from specwire.drafting.speculation import TREE_MEMORY, TREE_ROWS, PrespecConfig
 from specwire.drafting.warmup import warm_drafter
 from specwire.emulation.pace import Pace, Pacer, pace_model, parse_pace
@@ -169,6 +170,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "hybrid draft model such as Qwen3.5, its recurrent state; trees stop growing at the bound "
         "(0: no bound)",
     )
+    add_prompt_cache_arguments(p.add_argument_group("prompt cache (each coordinator's, under its own key)"))
+
+
+def prompt_cache_of(args: argparse.Namespace) -> PrefixCache | None:
+    """The prompt cache the flags ask for (None: --prompt-cache-size 0)."""
+    if args.prompt_cache_size < 0:
+        raise InvalidArgumentError("--prompt-cache-size must be >= 0")
+    return PrefixCache(args.prompt_cache_size, args.prompt_cache_bytes) if args.prompt_cache_size else None
 
 
 def prespec_defaults(args: argparse.Namespace) -> PrespecConfig:
@@ -247,6 +256,7 @@ def _grpc_server(
     pace: Pace | None,
     pacer: Pacer | None,
     walk: Walk | None = None,
+    prompt_cache: PrefixCache | None = None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, list[str]]:
     """The gRPC server with every service this worker offers (not started).
 
@@ -256,7 +266,7 @@ def _grpc_server(
     interceptors = [AuthInterceptor(ProofChecker(token))] if token else []
     server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
     services = [SERVICE_NAME]
-    drafting = DraftService(model, host, compute, token, prespec, pace, pacer)
+    drafting = DraftService(model, host, compute, token, prespec, pace, pacer, prompt_cache)
     server.add_generic_rpc_handlers([drafting.handler()])
     if BACKEND_PER_OP in host.info.backends:
         server.add_generic_rpc_handlers([TensorService(raw, walk, host, compute, pacer).handler()])
@@ -303,7 +313,7 @@ async def _serve(
         host = SessionHost(info, WorkerCounters(), idle_timeout_s=args.idle_timeout)
         prespec = prespec_defaults(args)
         server, health_servicer, services = _grpc_server(
-            model, raw, host, compute, token, prespec, pace, pacer, walk
+            model, raw, host, compute, token, prespec, pace, pacer, walk, prompt_cache_of(args)
         )
         credentials = _credentials(args)
         address = f"{args.host}:{args.port}"

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
+from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.speculation import PrespecConfig, Speculator
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import Pacer, buckets_of
@@ -107,8 +108,11 @@ class DraftSession:
         pacer: Pacer | None = None,
         memory: TreeMemory | None = None,
         pass_curve: Sequence[tuple[int, float]] = (),
+        prompt_cache: PrefixCache | None = None,
     ) -> None:
         check_open(model, open_msg)
+        self.prompt_cache = prompt_cache if open_msg.cache_key else None
+        self.cache_key = open_msg.cache_key
         self.model = model
         self.totals = totals
         self.pacer = pacer
@@ -169,7 +173,7 @@ class DraftSession:
     @_tallied
     def prefill(self) -> int:
         """Prefill the prompt; returns compute ns. Compute thread only."""
-        elapsed = self.drafter.start(self.prompt)
+        elapsed = self.drafter.start(self.prompt, self.prompt_cache, self.cache_key)
         self._count_passes()
         return elapsed
 

@@ -27,6 +27,7 @@ import msgpack
 from google.protobuf.message import DecodeError
 
 from specwire.drafting.draft_tree import TreeMemory
+from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.speculation import PrespecConfig
 from specwire.emulation.pace import Pace, PaceCounts, Pacer
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
@@ -55,8 +56,12 @@ class DraftService:
         prespec: PrespecConfig | None = None,
         pace: Pace | None = None,
         pacer: Pacer | None = None,
+        prompt_cache: PrefixCache | None = None,
     ) -> None:
         self.model = model
+        self.prompt_cache = (
+            prompt_cache  # each coordinator's prefills, under the key it sends (Open.cache_key)
+        )
         self.host = host
         self.compute = compute
         self.token = token
@@ -225,11 +230,16 @@ class _DraftLoop(StreamLoop):
             service.pacer,
             service.tree_memory,
             service.host.info.pass_curve,
+            service.prompt_cache,
         )
         self.session = session
         totals.sessions_opened += 1
         prefill_ns = await service.compute.run(session.prefill)
-        opened = pb.Opened(identity=service.host.info.identity(), prefill_ns=prefill_ns)
+        opened = pb.Opened(
+            identity=service.host.info.identity(),
+            prefill_ns=prefill_ns,
+            cached_tokens=session.drafter.reuse.cached,
+        )
         await self.send(pb.DraftReply(opened=opened).SerializeToString())
         computed = await service.compute.run(session.first_drafts)
         # Round 0 follows the prefill unasked: it did not queue behind a request.

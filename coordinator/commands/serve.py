@@ -44,6 +44,7 @@ from coordinator.serving.body import DEFAULT_MAX_BODY
 from coordinator.serving.drafting_status import DraftingStatus
 from coordinator.serving.scheduler import Drafting, Scheduler
 from coordinator.workers.discovery import WorkerDirectory
+from specwire.drafting.prefix_cache import PromptCaches, add_prompt_cache_arguments
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models import load_model
@@ -78,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="largest request body in bytes; a larger one gets HTTP 413 before it is read whole",
     )
     p.add_argument("--json", action="store_true", help="print the ready line as JSON")
+    add_prompt_cache_arguments(
+        p.add_argument_group("prompt cache (each model's, and each worker's for this server)")
+    )
     add_drafting_arguments(p)
     add_pace_argument(p)
 
@@ -98,6 +102,8 @@ def check_exposure(host: str, api_key: str | None) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``coordinator serve`` until SIGINT or SIGTERM."""
     check_exposure(args.host, args.api_key)
+    if args.prompt_cache_size < 0:
+        raise InvalidArgumentError("--prompt-cache-size must be >= 0 (0: no prompt cache)")
     if args.max_queue < 0 or args.default_max_tokens < 1 or not 0 <= args.k <= MAX_K or args.max_body < 1:
         raise InvalidArgumentError(
             f"--max-queue must be >= 0, --default-max-tokens >= 1, --max-body >= 1 and --k within 0..{MAX_K}"
@@ -117,6 +123,8 @@ async def _serve(
             target = pace.target_model(target)
         access = dataclasses.replace(access, live=live)
         async with DraftSources(runtime, target, access, pace) as sources:
+            if args.prompt_cache_size > 0:
+                sources.caches = PromptCaches(args.prompt_cache_size, args.prompt_cache_bytes)
             spec = drafting.spec
             if live is not None:  # every worker that answers within --discover-timeout is planned with
                 await anyio.sleep(live.wait_budget(access.discover_timeout))

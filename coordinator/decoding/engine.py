@@ -50,6 +50,7 @@ from coordinator.decoding.results import GenerationResult, RoundRecord
 from coordinator.decoding.rollback import Rollback, warm_states
 from coordinator.drafting.base import DraftSource, Outcome
 from specwire.drafting.drafter import DraftBlock, prefill
+from specwire.drafting.prefix_cache import PrefixCache, Reuse
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.drafting.warmup import warm_drafter, warm_target
@@ -89,11 +90,16 @@ class SpeculativeDecoder:
     """
 
     def __init__(
-        self, target: LoadedModel, source: DraftSource | None = None, rollback: str = "auto"
+        self,
+        target: LoadedModel,
+        source: DraftSource | None = None,
+        rollback: str = "auto",
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.target = target
         self.source = source
         self.rollback = rollback
+        self.prefix_cache = prefix_cache  # the target's prompt cache across generations (serve)
 
     def generate(
         self,
@@ -148,9 +154,14 @@ class SpeculativeDecoder:
             rollback = Rollback(model, cache, len(prompt) - 1, self.rollback)
         except UnsupportedModelError as err:
             raise UnsupportedModelError(f"{self.target.spec}: {err}") from err
-        prefill(model, cache, list(prompt[:-1]))
+        fed = list(prompt[:-1])
+        reuse = self.prefix_cache.restore(cache, fed) if self.prefix_cache is not None else Reuse()
+        prefill(model, cache, fed[reuse.cached :], start=reuse.cached)
+        if self.prefix_cache is not None and len(fed) > reuse.cached:
+            self.prefix_cache.store(fed, cache)
         result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
         result.rollback = rollback.stats
+        result.cached_tokens, result.cache_note = reuse.cached, reuse.why_not
         rng = np.random.default_rng([params.seed, VERIFY_STREAM])
         pending, outcome = int(prompt[-1]), None
         while len(result.tokens) < max_tokens:

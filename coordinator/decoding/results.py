@@ -48,6 +48,8 @@ class GenerationResult:
     rounds: list[RoundRecord] = field(default_factory=list)
     transitions: list[Any] = field(default_factory=list)  # coordinator.drafting.auto.Switch
     rollback: RollbackStats | None = None
+    cached_tokens: int = 0  # prompt positions the target took from the prompt cache
+    cache_note: str = ""  # why a prompt that shares a cached prefix could not reuse it
 
     @property
     def ttft_s(self) -> float:

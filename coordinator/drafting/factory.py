@@ -44,6 +44,7 @@ from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
 from coordinator.workers.speed import pass_seconds, worker_speed
+from specwire.drafting.prefix_cache import PrefixCache, PromptCaches
 from specwire.drafting.speculation import TREE_ROWS
 from specwire.emulation.profile import STREAM_PER_ROUND_S
 from specwire.errors import (
@@ -195,6 +196,7 @@ class DraftSources:
         self._measured: MeasuredSetup | None = None  # this machine, measured once (auto)
         self._planner: tuple[tuple[str, ...], Planner] | None = None  # auto's, for the workers it knows
         self._curve: VerifyCurve | None = None
+        self.caches: PromptCaches | None = None  # serve's prompt caches: each local draft's, the workers' key
 
     async def __aenter__(self) -> DraftSources:
         return self
@@ -217,9 +219,13 @@ class DraftSources:
         if spec.kind == "none":
             return None
         if spec.kind == "local":
-            return LocalDraftSource(await self.local_model(spec.local))
+            local = await self.local_model(spec.local)
+            return LocalDraftSource(local, self._prefix_cache(local))
         if spec.kind == "local-tree":
-            return LocalTreeDraftSource(await self.local_model(spec.local), await self.verify_curve())
+            local = await self.local_model(spec.local)
+            return LocalTreeDraftSource(
+                local, await self.verify_curve(), prefix_cache=self._prefix_cache(local)
+            )
         if spec.kind == "auto":
             planner, build = await self.auto(spec)
             return AutoDraftSource(planner, build)
@@ -228,7 +234,8 @@ class DraftSources:
             remote = await self._failover(spec)
             if spec.mode == TREE_VERIFY:
                 curve = await self.verify_curve()
-                return RemoteTreeDraftSource(remote, filler, curve, _miss_shape(remote, curve))
+                miss = _miss_shape(remote, curve)
+                return RemoteTreeDraftSource(remote, filler, curve, miss, self._prefix_cache(filler))
             return FilledDraftSource(remote, filler)
         return await self._failover(spec)
 
@@ -307,16 +314,17 @@ class DraftSources:
             return None
         if setup.mode == "local":
             assert local is not None
-            return LocalDraftSource(local)
+            return LocalDraftSource(local, self._prefix_cache(local))
         if setup.mode == "local-tree":
             assert local is not None
-            return LocalTreeDraftSource(local, self._curve_here())
+            return LocalTreeDraftSource(local, self._curve_here(), prefix_cache=self._prefix_cache(local))
         nodes = TREE_REPLY_NODES if setup.mode == TREE_VERIFY else 0
         stream = self._stream(by_title[setup.worker], prespec_for(setup.mode), nodes)
         if setup.mode == TREE_VERIFY:
             assert local is not None
             curve = self._curve_here()
-            return RemoteTreeDraftSource(stream, local, curve, _miss_shape(stream, curve))
+            miss = _miss_shape(stream, curve)
+            return RemoteTreeDraftSource(stream, local, curve, miss, self._prefix_cache(local))
         if setup.mode in FILLED:
             assert local is not None
             return FilledDraftSource(stream, local)
@@ -396,7 +404,12 @@ class DraftSources:
         self, connection: WorkerConnection, prespec: pb.PreSpeculation | None, tree_nodes: int = 0
     ) -> StreamDraftSource:
         fp, timeout = self.target.fingerprint, self.access.round_timeout
-        return StreamDraftSource(self.runtime.portal, connection, fp, timeout, prespec, tree_nodes)
+        key = self.caches.key if self.caches is not None else ""
+        return StreamDraftSource(self.runtime.portal, connection, fp, timeout, prespec, tree_nodes, key)
+
+    def _prefix_cache(self, local: LoadedModel) -> PrefixCache | None:
+        """The prompt cache of a local draft model (serve keeps them; other commands do not)."""
+        return self.caches.of(f"draft:{local.spec}") if self.caches is not None else None
 
     # Recovery from worker loss; called from the compute thread.
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from coordinator.drafting.base import Outcome
 from specwire.drafting.drafter import DraftBlock, Drafter
+from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
@@ -14,15 +15,16 @@ from specwire.models import LoadedModel
 class LocalDraftSource:
     """A draft source backed by a model in this process."""
 
-    def __init__(self, draft: LoadedModel) -> None:
+    def __init__(self, draft: LoadedModel, prefix_cache: PrefixCache | None = None) -> None:
         self.draft = draft
         self.name = f"local:{draft.spec}"
+        self.prefix_cache = prefix_cache  # the draft's prompt cache across generations (serve)
         self._drafter: Drafter | None = None
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
-        """Prefill the prompt into a fresh draft cache."""
+        """Prefill the prompt into a fresh draft cache (from the prompt cache, when one is kept)."""
         self._drafter = Drafter(self.draft.model, params)
-        self._drafter.start(prompt)
+        self._drafter.start(prompt, self.prefix_cache)
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Apply the last outcome, then draft ``k`` tokens."""

@@ -53,6 +53,7 @@ from coordinator.planning.tree_verify import best_size
 from specwire.drafting.choices import top_choices
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.drafter import prefill
+from specwire.drafting.prefix_cache import PrefixCache, Reuse
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
@@ -128,7 +129,9 @@ class LocalTreeDraftSource:
         curve: VerifyCurve | None = None,
         nodes: int = DEFAULT_NODES,
         width: int = DEFAULT_WIDTH,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
+        self.prefix_cache = prefix_cache  # the draft's prompt cache across generations (serve)
         if nodes < 1 or width < 1:
             raise InvalidArgumentError(f"a draft tree needs nodes and width of 1 or more: {nodes}, {width}")
         self.draft = draft
@@ -160,7 +163,11 @@ class LocalTreeDraftSource:
                 raise
             self._recurrent = [i for i, layer in enumerate(self._cache) if not isinstance(layer, KVCache)]
         self._attention = [layer for i, layer in enumerate(self._cache) if i not in self._recurrent]
-        prefill(self.draft.model, self._cache, list(prompt[:-1]))
+        fed = list(prompt[:-1])
+        reuse = self.prefix_cache.restore(self._cache, fed) if self.prefix_cache is not None else Reuse()
+        prefill(self.draft.model, self._cache, fed[reuse.cached :], start=reuse.cached)
+        if self.prefix_cache is not None and len(fed) > reuse.cached:
+            self.prefix_cache.store(fed, self._cache)
         self._context = list(prompt)
         self._nodes, self._fed, self._sent, self._grown_at = [], {}, None, None
 

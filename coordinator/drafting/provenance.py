@@ -25,4 +25,8 @@ def drafted_by(source: object) -> dict[str, Any]:
     current = source.current
     report: dict[str, Any] = {"worker_losses": [asdict(loss) for loss in source.losses]}
     connection = getattr(current, "connection", None)
+    opened = getattr(current, "opened", None)
+    if opened is not None:  # the worker's session: its prefill, and what its prompt cache gave it
+        report["worker_prefill_s"] = opened.prefill_ns / 1e9
+        report["worker_cached_tokens"] = opened.cached_tokens
     return {"worker": connection.identity() if connection is not None else None, **report}

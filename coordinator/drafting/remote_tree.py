@@ -38,6 +38,7 @@ from dataclasses import replace
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
 from specwire.drafting.draft_block import DraftBlock
+from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.models import LoadedModel
@@ -49,14 +50,19 @@ class RemoteTreeDraftSource:
     """A worker's trees, sized to the target's curve, and a local tree when it has none (module docstring)."""
 
     def __init__(
-        self, remote: DraftSource, draft: LoadedModel, curve: VerifyCurve, miss: str = "tree"
+        self,
+        remote: DraftSource,
+        draft: LoadedModel,
+        curve: VerifyCurve,
+        miss: str = "tree",
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.remote = remote
         self.curve = curve
         self.miss = (
             miss  # a round the worker has nothing for: "ar", the verdict's token alone; "tree", a local tree
         )
-        self.local = LocalTreeDraftSource(draft, curve)
+        self.local = LocalTreeDraftSource(draft, curve, prefix_cache=prefix_cache)
         self.name = f"{remote.name}+tree-verify+local-tree:{draft.spec}"
         self.filled = 0  # rounds the local draft model drafted, the worker having nothing ready
         self.trimmed = 0  # nodes the worker sent that did not pay to verify

@@ -61,8 +61,10 @@ class StreamDraftSource:
         round_timeout: float = ROUND_TIMEOUT_S,
         prespec: pb.PreSpeculation | None = None,
         tree_nodes: int = 0,
+        cache_key: str = "",
     ) -> None:
         self.portal = portal
+        self.cache_key = cache_key  # this coordinator's prompt-cache scope on the worker ("": none)
         self.tree_nodes = tree_nodes  # > 0: each Round asks for a tree of at most this many nodes
         self.connection = connection
         self.fingerprint = fingerprint
@@ -178,6 +180,7 @@ class StreamDraftSource:
                 k=k,
                 vocab_fingerprint=self.fingerprint,
                 prespec=prespec,
+                cache_key=self.cache_key,
             )
         )
         self._open_record = await self._send(request, "opening a session")

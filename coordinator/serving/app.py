@@ -115,6 +115,7 @@ class Api:
         """The Starlette application."""
         routes = [
             Route("/health", self.health, methods=["GET"]),
+            Route("/v1/status", self.v1_status, methods=["GET"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
@@ -139,6 +140,20 @@ class Api:
                 body.update(await self.status.to_dict())
             if self.scheduler.last_drafting is not None:
                 body["drafting"] = self.scheduler.last_drafting
+        return JSONResponse(body)
+
+    async def v1_status(self, request: Request) -> Response:
+        """What the server is doing: every request running or waiting (its set-up, rounds and tok/s),
+        the prompt caches (entries, bytes, hits), the workers and auto's choices."""
+        self._authorize(request)
+        caches = self.scheduler.sources.caches
+        body: dict[str, Any] = {
+            "model": self.served.name,
+            "requests": self.scheduler.status(),
+            "prompt_cache": caches.stats() if caches is not None else None,
+        }
+        if self.status is not None:
+            body.update(await self.status.to_dict())
         return JSONResponse(body)
 
     async def models(self, request: Request) -> Response:
@@ -178,7 +193,7 @@ class Api:
         if asked.stream:
             return EventSourceResponse(self._events(asked, envelope, text))
         output = await self._whole(request, text)
-        counts = responses.usage(len(asked.prompt), text.completion_tokens)
+        counts = responses.usage(len(asked.prompt), text.completion_tokens, text.cached_tokens)
         return JSONResponse(envelope.completion(output, text.finish_reason, counts, text.stats()))
 
     async def _whole(self, request: Request, text: CompletionText) -> str:
@@ -226,7 +241,7 @@ class Api:
         stats = text.stats()
         yield _event(envelope.chunk(finish_reason=text.finish_reason, stats=stats))
         if asked.include_usage:
-            counts = responses.usage(len(asked.prompt), text.completion_tokens)
+            counts = responses.usage(len(asked.prompt), text.completion_tokens, text.cached_tokens)
             yield _event(envelope.usage_chunk(counts, stats))
         yield {"data": "[DONE]"}
 

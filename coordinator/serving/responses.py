@@ -33,7 +33,7 @@ class Envelope:
             prefix, obj = "cmpl-", "text_completion"
         return {"id": prefix + self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def completion(self, text: str, finish_reason: str, usage: dict[str, int], stats: dict[str, Any]) -> dict:
+    def completion(self, text: str, finish_reason: str, usage: dict[str, Any], stats: dict[str, Any]) -> dict:
         """A whole (non-streamed) completion."""
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
         if self.kind == CHAT:
@@ -63,17 +63,18 @@ class Envelope:
             body[EXTENSION] = stats
         return body
 
-    def usage_chunk(self, usage: dict[str, int], stats: dict[str, Any]) -> dict:
+    def usage_chunk(self, usage: dict[str, Any], stats: dict[str, Any]) -> dict:
         """The chunk after the finish reason when usage is asked for: no choices, usage, the figures."""
         return {**self._head(True), "choices": [], "usage": usage, EXTENSION: stats}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    """Token counts, as OpenAI reports them."""
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """Token counts, as OpenAI reports them (the prompt's tokens taken from the prompt cache among them)."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 

@@ -55,6 +55,8 @@ class Generation:
     result: GenerationResult | None = None
     error: Exception | None = None
     source: dict[str, Any] = field(default_factory=dict)  # the draft source used, and its provenance
+    generated: int = 0  # tokens delivered so far (the compute thread counts them)
+    rounds: int = 0  # rounds that delivered tokens so far
 
     @property
     def queued_s(self) -> float:
@@ -84,7 +86,9 @@ class Scheduler:
         self._tg: TaskGroup | None = None
         # One engine for the server's life; each generation (one at a time, under the lock) sets its own
         # draft source on it.
-        self._decoder = SpeculativeDecoder(sources.target, None)
+        caches = sources.caches
+        target_cache = caches.of(f"target:{sources.target.spec}") if caches is not None else None
+        self._decoder = SpeculativeDecoder(sources.target, None, prefix_cache=target_cache)
         self.last_drafting: dict[str, Any] | None = None  # the drafting policy's report of the last request
         self.planner: Planner | None = None  # the drafting policy's, as the last request (or start) had it
 
@@ -121,6 +125,30 @@ class Scheduler:
         self._tg.start_soon(self._run, generation, send)
         return generation
 
+    def status(self) -> list[dict[str, Any]]:
+        """Each request running or waiting: its state, set-up, prompt, tokens and rounds so far, tok/s."""
+        now = time.perf_counter_ns()
+        out = []
+        for g in sorted(self._live, key=lambda g: g.submitted_ns):
+            running = bool(g.started_ns)
+            elapsed_s = (now - g.started_ns) / 1e9 if running else 0.0
+            out.append(
+                {
+                    "state": "running" if running else "waiting",
+                    "kind": g.request.kind,
+                    "prompt_tokens": len(g.request.prompt),
+                    "max_tokens": g.request.max_tokens,
+                    "temperature": g.request.params.temperature,
+                    "setup": g.source.get("draft"),
+                    "generated": g.generated,
+                    "rounds": g.rounds,
+                    "tok_s": round(g.generated / elapsed_s, 2) if elapsed_s > 0 else None,
+                    "waited_s": round(((g.started_ns or now) - g.submitted_ns) / 1e9, 3),
+                    "client_left": g.halt.is_set(),
+                }
+            )
+        return out
+
     def retry_after_s(self) -> int:
         """Whole seconds until a queue slot is likely free: the median recent generation, per one ahead."""
         typical = statistics.median(self._durations) if self._durations else 1.0
@@ -145,6 +173,8 @@ class Scheduler:
         loop = asyncio.get_running_loop()
 
         def deliver(tokens: list[int]) -> None:  # on the compute thread
+            generation.generated += len(tokens)
+            generation.rounds += 1
             loop.call_soon_threadsafe(_send_quietly, send, list(tokens))
 
         if isinstance(source, AutoDraftSource):

@@ -74,6 +74,12 @@ class CompletionText:
             return self._used
         return len(result.tokens)
 
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the target took from the prompt cache."""
+        result = self.generation.result
+        return result.cached_tokens if result is not None else 0
+
     def stats(self) -> dict[str, Any]:
         """The figures this project exists for: drafting, acceptance, which worker, and speed."""
         generation, result = self.generation, self.generation.result
@@ -89,5 +95,8 @@ class CompletionText:
                 decode_tok_s=result.decode_tps,
                 tokens_generated=len(result.tokens),
                 token_ids=result.tokens[: self.completion_tokens],
+                cached_tokens=result.cached_tokens,
             )
+            if result.cache_note:
+                stats["prompt_cache_note"] = result.cache_note
         return strict_json(stats)

@@ -35,6 +35,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.drafting.choices import top_choices
 from specwire.drafting.draft_block import DraftBlock
+from specwire.drafting.prefix_cache import PrefixCache, Reuse, shared_prefix
 from specwire.drafting.rollback import Checkpoints
 from specwire.drafting.sampling import (
     SamplingParams,
@@ -86,15 +87,6 @@ def prefill(
         if checkpoints is not None:
             checkpoints.keep(start + first + len(chunk))
     return passes
-
-
-def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 class Drafting:
@@ -175,22 +167,34 @@ class Drafter:
         self.blocks = 0
         self.forward_passes = 0
         self._adopted: Drafting | None = None  # a branch drafted in a batch, its cache not yet taken
+        self.reuse = Reuse()  # what the prompt cache gave the last start
 
     def block_rng(self, index: int) -> np.random.Generator:
         """The generator of block ``index``: fresh, and the same wherever that block is drafted."""
         return np.random.default_rng([self.params.seed, DRAFT_STREAM, index])
 
-    def start(self, prompt: Sequence[int]) -> int:
-        """Prefill all prompt tokens but the last; returns the compute time in ns."""
+    def start(self, prompt: Sequence[int], prefix_cache: PrefixCache | None = None, scope: str = "") -> int:
+        """Prefill all prompt tokens but the last, from ``prefix_cache``'s longest usable entry when it
+        has one (``self.reuse`` says what it reused); returns the compute time in ns."""
         if not prompt:
             raise InvalidArgumentError("the prompt must hold at least one token")
         t0 = time.perf_counter_ns()
         self.context = list(prompt)
+        fed = self.context[:-1]
         self.checkpoints.keep(0)
+        self.reuse = prefix_cache.restore(self.cache, fed, scope) if prefix_cache is not None else Reuse()
+        if self.reuse.cached:
+            self.checkpoints.keep(self.reuse.cached)
         self.forward_passes += prefill(
-            self.model, self.cache, self.context[:-1], checkpoints=self.checkpoints
+            self.model,
+            self.cache,
+            fed[self.reuse.cached :],
+            checkpoints=self.checkpoints,
+            start=self.reuse.cached,
         )
-        self.cached = self.context[:-1]
+        if prefix_cache is not None and len(fed) > self.reuse.cached:
+            prefix_cache.store(fed, self.cache, scope)
+        self.cached = fed
         return time.perf_counter_ns() - t0
 
     def apply(self, accepted: int, token: int, appended: Sequence[int] | None = None) -> None:

@@ -64,7 +64,7 @@ ARGS: dict[str, Any] = {
     "rms_norm_eps": 1e-5,
     "vocab_size": 49152,
     "rope_theta": 100000.0,
-    "max_position_embeddings": 8192,
+    "max_position_embeddings": 16384,  # an agent's 10,000-token prefix and turns (scripts/agent_session.py)
     "tie_word_embeddings": False,
     "attention_bias": False,
 }

@@ -182,20 +182,22 @@ class DraftRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ..., verifying: _Optional[_Union[Verifying, _Mapping]] = ...) -> None: ...
 
 class Open(_message.Message):
-    __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint", "prespec")
+    __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint", "prespec", "cache_key")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     VOCAB_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     PRESPEC_FIELD_NUMBER: _ClassVar[int]
+    CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     prompt_tokens: _containers.RepeatedScalarFieldContainer[int]
     sampling: SamplingParams
     k: int
     vocab_fingerprint: str
     prespec: PreSpeculation
-    def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ...) -> None: ...
+    cache_key: str
+    def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ..., cache_key: _Optional[str] = ...) -> None: ...
 
 class PreSpeculation(_message.Message):
     __slots__ = ("enabled", "budget", "fanout", "batch", "fill", "tree")
@@ -252,12 +254,14 @@ class DraftReply(_message.Message):
     def __init__(self, opened: _Optional[_Union[Opened, _Mapping]] = ..., drafts: _Optional[_Union[Drafts, _Mapping]] = ...) -> None: ...
 
 class Opened(_message.Message):
-    __slots__ = ("identity", "prefill_ns")
+    __slots__ = ("identity", "prefill_ns", "cached_tokens")
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     PREFILL_NS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     identity: WorkerIdentity
     prefill_ns: int
-    def __init__(self, identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., prefill_ns: _Optional[int] = ...) -> None: ...
+    cached_tokens: int
+    def __init__(self, identity: _Optional[_Union[WorkerIdentity, _Mapping]] = ..., prefill_ns: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class ServerTiming(_message.Message):
     __slots__ = ("deserialize_ns", "receive_to_start_ns", "compute_ns", "compute_to_reply_ns", "serialize_ns", "previous_send_ns", "arrived_at_ns", "encoded_at_ns")
