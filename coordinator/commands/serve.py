@@ -42,7 +42,7 @@ from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
 from coordinator.serving.body import DEFAULT_MAX_BODY
 from coordinator.serving.drafting_status import DraftingStatus
-from coordinator.serving.scheduler import Drafting, Scheduler
+from coordinator.serving.scheduler import DEFAULT_CONCURRENCY, Drafting, Scheduler
 from coordinator.workers.discovery import WorkerDirectory
 from specwire.drafting.prefix_cache import PromptCaches, add_prompt_cache_arguments
 from specwire.drafting.sampling import SamplingParams
@@ -68,7 +68,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"key clients send as 'Authorization: Bearer KEY' (env {API_KEY_ENV})",
     )
     p.add_argument("--model-name", help="the model id clients name (default: the --target spec)")
-    p.add_argument("--max-queue", type=int, default=8, help="requests that may wait; more get HTTP 429")
+    p.add_argument(
+        "--decode-concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        help="requests generated at once, a round each in turn (a short one need not wait for a long one)",
+    )
+    p.add_argument(
+        "--max-queue", type=int, default=8, help="requests that may wait beyond those; more get 429"
+    )
     p.add_argument(
         "--default-max-tokens", type=int, default=512, help="tokens per completion when a request sets none"
     )
@@ -102,6 +110,8 @@ def check_exposure(host: str, api_key: str | None) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``coordinator serve`` until SIGINT or SIGTERM."""
     check_exposure(args.host, args.api_key)
+    if args.decode_concurrency < 1:
+        raise InvalidArgumentError("--decode-concurrency must be >= 1")
     if args.prompt_cache_size < 0:
         raise InvalidArgumentError("--prompt-cache-size must be >= 0 (0: no prompt cache)")
     if args.max_queue < 0 or args.default_max_tokens < 1 or not 0 <= args.k <= MAX_K or args.max_body < 1:
@@ -138,7 +148,7 @@ async def _serve(
             warmup_s = await runtime.compute.run(
                 SpeculativeDecoder(target).warm_up, k, SamplingParams(temperature=1.0), sources.local_models
             )
-            scheduler = Scheduler(runtime, sources, drafting, args.max_queue)
+            scheduler = Scheduler(runtime, sources, drafting, args.max_queue, args.decode_concurrency)
             scheduler.planner = planner
             status = DraftingStatus(scheduler, live)
             for line in await status.lines(access.discover_timeout):

@@ -62,7 +62,7 @@ MAX_K = 32
 VERIFY_STREAM = 1  # the acceptance test's random stream; draft blocks use 2 (specwire.drafting.drafter)
 
 
-__all__ = ["GenerationResult", "RoundRecord", "SpeculativeDecoder", "Steering"]
+__all__ = ["Decoding", "GenerationResult", "RoundRecord", "SpeculativeDecoder", "Steering"]
 
 
 @runtime_checkable
@@ -112,19 +112,43 @@ class SpeculativeDecoder:
         halt: threading.Event | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_tokens`` tokens after ``prompt``; stop early once ``halt`` is set."""
+        decoding = self.begin(
+            prompt, max_tokens=max_tokens, k=k, params=params, on_tokens=on_tokens, halt=halt
+        )
+        try:
+            while decoding.round():
+                pass
+        finally:
+            decoding.close()
+        return decoding.result
+
+    def begin(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int,
+        k: int,
+        params: SamplingParams,
+        on_tokens: Callable[[list[int]], None] | None = None,
+        halt: threading.Event | None = None,
+    ) -> Decoding:
+        """Start a generation (the draft source's session, the target's prefill), to run a round at a time.
+
+        The caller runs ``round()`` until it returns False, then ``close()``s it whatever happened: ``serve``
+        interleaves the rounds of several generations this way.
+        """
         self._check(prompt, k)
         max_tokens = min(max_tokens, self.target.context_length - len(prompt))
         source = self.source if k > 0 and max_tokens > 1 else None
-        policy = source if isinstance(source, Steering) else None
         start = time.perf_counter_ns()
         try:
             if source is not None:
                 source.start(prompt, params, min(k, max_tokens - 1))
-            result = self._decode(prompt, max_tokens, k, params, source, start, on_tokens, policy, halt)
-        finally:
+            return Decoding(self, prompt, max_tokens, k, params, source, start, on_tokens, halt)
+        except BaseException:
             if source is not None:
                 source.close()
-        return result
+            raise
 
     def _check(self, prompt: Sequence[int], k: int) -> None:
         if not prompt:
@@ -135,69 +159,6 @@ class SpeculativeDecoder:
                 f"the prompt has {len(prompt)} tokens; "
                 f"the target's context holds {self.target.context_length}"
             )
-
-    def _decode(
-        self,
-        prompt: Sequence[int],
-        max_tokens: int,
-        k: int,
-        params: SamplingParams,
-        source: DraftSource | None,
-        start: int,
-        on_tokens: Callable[[list[int]], None] | None,
-        policy: Steering | None,
-        halt: threading.Event | None,
-    ) -> GenerationResult:
-        model = self.target.model
-        cache = make_prompt_cache(model)
-        try:
-            rollback = Rollback(model, cache, len(prompt) - 1, self.rollback)
-        except UnsupportedModelError as err:
-            raise UnsupportedModelError(f"{self.target.spec}: {err}") from err
-        fed = list(prompt[:-1])
-        reuse = self.prefix_cache.restore(cache, fed) if self.prefix_cache is not None else Reuse()
-        prefill(model, cache, fed[reuse.cached :], start=reuse.cached)
-        if self.prefix_cache is not None and len(fed) > reuse.cached:
-            self.prefix_cache.store(fed, cache)
-        result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
-        result.rollback = rollback.stats
-        result.cached_tokens, result.cache_note = reuse.cached, reuse.why_not
-        rng = np.random.default_rng([params.seed, VERIFY_STREAM])
-        pending, outcome = int(prompt[-1]), None
-        while len(result.tokens) < max_tokens:
-            if halt is not None and halt.is_set():
-                result.finish_reason = "halted"
-                break
-            k_round = min(policy.k_now() if policy else k, max_tokens - len(result.tokens) - 1)
-            t0 = time.perf_counter_ns()
-            # The last round (one token left) drafts nothing: the source is not asked.
-            block = source.propose(k_round, outcome) if source and k_round else DraftBlock([], None, 0, 0)
-            t1 = time.perf_counter_ns()
-            if block.tree is not None:  # no deeper than k: every accepted path fits in max_tokens
-                block.tree.check(self.target.vocab_size, MAX_TREE_NODES, k_round)
-            kept, token, rollback_ns = self._verify(rollback, pending, block, params, rng)
-            t2 = time.perf_counter_ns()
-            accepted = len(kept)
-            emitted = [*kept, token]
-            stop = next((i for i, t in enumerate(emitted) if t in self.target.eos_token_ids), None)
-            if stop is not None:
-                emitted = emitted[:stop]
-                result.finish_reason = "eos"
-            result.tokens.extend(emitted)
-            result.token_ns.extend([t2] * len(emitted))
-            record = RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block, rollback_ns)
-            result.rounds.append(record)
-            if policy is not None:
-                policy.record(record)
-            if emitted and on_tokens is not None:
-                on_tokens(emitted)
-            if stop is not None:
-                break
-            appended = tuple(emitted) if block.tree is not None else ()
-            pending, outcome = token, Outcome(accepted, token, appended)
-        result.end_ns = time.perf_counter_ns()
-        result.transitions = list(getattr(policy, "switches", []))
-        return result
 
     def warm_up(self, k: int, params: SamplingParams, local_drafts: Sequence[LoadedModel] = ()) -> float:
         """Run every shape a round at up to ``k`` drafts uses, once; returns the seconds it took.
@@ -250,3 +211,107 @@ class SpeculativeDecoder:
         else:
             path, token = accept_tree_sampled(np.array(logits.astype(mx.float32)), tree, params, rng)
         return [tree.tokens[node] for node in path], token, rollback.keep_path(path)
+
+
+class Decoding:
+    """One generation in progress: the target's cache and rollback, the draft source, the result so far.
+
+    Made by ``SpeculativeDecoder.begin``, which prefills the prompt (from the
+    prompt cache, when there is one); each ``round()`` drafts, verifies and
+    emits once. All of it runs on the thread that runs the models.
+    """
+
+    def __init__(
+        self,
+        decoder: SpeculativeDecoder,
+        prompt: Sequence[int],
+        max_tokens: int,
+        k: int,
+        params: SamplingParams,
+        source: DraftSource | None,
+        start: int,
+        on_tokens: Callable[[list[int]], None] | None,
+        halt: threading.Event | None,
+    ) -> None:
+        self.decoder = decoder
+        self.max_tokens = max_tokens
+        self.k = k
+        self.params = params
+        self.source = source
+        self.policy = source if isinstance(source, Steering) else None
+        self.on_tokens = on_tokens
+        self.halt = halt
+        self.closed = False
+        self.done = False
+        target = decoder.target
+        cache = make_prompt_cache(target.model)
+        try:
+            self.rollback = Rollback(target.model, cache, len(prompt) - 1, decoder.rollback)
+        except UnsupportedModelError as err:
+            raise UnsupportedModelError(f"{target.spec}: {err}") from err
+        fed = list(prompt[:-1])
+        prefix_cache = decoder.prefix_cache
+        reuse = prefix_cache.restore(cache, fed) if prefix_cache is not None else Reuse()
+        prefill(target.model, cache, fed[reuse.cached :], start=reuse.cached)
+        if prefix_cache is not None and len(fed) > reuse.cached:
+            prefix_cache.store(fed, cache)
+        self.result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
+        self.result.rollback = self.rollback.stats
+        self.result.cached_tokens, self.result.cache_note = reuse.cached, reuse.why_not
+        self.rng = np.random.default_rng([params.seed, VERIFY_STREAM])
+        self.pending = int(prompt[-1])
+        self.outcome: Outcome | None = None
+
+    def round(self) -> bool:
+        """Run one round; False once the generation has ended (its result is then complete)."""
+        result, policy, source = self.result, self.policy, self.source
+        if self.done:
+            return False
+        if len(result.tokens) >= self.max_tokens:
+            return self._end()
+        if self.halt is not None and self.halt.is_set():
+            result.finish_reason = "halted"
+            return self._end()
+        k_round = min(policy.k_now() if policy else self.k, self.max_tokens - len(result.tokens) - 1)
+        t0 = time.perf_counter_ns()
+        # The last round (one token left) drafts nothing: the source is not asked.
+        block = source.propose(k_round, self.outcome) if source and k_round else DraftBlock([], None, 0, 0)
+        t1 = time.perf_counter_ns()
+        target = self.decoder.target
+        if block.tree is not None:  # no deeper than k: every accepted path fits in max_tokens
+            block.tree.check(target.vocab_size, MAX_TREE_NODES, k_round)
+        kept, token, rollback_ns = self.decoder._verify(
+            self.rollback, self.pending, block, self.params, self.rng
+        )
+        t2 = time.perf_counter_ns()
+        accepted = len(kept)
+        emitted = [*kept, token]
+        stop = next((i for i, t in enumerate(emitted) if t in target.eos_token_ids), None)
+        if stop is not None:
+            emitted = emitted[:stop]
+            result.finish_reason = "eos"
+        result.tokens.extend(emitted)
+        result.token_ns.extend([t2] * len(emitted))
+        record = RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block, rollback_ns)
+        result.rounds.append(record)
+        if policy is not None:
+            policy.record(record)
+        if emitted and self.on_tokens is not None:
+            self.on_tokens(emitted)
+        if stop is not None:
+            return self._end()
+        appended = tuple(emitted) if block.tree is not None else ()
+        self.pending, self.outcome = token, Outcome(accepted, token, appended)
+        return True
+
+    def _end(self) -> bool:
+        self.done = True
+        self.result.end_ns = time.perf_counter_ns()
+        self.result.transitions = list(getattr(self.policy, "switches", []))
+        return False
+
+    def close(self) -> None:
+        """End the draft source's session (once), however the generation ended."""
+        if not self.closed and self.source is not None:
+            self.closed = True
+            self.source.close()

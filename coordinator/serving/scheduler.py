@@ -1,12 +1,19 @@
-"""Serving requests one at a time per target: the bounded queue, and each generation's token stream.
+"""Serving several requests at once per target: admission, rounds taken in turn, and each token stream.
 
-The target model and its compute thread serve one generation at a time, so
-requests wait in order for the one lock; at most ``max_queue`` may wait, and
-the next one is refused with ``QueueFullError`` (HTTP 429) and an estimate of
-when to retry. Each admitted request runs as a task of the scheduler's own
-task group, not of the HTTP request: if its client leaves, the handler sets
-``halt`` and returns, and the generation ends at the next round boundary
-(closing its worker session) before the next request starts.
+Up to ``concurrency`` generations are active at once; the scheduler's one
+driver task takes them in turn, one round each (``Decoding.round``), on
+the compute thread, so a short request behind a long one starts at once and
+is not kept waiting for the long one to end. New requests are admitted
+between rounds (their draft source opened and their prompt prefilled, from
+the prompt cache when there is one); at most ``max_queue`` more may wait,
+and the next one is refused with ``QueueFullError`` (HTTP 429) and an
+estimate of when to retry. The target still runs one pass at a time: the
+rounds are interleaved, not verified together, so the requests share the
+target's speed. Every request keeps its own draft source (a local drafter,
+or a session on a worker), sampling parameters and seed, so at T = 0 each
+output is what it would be alone. If a client leaves, its handler sets
+``halt``, and the generation ends at its next round (closing its worker
+session), freeing its slot.
 
 Tokens go from the engine, on the compute thread, to the event loop with
 ``call_soon_threadsafe``, into an unbounded memory stream the handler reads.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import statistics
 import threading
@@ -26,10 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
+from coordinator.decoding.engine import Decoding, GenerationResult, SpeculativeDecoder
 from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources, DraftSpec
@@ -40,6 +47,7 @@ from coordinator.serving.requests import CompletionRequest
 from specwire.errors import CapacityError, NoWorkerError, QueueFullError, RemoteWorkerError
 
 RECENT = 16  # generations whose durations estimate Retry-After
+DEFAULT_CONCURRENCY = 4  # generations active at once (--decode-concurrency)
 
 
 @dataclass(eq=False)  # one per request: compared, and kept in sets, by identity
@@ -57,6 +65,8 @@ class Generation:
     source: dict[str, Any] = field(default_factory=dict)  # the draft source used, and its provenance
     generated: int = 0  # tokens delivered so far (the compute thread counts them)
     rounds: int = 0  # rounds that delivered tokens so far
+    decoding: Decoding | None = None  # while active
+    send: MemoryObjectSendStream[list[int]] | None = None
 
     @property
     def queued_s(self) -> float:
@@ -73,22 +83,29 @@ class Drafting:
 
 
 class Scheduler:
-    """Admits requests into a bounded queue and runs them one at a time on the target."""
+    """Admits requests, runs up to ``concurrency`` of them a round each in turn, queues ``max_queue`` more."""
 
-    def __init__(self, runtime: Runtime, sources: DraftSources, drafting: Drafting, max_queue: int) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        sources: DraftSources,
+        drafting: Drafting,
+        max_queue: int,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
         self.runtime = runtime
         self.sources = sources
         self.drafting = drafting
         self.max_queue = max_queue
-        self._live: set[Generation] = set()  # running and waiting
-        self._lock = anyio.Lock()
+        self.concurrency = concurrency
+        self._live: set[Generation] = set()  # active and waiting
+        self._waiting: deque[Generation] = deque()
+        self._active: list[Generation] = []
+        self._arrived = anyio.Event()
         self._durations: deque[float] = deque(maxlen=RECENT)
-        self._tg: TaskGroup | None = None
-        # One engine for the server's life; each generation (one at a time, under the lock) sets its own
-        # draft source on it.
+        self._running = False
         caches = sources.caches
-        target_cache = caches.of(f"target:{sources.target.spec}") if caches is not None else None
-        self._decoder = SpeculativeDecoder(sources.target, None, prefix_cache=target_cache)
+        self._target_cache = caches.of(f"target:{sources.target.spec}") if caches is not None else None
         self.last_drafting: dict[str, Any] | None = None  # the drafting policy's report of the last request
         self.planner: Planner | None = None  # the drafting policy's, as the last request (or start) had it
 
@@ -96,37 +113,39 @@ class Scheduler:
     async def running(self) -> AsyncIterator[Scheduler]:
         """Run generations for as long as the block lasts."""
         async with anyio.create_task_group() as tg:
-            self._tg = tg
+            self._running = True
+            tg.start_soon(self._drive)
             try:
                 yield self
             finally:
-                self._tg = None
-                for generation in self._live:  # the engine stops at its next round and closes its session
+                self._running = False
+                for generation in self._live:  # each stops at its next round and closes its session
                     generation.halt.set()
                 tg.cancel_scope.cancel()
 
     @property
     def pending(self) -> int:
-        """Requests running or waiting whose client is still there."""
+        """Requests active or waiting whose client is still there."""
         return sum(1 for g in self._live if not g.halt.is_set())
 
     def submit(self, request: CompletionRequest) -> Generation:
         """Queue ``request``; raises ``QueueFullError`` when ``max_queue`` already wait."""
-        if self._tg is None:
+        if not self._running:
             raise RuntimeError("the scheduler is not running")
-        if self.pending >= 1 + self.max_queue:
+        if self.pending >= self.concurrency + self.max_queue:
+            waiting = self.pending - self.concurrency
             raise QueueFullError(
-                f"{self.pending - 1} requests are already waiting (the most is {self.max_queue})",
-                self.retry_after_s(),
+                f"{waiting} requests are already waiting (the most is {self.max_queue})", self.retry_after_s()
             )
         send, receive = anyio.create_memory_object_stream[list[int]](math.inf)
-        generation = Generation(request, receive)
+        generation = Generation(request, receive, send=send)
         self._live.add(generation)
-        self._tg.start_soon(self._run, generation, send)
+        self._waiting.append(generation)
+        self._arrived.set()
         return generation
 
     def status(self) -> list[dict[str, Any]]:
-        """Each request running or waiting: its state, set-up, prompt, tokens and rounds so far, tok/s."""
+        """Each request active or waiting: its state, set-up, prompt, tokens and rounds so far, tok/s."""
         now = time.perf_counter_ns()
         out = []
         for g in sorted(self._live, key=lambda g: g.submitted_ns):
@@ -152,25 +171,46 @@ class Scheduler:
     def retry_after_s(self) -> int:
         """Whole seconds until a queue slot is likely free: the median recent generation, per one ahead."""
         typical = statistics.median(self._durations) if self._durations else 1.0
-        return max(1, math.ceil(typical * max(1, self.pending - self.max_queue)))
+        ahead = max(1, self.pending - self.concurrency - self.max_queue + 1)
+        return max(1, math.ceil(typical * ahead / self.concurrency))
 
-    async def _run(self, generation: Generation, send: MemoryObjectSendStream[list[int]]) -> None:
+    # The driver: one task, rounds in turn.
+
+    async def _drive(self) -> None:
         try:
-            async with self._lock:
-                generation.started_ns = time.perf_counter_ns()
-                if not generation.halt.is_set():  # its client may have left while it waited
-                    await self._generate(generation, send)
-                    self._durations.append((time.perf_counter_ns() - generation.started_ns) / 1e9)
-        except Exception as err:  # handed to the request's handler, which answers with it
-            generation.error = err
+            while True:
+                await self._admit()
+                if not self._active:
+                    await self._arrived.wait()
+                    self._arrived = anyio.Event()
+                    continue
+                for generation in list(self._active):
+                    await self._round(generation)
         finally:
-            self._live.discard(generation)
-            send.close()
-            generation.done.set()
+            with anyio.CancelScope(shield=True):
+                for generation in [*self._active, *self._waiting]:
+                    await self._finish(generation)
 
-    async def _generate(self, generation: Generation, send: MemoryObjectSendStream[list[int]]) -> None:
+    async def _admit(self) -> None:
+        """Start waiting requests while there is a free slot (a request whose client left ends unstarted)."""
+        while self._waiting and len(self._active) < self.concurrency:
+            generation = self._waiting.popleft()
+            generation.started_ns = time.perf_counter_ns()
+            if generation.halt.is_set():  # its client left while it waited
+                await self._finish(generation)
+                continue
+            try:
+                await self._begin(generation)
+                self._active.insert(0, generation)  # its first round next: its first token comes soonest
+            except Exception as err:  # handed to the request's handler, which answers with it
+                generation.error = err
+                await self._finish(generation)
+
+    async def _begin(self, generation: Generation) -> None:
         source, generation.source = await self._open()
         loop = asyncio.get_running_loop()
+        send = generation.send
+        assert send is not None
 
         def deliver(tokens: list[int]) -> None:  # on the compute thread
             generation.generated += len(tokens)
@@ -182,20 +222,51 @@ class Scheduler:
         request, drafting = generation.request, self.drafting
         k = 0 if source is None else AUTO_K if isinstance(source, AutoDraftSource) else drafting.k
         generation.source["k"] = k
-        decoder = self._decoder
-        decoder.source = source
-        generation.result = await self.runtime.compute.run(
-            decoder.generate,
-            request.prompt,
-            max_tokens=request.max_tokens,
-            k=k,
-            params=request.params,
-            on_tokens=deliver,
-            halt=generation.halt,
+        decoder = SpeculativeDecoder(self.sources.target, source, prefix_cache=self._target_cache)
+        generation.decoding = await self.runtime.compute.run(
+            functools.partial(
+                decoder.begin,
+                request.prompt,
+                max_tokens=request.max_tokens,
+                k=k,
+                params=request.params,
+                on_tokens=deliver,
+                halt=generation.halt,
+            )
         )
-        generation.source.update(drafted_by(source))
-        if isinstance(source, AutoDraftSource):
-            self.last_drafting = generation.source["drafting"] = source.report()
+
+    async def _round(self, generation: Generation) -> None:
+        decoding = generation.decoding
+        assert decoding is not None
+        try:
+            if await self.runtime.compute.run(decoding.round):
+                return
+        except Exception as err:  # handed to the request's handler, which answers with it
+            generation.error = err
+        self._active.remove(generation)
+        await self._finish(generation)
+
+    async def _finish(self, generation: Generation) -> None:
+        """End a generation: close its draft source, hand over its result, free its place."""
+        decoding = generation.decoding
+        try:
+            if decoding is not None:
+                await self.runtime.compute.run(decoding.close)
+                if generation.error is None:
+                    generation.result = decoding.result
+                    source = decoding.source
+                    generation.source.update(drafted_by(source))
+                    if isinstance(source, AutoDraftSource):
+                        self.last_drafting = generation.source["drafting"] = source.report()
+                self._durations.append((time.perf_counter_ns() - generation.started_ns) / 1e9)
+        except Exception as err:
+            generation.error = generation.error or err
+        finally:
+            generation.decoding = None
+            self._live.discard(generation)
+            if generation.send is not None:
+                generation.send.close()
+            generation.done.set()
 
     async def _open(self) -> tuple[DraftSource | None, dict[str, Any]]:
         """This request's draft source; with no worker to be had, what ``--on-worker-loss`` says."""

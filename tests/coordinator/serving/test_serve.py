@@ -86,7 +86,9 @@ def assert_target_alone(tiny: LoadedModel, alone: dict[str, dict], kind: str, re
 
 @pytest.fixture(scope="module")
 def local_server() -> Iterator[ServerProcess]:
-    with running_server(*TINY, "--draft", "local:tiny", "--max-queue", "1") as server:
+    with running_server(
+        *TINY, "--draft", "local:tiny", "--decode-concurrency", "1", "--max-queue", "1"
+    ) as server:
         yield server
 
 

@@ -1,0 +1,141 @@
+"""Requests at once against ``coordinator serve``: aggregate speed, and a short request behind a long one.
+
+Starts a worker and a server on 127.0.0.1 (paced, by default, as the
+paper's M1 Max and M2 Ultra; the server drafting on the worker) and
+measures, at T = 0 with streamed requests:
+
+1. one request of ``--tokens`` tokens alone: its tok/s and time to first token;
+2. ``--concurrent`` such requests at once: their aggregate tok/s, and whether
+   each output equals its solo run;
+3. a short request (16 tokens) sent while a long one runs: its time to first
+   token against the same request alone.
+
+    python scripts/concurrent_requests.py --json concurrent.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from agent_session import start
+
+PROMPTS = [
+    "Explain how a hash map handles collisions.",
+    "Write a short story about a lighthouse keeper.",
+    "List the planets of the solar system and one fact about each.",
+    "Describe how to make bread at home.",
+]
+SHORT = 16
+
+
+def request(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """One streamed completion: its tokens, time to first token and end (perf_counter seconds)."""
+    import urllib.request
+
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    headers = {"Content-Type": "application/json"}
+    req = urllib.request.Request(f"{url}/completions", data=json.dumps(body).encode(), headers=headers)
+    started = time.perf_counter()
+    first, ids = None, None
+    with urllib.request.urlopen(req, timeout=600) as reply:
+        for raw in reply:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if first is None and any(c.get("text") for c in chunk.get("choices", [])):
+                first = time.perf_counter()
+            if "specwire" in chunk and "token_ids" in chunk["specwire"]:
+                ids = chunk["specwire"]["token_ids"]
+    end = time.perf_counter()
+    return {"started": started, "ttft_s": (first or end) - started, "end": end, "token_ids": ids}
+
+
+def at_once(url: str, jobs: list[tuple[str, int]], delays: list[float]) -> list[dict[str, Any]]:
+    """Run ``jobs`` (prompt, max tokens) in threads, each started after its delay."""
+    out: list[dict[str, Any]] = [{} for _ in jobs]
+
+    def run(i: int) -> None:
+        time.sleep(delays[i])
+        out[i] = request(url, *jobs[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokens", type=int, default=256, help="tokens of each long request")
+    p.add_argument("--concurrent", type=int, default=4, help="requests at once")
+    p.add_argument("--unpaced", dest="paced", action="store_false", help="this machine's own speed")
+    p.add_argument("--json", type=Path, help="write every figure here")
+    args = p.parse_args()
+    worker_command = [sys.executable, "-m", "worker.cli", "serve", "--model", "tiny-draft", "--port", "0"]
+    worker_command += ["--echo-port", "0", "--name", f"concurrent-{os.getpid()}", "--no-advertise", "--json"]
+    worker_command += ["--pace", "paper:m1-max"] if args.paced else []
+    worker, ready = start(worker_command)
+    server = None
+    try:
+        command = [
+            sys.executable,
+            "-m",
+            "coordinator.cli",
+            "serve",
+            "--port",
+            "0",
+            "--json",
+            "--target",
+            "tiny",
+        ]
+        command += ["--model-name", "tiny", "--draft", "remote", "--worker", f"127.0.0.1:{ready['port']}"]
+        command += ["--interface", "127.0.0.1", "--prompt-cache-size", "0"]
+        command += ["--decode-concurrency", str(args.concurrent)]
+        command += ["--pace", "paper:m2-ultra"] if args.paced else []
+        server, served = start(command)
+        url = served["url"]
+        jobs = [(PROMPTS[i % len(PROMPTS)], args.tokens) for i in range(args.concurrent)]
+        solo = [request(url, *job) for job in jobs]
+        together = at_once(url, jobs, [0.0] * len(jobs))
+        short_alone = request(url, PROMPTS[1], SHORT)
+        behind = at_once(url, [(PROMPTS[0], args.tokens), (PROMPTS[1], SHORT)], [0.0, 0.5])
+    finally:
+        for process in (server, worker):
+            if process is not None:
+                process.terminate()
+                process.wait(60)
+    one_tok_s = args.tokens / (solo[0]["end"] - solo[0]["started"])
+    wall = max(r["end"] for r in together) - min(r["started"] for r in together)
+    aggregate = args.tokens * len(together) / wall
+    same = [a["token_ids"] == b["token_ids"] for a, b in zip(solo, together, strict=True)]
+    figures = {
+        "one_request_tok_s": one_tok_s,
+        "aggregate_tok_s": aggregate,
+        "aggregate_over_one": aggregate / one_tok_s,
+        "outputs_equal_solo": same,
+        "short_ttft_alone_s": short_alone["ttft_s"],
+        "short_ttft_behind_long_s": behind[1]["ttft_s"],
+        "short_behind_over_alone": behind[1]["ttft_s"] / short_alone["ttft_s"],
+        "short_answered_before_long_ended": behind[1]["end"] < behind[0]["end"],
+    }
+    for name, value in figures.items():
+        print(f"{name:36} {value:.3f}" if isinstance(value, float) else f"{name:36} {value}")
+    if args.json:
+        args.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, **figures}))
+    return 0 if all(same) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
