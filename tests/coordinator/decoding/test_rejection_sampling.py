@@ -8,6 +8,9 @@ from p instead of norm(max(0, p - q)): with 600 runs it does so at
 p ~ 1e-10, far below the floor. Seeds are fixed, so each run is
 reproducible.
 
+Two generations sampled together, a round each in turn as ``serve`` runs
+them, are each distributed as the target too.
+
 Trees (local tree SD) are checked the same way: three tokens generated with
 trees up to two deep, so that (t1, t2) is accepted down a path, from a
 sibling, or drawn as a correction. The check must fail when the walk
@@ -140,6 +143,31 @@ def test_sd_output_is_distributed_as_target(
 ) -> None:
     counts = sd_joint_counts(pair, k, RUNS, **sampling)
     assert chi_square_p(counts, exact_joint(pair[0], SamplingParams(**sampling))) >= P_VALUE_FLOOR
+
+
+def test_two_generations_sampled_together_are_each_distributed_as_target(
+    pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    # As serve runs them: two generations, each with its own draft source and seed, a round each in turn.
+    target, draft = pair
+    sampling = {"temperature": 1.0, "draft_top_k": 4}
+    counts = np.zeros((target.vocab_size, target.vocab_size))
+    for seed in range(0, RUNS, 2):
+        together = [
+            SpeculativeDecoder(target, LocalDraftSource(draft)).begin(
+                PROMPT,
+                max_tokens=2,
+                k=2,
+                params=SamplingParams(seed=seed + i, **sampling),  # type: ignore[arg-type]
+            )
+            for i in range(2)
+        ]
+        while any([d.round() for d in together]):  # every generation takes its round, each time
+            pass
+        for decoding in together:
+            decoding.close()
+            counts[decoding.result.tokens[0], decoding.result.tokens[1]] += 1
+    assert chi_square_p(counts, exact_joint(target, SamplingParams(**sampling))) >= P_VALUE_FLOOR  # type: ignore[arg-type]
 
 
 def test_check_fails_when_residual_is_replaced_by_p(
