@@ -55,10 +55,11 @@ def _sliceable(layer: Any) -> bool:
 
 
 def _copied(state: Any) -> Any:
-    """``state`` with every list and tuple in it new (the arrays, never changed in place, shared)."""
+    """``state`` with every list, tuple and array in it a new object: a rotating window writes its arrays
+    in place, and a snapshot must not change with it."""
     if isinstance(state, (list, tuple)):
         return type(state)(_copied(x) for x in state)
-    return state
+    return mx.array(state) if isinstance(state, mx.array) else state
 
 
 def _arrays(state: Any) -> list[mx.array]:

@@ -16,9 +16,11 @@ layers by the same count; the state is then exactly what a plain pass over
 the kept prefix gives. A position between kept ones is reached from the
 nearest earlier one, feeding the tokens after it again (``nearest``).
 
-A cache layer that is neither trimmable nor an ``ArraysCache`` (a rotating
-window past its size, say) cannot be rolled back: ``Checkpoints`` refuses it
-by name. A layer may also roll itself back to a kept position (a
+A rotating window (``RotatingKVCache``: Gemma 3's sliding-window layers)
+can be trimmed only until it first fills, so it is kept as a state too, as
+copies (it writes its arrays in place). Any other cache layer that is
+neither trimmable nor an ``ArraysCache`` cannot be rolled back:
+``Checkpoints`` refuses it by name. A layer may also roll itself back to a kept position (a
 ``restore(position)`` method): the per-op baseline's shadow of a worker's
 cache does, by asking the worker to restore the state it kept there.
 """
@@ -28,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mlx_lm.models.cache import ArraysCache
+import mlx.core as mx
+from mlx_lm.models.cache import ArraysCache, RotatingKVCache
 
 from specwire.errors import UnsupportedModelError
 
@@ -36,6 +39,8 @@ from specwire.errors import UnsupportedModelError
 def _kind(layer: Any) -> str:
     if hasattr(layer, "restore"):
         return "self"
+    if isinstance(layer, RotatingKVCache):  # trimmable only until its window first fills: kept as a state
+        return "window"
     if layer.is_trimmable():
         return "trim"
     if isinstance(layer, ArraysCache):
@@ -97,12 +102,25 @@ class Checkpoints:
 def _save(layer: Any, kind: str) -> Any:
     if kind == "arrays":
         return (list(layer.cache), layer.lengths, layer.left_padding)
+    if kind == "window":  # its arrays are written in place as it rotates: kept as copies
+        return _window_copy(layer.state)
     return None
+
+
+def _window_copy(state: tuple) -> tuple:
+    keys, values, *rest = state
+    return (None if keys is None else mx.array(keys), None if values is None else mx.array(values), *rest)
 
 
 def _load(layer: Any, kind: str, drop: int, state: Any) -> None:
     if kind == "trim":
         layer.trim(drop)
+    elif kind == "window":
+        if state is None:  # back to the empty cache
+            layer.keys = layer.values = None
+            layer.offset = layer._idx = 0
+        else:
+            layer.state = _window_copy(state)
     elif kind == "arrays":
         if state is None:  # back to the empty cache
             layer.cache = [None] * len(layer.cache)
