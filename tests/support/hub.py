@@ -32,9 +32,9 @@ DRAFT_NOISE = 0.003
 
 
 def qwen3_args(vocab_size: int) -> dict[str, Any]:
-    """A two-block Qwen3 as small as a 4-bit group allows."""
+    """A one-block Qwen3 as small as a 4-bit group allows (the README bench walks it per op)."""
     return {
-        "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
+        "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 1, "intermediate_size": 128,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6,
         "vocab_size": vocab_size, "max_position_embeddings": 4096, "rope_theta": 1000000.0,
         "tie_word_embeddings": True,
