@@ -5,7 +5,8 @@ default model's tokenizer, saved to disk as mlx-lm saves models, served by a
 real worker, and benched per op (one call per operation) against itself as
 the target, so every draft is accepted and the row's output must equal AR's.
 llama's per-op rows are benched in ``tests/coordinator/bench/test_bench_json.py``
-(Mistral is llama's class in mlx-lm), Qwen3.5's in
+(Mistral is llama's class in mlx-lm, and Qwen2 llama's blocks with biases,
+walked bit-exact in ``tests/worker/test_op_walk.py``), Qwen3.5's in
 ``tests/coordinator/commands/test_hybrid_paths.py`` and the README's Qwen3
 pair in ``tests/test_readme.py``.
 """
@@ -26,7 +27,7 @@ from tests.support.workers import running_worker, unique_name
 from tests.worker.test_op_walk import ARCHITECTURES, build
 
 
-@pytest.mark.parametrize("architecture", ["qwen2", "gemma3", "phi3"])  # llama: test_ggml_rpc_backend.py
+@pytest.mark.parametrize("architecture", ["gemma3", "phi3"])
 def test_the_per_op_row_is_lossless_and_verified(
     architecture: str, tmp_path: Path, default_q4: LoadedModel
 ) -> None:

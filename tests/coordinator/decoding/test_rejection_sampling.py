@@ -1,11 +1,11 @@
 """At T > 0, speculative decoding samples exactly from the target's distribution.
 
 Tiny random-weight models keep this fast. The SD engine generates two tokens
-1,200 times (one seed each); a chi-square test compares the joint
+800 times (one seed each); a chi-square test compares the joint
 distribution of (t1, t2) with the target's exact one, computed by enumerating
 its conditionals. The same test must fail when the residual step samples
-from p instead of norm(max(0, p - q)): with 600 runs it does so at
-p ~ 1e-10, far below the floor. Seeds are fixed, so each run is
+from p instead of norm(max(0, p - q)): with 600 runs it did so at
+p ~ 1e-10, far below the floor (it runs 400). Seeds are fixed, so each run is
 reproducible.
 
 Two generations sampled together, a round each in turn as ``serve`` runs
@@ -51,8 +51,8 @@ from tests.support.tiny_models import as_loaded, tiny_llama
 PROMPT = [2, 5, 1]
 FREE = VerifyCurve((1, 64), (1.0, 1.0))  # positions cost nothing: the worker's whole entry is verified
 P_VALUE_FLOOR = 0.001
-RUNS = 1200
-TREE_RUNS = 800  # a tree round costs more; the broken walk fails at half of RUNS already
+RUNS = 800
+TREE_RUNS = 800  # a tree round costs more; the broken walk fails at 600 already
 MIN_EXPECTED = 5.0
 
 
