@@ -49,8 +49,8 @@ from coordinator.decoding.acceptance import (
 from coordinator.decoding.results import GenerationResult, RoundRecord
 from coordinator.decoding.rollback import Rollback, warm_states
 from coordinator.drafting.base import DraftSource, Outcome
-from specwire.drafting.drafter import DraftBlock, prefill
-from specwire.drafting.prefix_cache import PrefixCache, Reuse
+from specwire.drafting.drafter import DraftBlock, prefill_cached
+from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.drafting.warmup import warm_drafter, warm_target
@@ -250,11 +250,7 @@ class Decoding:
         except UnsupportedModelError as err:
             raise UnsupportedModelError(f"{target.spec}: {err}") from err
         fed = list(prompt[:-1])
-        prefix_cache = decoder.prefix_cache
-        reuse = prefix_cache.restore(cache, fed) if prefix_cache is not None else Reuse()
-        prefill(target.model, cache, fed[reuse.cached :], start=reuse.cached)
-        if prefix_cache is not None and len(fed) > reuse.cached:
-            prefix_cache.store(fed, cache)
+        _, reuse = prefill_cached(target.model, cache, fed, decoder.prefix_cache)
         self.result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
         self.result.rollback = self.rollback.stats
         self.result.cached_tokens, self.result.cache_note = reuse.cached, reuse.why_not

@@ -52,8 +52,8 @@ from coordinator.drafting.base import Outcome
 from coordinator.planning.tree_verify import best_size
 from specwire.drafting.choices import top_choices
 from specwire.drafting.draft_block import DraftBlock
-from specwire.drafting.drafter import prefill
-from specwire.drafting.prefix_cache import PrefixCache, Reuse
+from specwire.drafting.drafter import prefill, prefill_cached
+from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
@@ -164,10 +164,7 @@ class LocalTreeDraftSource:
             self._recurrent = [i for i, layer in enumerate(self._cache) if not isinstance(layer, KVCache)]
         self._attention = [layer for i, layer in enumerate(self._cache) if i not in self._recurrent]
         fed = list(prompt[:-1])
-        reuse = self.prefix_cache.restore(self._cache, fed) if self.prefix_cache is not None else Reuse()
-        prefill(self.draft.model, self._cache, fed[reuse.cached :], start=reuse.cached)
-        if self.prefix_cache is not None and len(fed) > reuse.cached:
-            self.prefix_cache.store(fed, self._cache)
+        prefill_cached(self.draft.model, self._cache, fed, self.prefix_cache)
         self._context = list(prompt)
         self._nodes, self._fed, self._sent, self._grown_at = [], {}, None, None
 

@@ -89,6 +89,25 @@ def prefill(
     return passes
 
 
+def prefill_cached(
+    model: LanguageModel,
+    cache: list,
+    tokens: Sequence[int],
+    prefix_cache: PrefixCache | None,
+    scope: str = "",
+    checkpoints: Checkpoints | None = None,
+) -> tuple[int, Reuse]:
+    """``prefill`` into the fresh ``cache``, starting from ``prefix_cache``'s longest usable entry of
+    ``scope`` and keeping the result there; returns the passes run and what was reused."""
+    reuse = prefix_cache.restore(cache, tokens, scope) if prefix_cache is not None else Reuse()
+    if checkpoints is not None and reuse.cached:
+        checkpoints.keep(reuse.cached)
+    passes = prefill(model, cache, tokens[reuse.cached :], checkpoints=checkpoints, start=reuse.cached)
+    if prefix_cache is not None and len(tokens) > reuse.cached:
+        prefix_cache.store(tokens, cache, scope)
+    return passes, reuse
+
+
 class Drafting:
     """k drafts after ``prefix``, drafted a pass or more at a time; see the module docstring.
 
@@ -182,18 +201,10 @@ class Drafter:
         self.context = list(prompt)
         fed = self.context[:-1]
         self.checkpoints.keep(0)
-        self.reuse = prefix_cache.restore(self.cache, fed, scope) if prefix_cache is not None else Reuse()
-        if self.reuse.cached:
-            self.checkpoints.keep(self.reuse.cached)
-        self.forward_passes += prefill(
-            self.model,
-            self.cache,
-            fed[self.reuse.cached :],
-            checkpoints=self.checkpoints,
-            start=self.reuse.cached,
+        passes, self.reuse = prefill_cached(
+            self.model, self.cache, fed, prefix_cache, scope, self.checkpoints
         )
-        if prefix_cache is not None and len(fed) > self.reuse.cached:
-            prefix_cache.store(fed, self.cache, scope)
+        self.forward_passes += passes
         self.cached = fed
         return time.perf_counter_ns() - t0
 
