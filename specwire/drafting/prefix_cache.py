@@ -37,8 +37,12 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
+from specwire.drafting.rollback import layer_kind, load_state, save_state
+
 DEFAULT_ENTRIES = 10
 DEFAULT_BYTES = 2 << 30
+SLICED = "sliced"  # a KV cache's rows, reusable up to any shared prefix
+KEPT = ("arrays", "window")  # the rollback kinds whose whole state an entry keeps
 
 
 def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -48,18 +52,6 @@ def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
-
-
-def _sliceable(layer: Any) -> bool:
-    return type(layer) is KVCache
-
-
-def _copied(state: Any) -> Any:
-    """``state`` with every list, tuple and array in it a new object: a rotating window writes its arrays
-    in place, and a snapshot must not change with it."""
-    if isinstance(state, (list, tuple)):
-        return type(state)(_copied(x) for x in state)
-    return mx.array(state) if isinstance(state, mx.array) else state
 
 
 def _arrays(state: Any) -> list[mx.array]:
@@ -75,11 +67,11 @@ def _copy(x: mx.array) -> mx.array:
 
 @dataclass
 class Entry:
-    """The cache after prefilling ``tokens``: each layer's state (and meta state), and their size."""
+    """The cache after prefilling ``tokens``: each layer's state and how to put it back, and their size."""
 
     tokens: tuple[int, ...]
     states: list[Any]
-    metas: list[Any]
+    kinds: list[str]  # SLICED, or the rollback kind whose state is kept (specwire.drafting.rollback)
     sliceable: bool  # every layer a KV cache: any prefix of the entry can be reused
     nbytes: int
 
@@ -141,14 +133,12 @@ class PrefixCache:
         n, key = best
         entry = self._entries[key]
         self._entries.move_to_end(key)
-        for layer, state, meta in zip(cache, entry.states, entry.metas, strict=True):
-            if _sliceable(layer):
+        for layer, state, kind in zip(cache, entry.states, entry.kinds, strict=True):
+            if kind == SLICED:
                 keys, values = state
                 layer.state = (keys[..., :n, :], values[..., :n, :], n)
             else:
-                layer.state = _copied(state)
-                if meta is not None:
-                    layer.meta_state = meta
+                load_state(layer, kind, 0, state)
         self.hits += 1
         self.tokens_reused += n
         return Reuse(n)
@@ -158,23 +148,26 @@ class PrefixCache:
         if not tokens:
             return
         states: list[Any] = []
-        metas: list[Any] = []
+        kinds: list[str] = []
         for layer in cache:
-            if _sliceable(layer):
-                if layer.keys is None:
+            if type(layer) is KVCache:
+                keys, values, n = layer.state
+                if keys is None or values is None:
                     return  # nothing was prefilled
-                n = layer.offset
-                states.append((_copy(layer.keys[..., :n, :]), _copy(layer.values[..., :n, :])))
-                metas.append(None)
+                states.append((_copy(keys[..., :n, :]), _copy(values[..., :n, :])))
+                kinds.append(SLICED)
             else:
-                states.append(_copied(layer.state))
-                metas.append(getattr(layer, "meta_state", None))
+                kind = layer_kind(layer)
+                if kind not in KEPT:
+                    return  # a layer whose state this cache cannot keep (another trimmable kind)
+                states.append(save_state(layer, kind))
+                kinds.append(kind)
         arrays = _arrays(states)
         mx.eval(arrays)
         nbytes = sum(a.nbytes for a in arrays)
         if nbytes > self.max_bytes or self.max_entries < 1:
             return
-        sliceable = all(_sliceable(layer) for layer in cache)
+        sliceable = all(kind == SLICED for kind in kinds)
         key = (scope, tuple(tokens))
         if sliceable:  # an entry this one extends is of no more use
             extended = [
@@ -182,7 +175,7 @@ class PrefixCache:
             ]
             for old in extended:
                 del self._entries[old]
-        self._entries[key] = Entry(tuple(tokens), states, metas, sliceable, nbytes)
+        self._entries[key] = Entry(tuple(tokens), states, kinds, sliceable, nbytes)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries or self.nbytes > self.max_bytes:
             self._entries.popitem(last=False)

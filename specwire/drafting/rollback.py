@@ -36,7 +36,8 @@ from mlx_lm.models.cache import ArraysCache, RotatingKVCache
 from specwire.errors import UnsupportedModelError
 
 
-def _kind(layer: Any) -> str:
+def layer_kind(layer: Any) -> str:
+    """How a cache layer rolls back: "self", "window", "trim" or "arrays" (refused otherwise)."""
     if hasattr(layer, "restore"):
         return "self"
     if isinstance(layer, RotatingKVCache):  # trimmable only until its window first fills: kept as a state
@@ -56,7 +57,7 @@ class Checkpoints:
 
     def __init__(self, cache: Sequence[Any]) -> None:
         self.cache = cache
-        self.kinds = [_kind(layer) for layer in cache]
+        self.kinds = [layer_kind(layer) for layer in cache]
         self.exact = all(kind == "trim" for kind in self.kinds)  # any position, with no state kept
         self.kept: dict[int, list[Any]] = {}
 
@@ -64,7 +65,9 @@ class Checkpoints:
         """Remember the state after the first ``position`` tokens (the cache holds exactly those)."""
         if self.exact:
             return
-        self.kept[position] = [_save(layer, kind) for layer, kind in zip(self.cache, self.kinds, strict=True)]
+        self.kept[position] = [
+            save_state(layer, kind) for layer, kind in zip(self.cache, self.kinds, strict=True)
+        ]
 
     def nearest(self, position: int) -> int:
         """The furthest position at or before ``position`` that the cache can be rolled back to."""
@@ -87,7 +90,7 @@ class Checkpoints:
             if kind == "self":
                 layer.restore(to)
             else:
-                _load(layer, kind, current - to, state)
+                load_state(layer, kind, current - to, state)
         self.forget_after(to)
 
     def forget_after(self, position: int) -> None:
@@ -99,7 +102,8 @@ class Checkpoints:
         self.kept = {p: s for p, s in self.kept.items() if p >= position}
 
 
-def _save(layer: Any, kind: str) -> Any:
+def save_state(layer: Any, kind: str) -> Any:
+    """What ``load_state`` needs to put a layer of ``kind`` back as it is now (None for "trim")."""
     if kind == "arrays":
         return (list(layer.cache), layer.lengths, layer.left_padding)
     if kind == "window":  # its arrays are written in place as it rotates: kept as copies
@@ -112,7 +116,8 @@ def _window_copy(state: tuple) -> tuple:
     return (None if keys is None else mx.array(keys), None if values is None else mx.array(values), *rest)
 
 
-def _load(layer: Any, kind: str, drop: int, state: Any) -> None:
+def load_state(layer: Any, kind: str, drop: int, state: Any) -> None:
+    """Put a layer back: trim ``drop`` positions, or restore ``state`` (None: the empty cache)."""
     if kind == "trim":
         layer.trim(drop)
     elif kind == "window":
