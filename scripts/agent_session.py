@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,14 @@ def start(command: list[str]) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     raise RuntimeError(f"{command[2:4]} did not start")
 
 
+def events(reply: Any) -> Iterator[dict[str, Any]]:
+    """The JSON chunks of a server-sent event stream, ``[DONE]`` left out."""
+    for raw in reply:
+        line = raw.decode().strip()
+        if line.startswith("data: ") and line != "data: [DONE]":
+            yield json.loads(line[6:])
+
+
 def turn(url: str, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
     """One streamed chat request: its text, time to the first token, and the usage chunk's figures."""
     body = {
@@ -75,11 +84,7 @@ def turn(url: str, messages: list[dict[str, str]], max_tokens: int) -> dict[str,
     started = time.perf_counter()
     ttft, text, last = None, [], {}
     with urllib.request.urlopen(request, timeout=600) as reply:
-        for raw in reply:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in events(reply):
             for choice in chunk.get("choices", []):
                 piece = choice.get("delta", {}).get("content")
                 if piece:

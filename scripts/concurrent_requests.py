@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agent_session import start
+from agent_session import events, start
 
 PROMPTS = [
     "Explain how a hash map handles collisions.",
@@ -47,11 +47,7 @@ def request(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     started = time.perf_counter()
     first, ids = None, None
     with urllib.request.urlopen(req, timeout=600) as reply:
-        for raw in reply:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in events(reply):
             if first is None and any(c.get("text") for c in chunk.get("choices", [])):
                 first = time.perf_counter()
             if "specwire" in chunk and "token_ids" in chunk["specwire"]:
