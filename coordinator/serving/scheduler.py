@@ -238,13 +238,22 @@ class Scheduler:
     async def _round(self, generation: Generation) -> None:
         decoding = generation.decoding
         assert decoding is not None
+        alone = len(self._active) == 1
         try:
-            if await self.runtime.compute.run(decoding.round):
+            if await self.runtime.compute.run(self._rounds, decoding, alone):
                 return
         except Exception as err:  # handed to the request's handler, which answers with it
             generation.error = err
         self._active.remove(generation)
         await self._finish(generation)
+
+    def _rounds(self, decoding: Decoding, alone: bool) -> bool:
+        """One round; a generation alone runs on, in the same compute job, until a request arrives (a
+        hop to the event loop and back each round would cost the one request it serves). Compute thread."""
+        while decoding.round():
+            if not alone or self._waiting:
+                return True
+        return False
 
     async def _finish(self, generation: Generation) -> None:
         """End a generation: close its draft source, hand over its result, free its place."""
