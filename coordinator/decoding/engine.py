@@ -234,6 +234,7 @@ class Decoding:
         halt: threading.Event | None,
     ) -> None:
         self.decoder = decoder
+        self.prompt = list(prompt)
         self.max_tokens = max_tokens
         self.k = k
         self.params = params
@@ -260,29 +261,52 @@ class Decoding:
 
     def round(self) -> bool:
         """Run one round; False once the generation has ended (its result is then complete)."""
-        result, policy, source = self.result, self.policy, self.source
-        if self.done:
+        policy, source = self.policy, self.source
+        k_round = self.next_k(policy.k_now() if policy else self.k)
+        if k_round is None:
             return False
-        if len(result.tokens) >= self.max_tokens:
-            return self._end()
-        if self.halt is not None and self.halt.is_set():
-            result.finish_reason = "halted"
-            return self._end()
-        k_round = min(policy.k_now() if policy else self.k, self.max_tokens - len(result.tokens) - 1)
         t0 = time.perf_counter_ns()
         # The last round (one token left) drafts nothing: the source is not asked.
         block = source.propose(k_round, self.outcome) if source and k_round else DraftBlock([], None, 0, 0)
         t1 = time.perf_counter_ns()
-        target = self.decoder.target
         if block.tree is not None:  # no deeper than k: every accepted path fits in max_tokens
-            block.tree.check(target.vocab_size, MAX_TREE_NODES, k_round)
+            block.tree.check(self.decoder.target.vocab_size, MAX_TREE_NODES, k_round)
         kept, token, rollback_ns = self.decoder._verify(
             self.rollback, self.pending, block, self.params, self.rng
         )
-        t2 = time.perf_counter_ns()
+        return self.settle(k_round, block, kept, token, (t0, t1, time.perf_counter_ns()), rollback_ns)
+
+    def next_k(self, k: int) -> int | None:
+        """The drafts this round takes, at most ``k`` (fewer near ``max_tokens``); None once the
+        generation has ended (at ``max_tokens``, or halted)."""
+        if self.done:
+            return None
+        if len(self.result.tokens) >= self.max_tokens:
+            self._end()
+            return None
+        if self.halt is not None and self.halt.is_set():
+            self.result.finish_reason = "halted"
+            self._end()
+            return None
+        return min(k, self.max_tokens - len(self.result.tokens) - 1)
+
+    def settle(
+        self,
+        k_round: int,
+        block: DraftBlock,
+        kept: list[int],
+        token: int,
+        times: tuple[int, int, int],
+        rollback_ns: int,
+    ) -> bool:
+        """Emit a verified round (the accepted drafts ``kept``, then the target's ``token``) and record it;
+        False once the generation has ended. ``times``: the round's start, its drafts' and its verdict's
+        ``perf_counter_ns``."""
+        result, policy = self.result, self.policy
+        t0, t1, t2 = times
         accepted = len(kept)
         emitted = [*kept, token]
-        stop = next((i for i, t in enumerate(emitted) if t in target.eos_token_ids), None)
+        stop = next((i for i, t in enumerate(emitted) if t in self.decoder.target.eos_token_ids), None)
         if stop is not None:
             emitted = emitted[:stop]
             result.finish_reason = "eos"
@@ -299,6 +323,15 @@ class Decoding:
         appended = tuple(emitted) if block.tree is not None else ()
         self.pending, self.outcome = token, Outcome(accepted, token, appended)
         return True
+
+    def context(self) -> list[int]:
+        """The prompt and every token emitted so far: the target's cache holds all but the last."""
+        return [*self.prompt, *self.result.tokens]
+
+    def detach_source(self) -> None:
+        """Close the draft source now: the rounds are drafted elsewhere from here (``serve``'s batch)."""
+        self.close()
+        self.source = self.policy = None
 
     def _end(self) -> bool:
         self.done = True

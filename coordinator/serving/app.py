@@ -150,6 +150,7 @@ class Api:
         body: dict[str, Any] = {
             "model": self.served.name,
             "requests": self.scheduler.status(),
+            "batching": self.scheduler.batch_status(),
             "prompt_cache": caches.stats() if caches is not None else None,
         }
         if self.status is not None:

@@ -1,19 +1,27 @@
 """Serving several requests at once per target: admission, rounds taken in turn, and each token stream.
 
-Up to ``concurrency`` generations are active at once; the scheduler's one
-driver task takes them in turn, one round each (``Decoding.round``), on
-the compute thread, so a short request behind a long one starts at once and
-is not kept waiting for the long one to end. New requests are admitted
-between rounds (their draft source opened and their prompt prefilled, from
-the prompt cache when there is one); at most ``max_queue`` more may wait,
-and the next one is refused with ``QueueFullError`` (HTTP 429) and an
-estimate of when to retry. The target still runs one pass at a time: the
-rounds are interleaved, not verified together, so the requests share the
-target's speed. Every request keeps its own draft source (a local drafter,
-or a session on a worker), sampling parameters and seed, so at T = 0 each
-output is what it would be alone. If a client leaves, its handler sets
-``halt``, and the generation ends at its next round (closing its worker
-session), freeing its slot.
+Up to ``concurrency`` generations are active at once, on the compute thread.
+New requests are admitted between rounds (their prompt prefilled, from the
+prompt cache when there is one); at most ``max_queue`` more may wait, and
+the next one is refused with ``QueueFullError`` (HTTP 429) and an estimate
+of when to retry.
+
+A request alone is drafted as the drafting set-up says (auto's best set-up:
+a worker's tree, local tree SD, ...). Once two or more are active, and the
+set-up drafts with a local model (``auto`` or ``local``) whose layers and the
+target's are all KV caches, they are decoded together
+(``coordinator.decoding.batch``): one batched draft pass a draft for all of
+them and one target pass verifying all their chains, each request at its
+own k (auto's: the planner's best local chain at the request's
+temperature). A request already running joins with its target cache as it
+stands, its own draft source closed; a batch row stays in the batch until it
+ends. Otherwise (a worker named, a recurrent or windowed model) the
+generations take a round each in turn (``Decoding.round``), a new one
+first, and share the target's speed. Either way every request keeps its own
+sampling parameters, stops and seed, so at T = 0 each output is what it
+would be alone. If a client leaves, its handler sets ``halt``, and the
+generation ends at its next round (closing its worker session), freeing its
+slot.
 
 Tokens go from the engine, on the compute thread, to the event loop with
 ``call_soon_threadsafe``, into an unbounded memory stream the handler reads.
@@ -29,13 +37,14 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from coordinator.decoding.batch import DecodingBatch
 from coordinator.decoding.engine import Decoding, GenerationResult, SpeculativeDecoder
 from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
@@ -45,6 +54,8 @@ from coordinator.planning.planner import Planner
 from coordinator.runtime import Runtime
 from coordinator.serving.requests import CompletionRequest
 from specwire.errors import CapacityError, NoWorkerError, QueueFullError, RemoteWorkerError
+from specwire.models import LoadedModel
+from specwire.models.ragged_cache import batchable
 
 RECENT = 16  # generations whose durations estimate Retry-After
 DEFAULT_CONCURRENCY = 4  # generations active at once (--decode-concurrency)
@@ -66,6 +77,7 @@ class Generation:
     generated: int = 0  # tokens delivered so far (the compute thread counts them)
     rounds: int = 0  # rounds that delivered tokens so far
     decoding: Decoding | None = None  # while active
+    batched: bool = False  # decoded in the scheduler's batch (from joining it to its end)
     send: MemoryObjectSendStream[list[int]] | None = None
 
     @property
@@ -108,6 +120,9 @@ class Scheduler:
         self._target_cache = caches.of(f"target:{sources.target.spec}") if caches is not None else None
         self.last_drafting: dict[str, Any] | None = None  # the drafting policy's report of the last request
         self.planner: Planner | None = None  # the drafting policy's, as the last request (or start) had it
+        self._batch: DecodingBatch | None = None
+        self._batch_draft: LoadedModel | None = None
+        self.batch_note: str | None = None  # why concurrent requests are not batched (None: they are)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Scheduler]:
@@ -159,6 +174,7 @@ class Scheduler:
                     "max_tokens": g.request.max_tokens,
                     "temperature": g.request.params.temperature,
                     "setup": g.source.get("draft"),
+                    "batched": g.batched,
                     "generated": g.generated,
                     "rounds": g.rounds,
                     "tok_s": round(g.generated / elapsed_s, 2) if elapsed_s > 0 else None,
@@ -167,6 +183,18 @@ class Scheduler:
                 }
             )
         return out
+
+    def batch_status(self) -> dict[str, Any]:
+        """How concurrent requests are decoded: batched (rows now, rounds, most rows a round) or why not."""
+        if self.batch_note is not None:
+            return {"batched": False, "why_not": self.batch_note}
+        batch = self._batch
+        return {
+            "batched": True,
+            "rows": len(batch.rows) if batch else 0,
+            "rounds": batch.rounds if batch else 0,
+            "widest": batch.widest if batch else 0,
+        }
 
     def retry_after_s(self) -> int:
         """Whole seconds until a queue slot is likely free: the median recent generation, per one ahead."""
@@ -184,7 +212,9 @@ class Scheduler:
                     await self._arrived.wait()
                     self._arrived = anyio.Event()
                     continue
-                for generation in list(self._active):
+                if self._batch is not None and self._batch.rows:
+                    await self._batch_round(self._batch)
+                for generation in [g for g in self._active if not g.batched]:
                     await self._round(generation)
         finally:
             with anyio.CancelScope(shield=True):
@@ -200,14 +230,22 @@ class Scheduler:
                 await self._finish(generation)
                 continue
             try:
-                await self._begin(generation)
+                together = len(self._active) + len(self._waiting) > 0
+                batch = await self._batch_for() if together else None
+                k = await self._batch_k(generation) if batch is not None else None
+                if batch is not None and k is not None:
+                    await self._join(generation, batch, k)
+                    for other in [g for g in self._active if not g.batched]:
+                        await self._move(other, batch)
+                else:
+                    await self._begin(generation)
                 self._active.insert(0, generation)  # its first round next: its first token comes soonest
             except Exception as err:  # handed to the request's handler, which answers with it
                 generation.error = err
                 await self._finish(generation)
 
-    async def _begin(self, generation: Generation) -> None:
-        source, generation.source = await self._open()
+    def _deliver(self, generation: Generation) -> Callable[[list[int]], None]:
+        """What the engine calls, on the compute thread, with each round's tokens."""
         loop = asyncio.get_running_loop()
         send = generation.send
         assert send is not None
@@ -217,6 +255,11 @@ class Scheduler:
             generation.rounds += 1
             loop.call_soon_threadsafe(_send_quietly, send, list(tokens))
 
+        return deliver
+
+    async def _begin(self, generation: Generation) -> None:
+        source, generation.source = await self._open()
+        deliver = self._deliver(generation)
         if isinstance(source, AutoDraftSource):
             self.planner = source.planner
         request, drafting = generation.request, self.drafting
@@ -246,6 +289,114 @@ class Scheduler:
             generation.error = err
         self._active.remove(generation)
         await self._finish(generation)
+
+    # The batch: requests decoded together (coordinator.decoding.batch).
+
+    async def _batch_for(self) -> DecodingBatch | None:
+        """The batch concurrent requests join, or None (``batch_note`` says why)."""
+        if self._batch is not None:
+            return self._batch
+        if self.batch_note is not None:
+            return None
+        spec = self.drafting.spec
+        target = self.sources.target
+        if self.concurrency < 2:
+            self.batch_note = "--decode-concurrency 1: one request at a time"
+        elif spec.kind not in ("auto", "local") or not spec.local:
+            self.batch_note = f"--draft {spec.kind}: a batch drafts with a local draft model (auto or local)"
+        elif not batchable(target.model):
+            self.batch_note = (
+                f"{target.spec} has a layer that is not a KV cache (recurrent, windowed, quantized)"
+            )
+        else:
+            draft = await self.sources.local_model(spec.local)
+            if not batchable(draft.model):
+                self.batch_note = (
+                    f"{draft.spec} has a layer that is not a KV cache (recurrent, windowed, quantized)"
+                )
+            else:
+                caches = self.sources.caches
+                prompts = caches.of(f"draft:{draft.spec}") if caches is not None else None
+                self._batch_draft = draft
+                self._batch = DecodingBatch(target, draft, prompts)
+        return self._batch
+
+    async def _batch_k(self, generation: Generation) -> int | None:
+        """The drafts a round for ``generation`` in the batch: ``local``'s k, or the planner's best local
+        chain at its temperature (auto); None if the planner has no local chain for it."""
+        spec = self.drafting.spec
+        if spec.kind == "local":
+            return self.drafting.k
+        if self.planner is None:
+            self.planner, _ = await self.sources.auto(spec)
+        temperature = generation.request.params.temperature
+        ranking = self.planner.ranking(temperature, self.planner.prior(temperature))
+        return next((p.setup.k for p in ranking if p.setup.mode == "local" and p.setup.k > 0), None)
+
+    async def _join(self, generation: Generation, batch: DecodingBatch, k: int) -> None:
+        """Begin ``generation`` with no draft source of its own, in ``batch``."""
+        request, deliver = generation.request, self._deliver(generation)
+        decoder = SpeculativeDecoder(self.sources.target, None, prefix_cache=self._target_cache)
+
+        def begin() -> Decoding:
+            decoding = decoder.begin(
+                request.prompt,
+                max_tokens=request.max_tokens,
+                k=0,
+                params=request.params,
+                on_tokens=deliver,
+                halt=generation.halt,
+            )
+            batch.join(decoding, k)
+            return decoding
+
+        generation.decoding = await self.runtime.compute.run(begin)
+        self._batched(generation, k)
+
+    async def _move(self, generation: Generation, batch: DecodingBatch) -> None:
+        """Move a generation running alone into ``batch`` (it keeps its own draft source if no k fits)."""
+        decoding = generation.decoding
+        k = await self._batch_k(generation)
+        if decoding is None or k is None:
+            return
+        source = decoding.source
+        if isinstance(source, AutoDraftSource):
+            generation.source["drafting_alone"] = source.report()
+        generation.source.update(drafted_by(source))
+        await self.runtime.compute.run(batch.join, decoding, k)
+        self._batched(generation, k)
+
+    def _batched(self, generation: Generation, k: int) -> None:
+        generation.batched = True
+        draft = self._batch_draft
+        assert draft is not None
+        generation.source.update({"draft": f"local:{draft.spec}", "batched": True, "k": k})
+
+    async def _batch_round(self, batch: DecodingBatch) -> None:
+        """A round of the batch (more, in one compute job, while nothing else runs or waits); then the
+        generations that ended are finished."""
+        others = any(not g.batched for g in self._active)
+        try:
+            ended = await self.runtime.compute.run(self._batch_rounds, batch, others)
+        except Exception as err:  # every batched request answers with it; the next ones start a new batch
+            ended = [row.decoding for row in batch.rows]
+            for generation in self._active:
+                if generation.batched:
+                    generation.error = err
+            batch.close()
+            self._batch = None
+        for decoding in ended:
+            generation = next(g for g in self._active if g.decoding is decoding)
+            self._active.remove(generation)
+            await self._finish(generation)
+
+    def _batch_rounds(self, batch: DecodingBatch, others: bool) -> list[Decoding]:
+        """Rounds of the batch until one ends a generation, or another request runs or arrives. Compute
+        thread."""
+        while True:
+            ended = batch.round()
+            if ended or others or self._waiting or not batch.rows:
+                return ended
 
     def _rounds(self, decoding: Decoding, alone: bool) -> bool:
         """One round; a generation alone runs on, in the same compute job, until a request arrives (a

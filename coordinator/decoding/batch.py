@@ -1,0 +1,206 @@
+"""Several generations decoded together: each round drafts for all of them and verifies all in one pass.
+
+``serve`` runs concurrent requests this way (``coordinator.serving.scheduler``).
+Each round:
+
+1. the local draft model drafts a chain for every row at once: a pass over
+   the rows' unfed tokens (one or two: the last verdict's), then a pass a
+   draft, every row in the same pass;
+2. the target verifies every row's ``[pending, d_1 .. d_k]`` in one pass
+   over all rows;
+3. each row accepts by its own sampling parameters and generator, exactly as
+   alone (``coordinator.decoding.acceptance``), and its ``Decoding`` emits
+   and records the round;
+4. each row keeps its own accepted positions in both caches
+   (``specwire.models.ragged_cache``: rows roll back on their own).
+
+On Apple Silicon a pass's time is flat in its positions up to a few dozen
+(the profile's curve: ``specwire.emulation.profile``), so B rows' round costs
+about one row's, and the batch decodes about B times as fast. Rows may ask
+for different k; the drafts run to the largest and a row verifies only its
+own. At T = 0 each row's output is its output alone; at T > 0 each row's
+tokens follow the target's distribution (its own draws and generator).
+
+Only models whose every layer is a KV cache batch (``batchable``); a
+generation joins with its target cache as it stands (its own draft source
+closed) and its draft context prefilled from the draft's prompt cache.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
+
+from coordinator.decoding.acceptance import accept_greedy, accept_sampled
+from coordinator.decoding.engine import Decoding
+from specwire.drafting.drafter import DRAFT_STREAM, DraftBlock, prefill_cached
+from specwire.drafting.prefix_cache import PrefixCache
+from specwire.drafting.sampling import SparseDistribution, choose_draft_token
+from specwire.errors import InvalidArgumentError
+from specwire.models import LoadedModel
+from specwire.models.ragged_cache import kv_rows, ragged_cache
+
+
+@dataclass(eq=False)
+class Row:
+    """One generation in the batch: its k, its tokens so far (the last is pending), its draft generator."""
+
+    decoding: Decoding
+    k: int
+    tokens: list[int]
+    draft_rng: np.random.Generator
+    drafts: list[int] = field(default_factory=list)
+    dists: list[SparseDistribution] = field(default_factory=list)
+
+
+class DecodingBatch:
+    """The generations decoded together on one target and one local draft model (module docstring)."""
+
+    def __init__(
+        self, target: LoadedModel, draft: LoadedModel, draft_prompts: PrefixCache | None = None
+    ) -> None:
+        self.target = target
+        self.draft = draft
+        self.draft_prompts = draft_prompts
+        self.target_layout, self.target_cache = ragged_cache(target.model)
+        self.draft_layout, self.draft_cache = ragged_cache(draft.model)
+        self.rows: list[Row] = []
+        self.rounds = 0
+        self.widest = 0  # most rows a round has verified together
+
+    def join(self, decoding: Decoding, k: int) -> None:
+        """Add ``decoding`` (begun; its own draft source is closed here), ``k`` drafts a round. Compute
+        thread."""
+        tokens = decoding.context()
+        cache = decoding.rollback.cache
+        if any(layer.offset != len(tokens) - 1 for layer in cache):
+            raise InvalidArgumentError("a generation joins the batch with its target cache at its context")
+        decoding.detach_source()
+        draft_cache = make_prompt_cache(self.draft.model)
+        prefill_cached(self.draft.model, draft_cache, tokens[:-1], self.draft_prompts)
+        self.target_layout.add(kv_rows(cache))
+        self.draft_layout.add(kv_rows(draft_cache))
+        decoding.rollback.cache = []  # its rows live in the batch now
+        rng = np.random.default_rng([decoding.params.seed, DRAFT_STREAM])
+        self.rows.append(Row(decoding, k, tokens, rng))
+
+    def round(self) -> list[Decoding]:
+        """One round for every row; returns the generations that ended (and left the batch). Compute
+        thread."""
+        ended = [row for row in self.rows if row.decoding.next_k(row.k) is None]
+        for row in ended:
+            self._leave(row)
+        if not self.rows:
+            return [row.decoding for row in ended]
+        ks = [min(row.k, row.decoding.max_tokens - len(row.decoding.result.tokens) - 1) for row in self.rows]
+        t0 = time.perf_counter_ns()
+        passes = self._draft(max(ks))
+        t1 = time.perf_counter_ns()
+        verdicts = self._verify(ks)
+        t2 = time.perf_counter_ns()
+        self.rounds += 1
+        self.widest = max(self.widest, len(self.rows))
+        for row, k, (accepted, token) in zip(list(self.rows), ks, verdicts, strict=True):
+            block = DraftBlock(row.drafts[:k], row.dists[:k] if row.dists else None, passes, t1 - t0)
+            kept = row.drafts[:accepted]
+            row.tokens.extend([*kept, token])
+            if not row.decoding.settle(k, block, kept, token, (t0, t1, t2), 0):
+                ended.append(row)
+                self._leave(row)
+        return [row.decoding for row in ended]
+
+    def close(self) -> None:
+        """Drop every row (each generation's own ``close`` still ends it)."""
+        for row in list(self.rows):
+            self._leave(row)
+
+    def _leave(self, row: Row) -> None:
+        b = self.rows.index(row)
+        self.rows.pop(b)
+        self.target_layout.remove(b)
+        self.draft_layout.remove(b)
+
+    def _draft(self, k: int) -> int:
+        """Draft ``k`` tokens for every row (``row.drafts``, and ``row.dists`` when it samples); returns
+        the passes run. The draft cache then holds each row's tokens and its drafts but the last."""
+        for row in self.rows:
+            row.drafts, row.dists = [], []
+        if k == 0:
+            return 0
+        held = self.draft_layout.lengths()
+        feeds = [row.tokens[n:] for row, n in zip(self.rows, held, strict=True)]
+        sampled = [not row.decoding.params.greedy for row in self.rows]
+        for _ in range(k):
+            width = max(len(feed) for feed in feeds)
+            inputs = mx.array([feed + [0] * (width - len(feed)) for feed in feeds])
+            self.draft_layout.begin(width)
+            logits = _call(self.draft.model, inputs, self.draft_cache, defer=True)
+            last = logits[mx.arange(len(feeds)), mx.array([len(feed) - 1 for feed in feeds])]
+            choices = mx.argmax(last, axis=-1)
+            rows = last.astype(mx.float32) if any(sampled) else None
+            _settle(self.draft.model, choices, *([rows] if rows is not None else []))
+            self.draft_layout.commit(width, [len(feed) for feed in feeds])
+            greedy = np.array(choices).tolist()
+            host = np.array(rows) if rows is not None else None
+            for b, row in enumerate(self.rows):
+                if sampled[b]:
+                    assert host is not None
+                    token, dist = choose_draft_token(host[b], row.decoding.params, row.draft_rng)
+                    assert dist is not None
+                    row.dists.append(dist)
+                else:
+                    token = int(greedy[b])
+                row.drafts.append(token)
+            feeds = [[row.drafts[-1]] for row in self.rows]
+        return k
+
+    def _verify(self, ks: list[int]) -> list[tuple[int, int]]:
+        """The target's pass over every row's pending token and drafts; each row's verdict (drafts
+        accepted, the target's token), its cache keeping what it accepted."""
+        fed = [[row.tokens[-1], *row.drafts[:k]] for row, k in zip(self.rows, ks, strict=True)]
+        width = max(len(f) for f in fed)
+        self.target_layout.begin(width)
+        inputs = mx.array([f + [0] * (width - len(f)) for f in fed])
+        logits = _call(self.target.model, inputs, self.target_cache)
+        choices = np.array(mx.argmax(logits, axis=-1)).tolist()
+        sampled = any(not row.decoding.params.greedy for row in self.rows)
+        host = np.array(logits.astype(mx.float32)) if sampled else None
+        verdicts = []
+        for b, (row, k) in enumerate(zip(self.rows, ks, strict=True)):
+            decoding = row.decoding
+            if decoding.params.greedy:
+                verdicts.append(accept_greedy(choices[b][: k + 1], row.drafts[:k]))
+            else:
+                assert host is not None
+                rows = host[b, : k + 1]
+                verdicts.append(
+                    accept_sampled(rows, row.drafts[:k], row.dists[:k], decoding.params, decoding.rng)
+                )
+        self.target_layout.commit(width, [accepted + 1 for accepted, _ in verdicts])
+        drafted = len(self.rows[0].drafts) if self.rows else 0
+        for b, (row, (accepted, _)) in enumerate(zip(self.rows, verdicts, strict=True)):
+            # The draft cache holds the row's tokens and its drafts but the last: keep the accepted ones.
+            self.draft_layout.truncate(b, len(row.tokens) + min(accepted, max(drafted - 1, 0)))
+        self.target_layout.tidy()
+        self.draft_layout.tidy()
+        return verdicts
+
+
+def _call(model: Any, inputs: mx.array, cache: list, defer: bool = False) -> mx.array:
+    """One pass of ``model`` over ``inputs`` (lazy when a paced pass is deferred: ``_settle`` it)."""
+    if defer and hasattr(model, "settle"):
+        return model(inputs, cache=cache, defer=True)
+    return model(inputs, cache=cache)
+
+
+def _settle(model: Any, *arrays: mx.array) -> None:
+    """Compute a deferred pass's results, inside its paced time when ``model`` is paced."""
+    if hasattr(model, "settle"):
+        model.settle(*arrays)
+    else:
+        mx.eval(*arrays)
