@@ -1,14 +1,19 @@
 """Requests at once against ``coordinator serve``: aggregate speed, and a short request behind a long one.
 
-Starts a worker and a server on 127.0.0.1 (paced, by default, as the
-paper's M1 Max and M2 Ultra; the server drafting on the worker) and
-measures, at T = 0 with streamed requests:
+Starts two workers and a server on 127.0.0.1 (paced, by default, as the
+paper's M1 Max, M2 Pro and M2 Ultra; the server drafting with ``--draft``,
+auto by default, with both workers and its own draft model; each process
+pinned to a CPU where there are two) and measures, at T = 0 with streamed
+requests:
 
-1. one request of ``--tokens`` tokens alone: its tok/s and time to first token;
+1. each request of ``--tokens`` tokens alone: its tok/s and time to first token;
 2. ``--concurrent`` such requests at once: their aggregate tok/s, and whether
    each output equals its solo run;
 3. a short request (16 tokens) sent while a long one runs: its time to first
    token against the same request alone.
+
+It ends with the server's ``/v1/status``: how the requests were batched,
+and its paced passes (a side held when at most 1% of its passes overran).
 
     python scripts/concurrent_requests.py --json concurrent.json
 """
@@ -18,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +46,6 @@ SHORT = 16
 
 def request(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     """One streamed completion: its tokens, time to first token and end (perf_counter seconds)."""
-    import urllib.request
-
     body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     headers = {"Content-Type": "application/json"}
     req = urllib.request.Request(f"{url}/completions", data=json.dumps(body).encode(), headers=headers)
@@ -77,14 +82,19 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=256, help="tokens of each long request")
     p.add_argument("--concurrent", type=int, default=4, help="requests at once")
     p.add_argument("--unpaced", dest="paced", action="store_false", help="this machine's own speed")
+    p.add_argument("--draft", default="auto", help="the server's --draft (default: auto)")
     p.add_argument("--json", type=Path, help="write every figure here")
     args = p.parse_args()
-    worker_command = [sys.executable, "-m", "worker.cli", "serve", "--model", "tiny-draft", "--port", "0"]
-    worker_command += ["--echo-port", "0", "--name", f"concurrent-{os.getpid()}", "--no-advertise", "--json"]
-    worker_command += ["--pace", "paper:m1-max"] if args.paced else []
-    worker, ready = start(worker_command)
-    server = None
+    processes: list[Any] = []
     try:
+        addresses = []
+        for machine in ("m1-max", "m2-pro"):
+            command = [sys.executable, "-m", "worker.cli", "serve", "--model", "tiny-draft", "--port", "0"]
+            command += ["--echo-port", "0", "--name", f"{machine}-{os.getpid()}", "--no-advertise", "--json"]
+            command += ["--pace", f"paper:{machine}"] if args.paced else []
+            worker, ready = start(pinned(command, 1))
+            processes.append(worker)
+            addresses.append(f"127.0.0.1:{ready['port']}")
         command = [
             sys.executable,
             "-m",
@@ -96,22 +106,25 @@ def main() -> int:
             "--target",
             "tiny",
         ]
-        command += ["--model-name", "tiny", "--draft", "remote", "--worker", f"127.0.0.1:{ready['port']}"]
+        command += ["--model-name", "tiny", "--draft", args.draft, "--local-draft", "tiny-draft"]
+        command += ["--worker", ",".join(addresses)]
         command += ["--interface", "127.0.0.1", "--prompt-cache-size", "0"]
         command += ["--decode-concurrency", str(args.concurrent)]
         command += ["--pace", "paper:m2-ultra"] if args.paced else []
-        server, served = start(command)
+        server, served = start(pinned(command, 0))
+        processes.append(server)
         url = served["url"]
         jobs = [(PROMPTS[i % len(PROMPTS)], args.tokens) for i in range(args.concurrent)]
         solo = [request(url, *job) for job in jobs]
         together = at_once(url, jobs, [0.0] * len(jobs))
         short_alone = request(url, PROMPTS[1], SHORT)
         behind = at_once(url, [(PROMPTS[0], args.tokens), (PROMPTS[1], SHORT)], [0.0, 0.5])
+        with urllib.request.urlopen(f"{url}/status", timeout=60) as reply:
+            status = json.load(reply)
     finally:
-        for process in (server, worker):
-            if process is not None:
-                process.terminate()
-                process.wait(60)
+        for process in processes:
+            process.terminate()
+            process.wait(60)
     one_tok_s = args.tokens / (solo[0]["end"] - solo[0]["started"])
     wall = max(r["end"] for r in together) - min(r["started"] for r in together)
     aggregate = args.tokens * len(together) / wall
@@ -125,12 +138,31 @@ def main() -> int:
         "short_ttft_behind_long_s": behind[1]["ttft_s"],
         "short_behind_over_alone": behind[1]["ttft_s"] / short_alone["ttft_s"],
         "short_answered_before_long_ended": behind[1]["end"] < behind[0]["end"],
+        "batching": status.get("batching"),
+        "pace": status.get("pace"),
+        "pace_held": held(status.get("pace")),
     }
     for name, value in figures.items():
         print(f"{name:36} {value:.3f}" if isinstance(value, float) else f"{name:36} {value}")
     if args.json:
         args.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, **figures}))
-    return 0 if all(same) else 1
+    return 0 if all(same) and figures["pace_held"] is not False else 1
+
+
+def pinned(command: list[str], cpu: int) -> list[str]:
+    """``command`` on CPU ``cpu`` alone where this machine has two or more and ``taskset`` (the paced
+    preset's pinning: the server on one, the workers on the other)."""
+    if (os.cpu_count() or 1) < 2 or shutil.which("taskset") is None:
+        return command
+    return ["taskset", "-c", str(cpu), *command]
+
+
+def held(pace: dict[str, Any] | None) -> bool | None:
+    """Whether every paced side of the server held (at most 1% of its passes overran); None unpaced."""
+    if not pace:
+        return None
+    sides = [v for v in pace.values() if isinstance(v, dict)]
+    return all(side["overruns"] <= 0.01 * side["passes"] for side in sides)
 
 
 if __name__ == "__main__":

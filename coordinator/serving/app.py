@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from coordinator.pacing import CoordinatorPace
 from coordinator.serving import responses
 from coordinator.serving.body import DEFAULT_MAX_BODY, excerpt, parse_json, read_body
 from coordinator.serving.drafting_status import DraftingStatus
@@ -37,6 +38,7 @@ from coordinator.serving.requests import CHAT, TEXT, CompletionRequest, read_req
 from coordinator.serving.responses import Envelope
 from coordinator.serving.scheduler import Scheduler
 from coordinator.serving.text import CompletionText
+from specwire.emulation.pace import headroom_quantile
 from specwire.errors import (
     ApiKeyError,
     AuthenticationError,
@@ -151,6 +153,7 @@ class Api:
             "model": self.served.name,
             "requests": self.scheduler.status(),
             "batching": self.scheduler.batch_status(),
+            "pace": _pace(self.scheduler.sources.pace),
             "prompt_cache": caches.stats() if caches is not None else None,
         }
         if self.status is not None:
@@ -307,3 +310,18 @@ def _event(body: dict[str, Any]) -> dict[str, str]:
 def created_now() -> int:
     """Unix time, for the model card."""
     return int(time.time())
+
+
+def _pace(pace: CoordinatorPace | None) -> dict[str, Any] | None:
+    """This server's paced passes by role (None unpaced): passes, overruns, headroom median and p99."""
+    if pace is None:
+        return None
+    out: dict[str, Any] = {"machine": pace.label}
+    for role, counts in pace.snapshot().items():
+        out[role] = {
+            "passes": counts.passes,
+            "overruns": counts.overruns,
+            "headroom_p50": headroom_quantile(counts.headroom, 0.5),
+            "headroom_p99": headroom_quantile(counts.headroom, 0.99),
+        }
+    return out
