@@ -19,7 +19,11 @@ On Apple Silicon a pass's time is flat in its positions up to a few dozen
 about one row's, and the batch decodes about B times as fast. Rows may ask
 for different k; the drafts run to the largest and a row verifies only its
 own. At T = 0 each row's output is its output alone; at T > 0 each row's
-tokens follow the target's distribution (its own draws and generator).
+tokens follow the target's distribution, drawn with its own generators as a
+``Drafter`` and the engine draw them (block i's drafts from generator i), so
+with the same k and a backend that computes a row alike in a batch (MLX's
+CPU backend does, bit for bit) a row's output equals its ``--draft local``
+run alone at any temperature.
 
 Only models whose every layer is a KV cache batch (``batchable``); a
 generation joins with its target cache as it stands (its own draft source
@@ -48,12 +52,12 @@ from specwire.models.ragged_cache import kv_rows, ragged_cache
 
 @dataclass(eq=False)
 class Row:
-    """One generation in the batch: its k, its tokens so far (the last is pending), its draft generator."""
+    """One generation in the batch: its k, its tokens so far (the last is pending), its blocks drafted."""
 
     decoding: Decoding
     k: int
     tokens: list[int]
-    draft_rng: np.random.Generator
+    blocks: int = 0  # rounds drafted for it: block i's drafts are drawn from generator i, as a Drafter's
     drafts: list[int] = field(default_factory=list)
     dists: list[SparseDistribution] = field(default_factory=list)
 
@@ -86,8 +90,8 @@ class DecodingBatch:
         self.target_layout.add(kv_rows(cache))
         self.draft_layout.add(kv_rows(draft_cache))
         decoding.rollback.cache = []  # its rows live in the batch now
-        rng = np.random.default_rng([decoding.params.seed, DRAFT_STREAM])
-        self.rows.append(Row(decoding, k, tokens, rng))
+        drafted = sum(1 for record in decoding.result.rounds if record.k)  # blocks its own drafter drew
+        self.rows.append(Row(decoding, k, tokens, drafted))
 
     def round(self) -> list[Decoding]:
         """One round for every row; returns the generations that ended (and left the batch). Compute
@@ -108,6 +112,7 @@ class DecodingBatch:
         for row, k, (accepted, token) in zip(list(self.rows), ks, verdicts, strict=True):
             block = DraftBlock(row.drafts[:k], row.dists[:k] if row.dists else None, passes, t1 - t0)
             kept = row.drafts[:accepted]
+            row.blocks += 1 if k else 0
             row.tokens.extend([*kept, token])
             if not row.decoding.settle(k, block, kept, token, (t0, t1, t2), 0):
                 ended.append(row)
@@ -135,6 +140,7 @@ class DecodingBatch:
         held = self.draft_layout.lengths()
         feeds = [row.tokens[n:] for row, n in zip(self.rows, held, strict=True)]
         sampled = [not row.decoding.params.greedy for row in self.rows]
+        rngs = [np.random.default_rng([r.decoding.params.seed, DRAFT_STREAM, r.blocks]) for r in self.rows]
         for _ in range(k):
             width = max(len(feed) for feed in feeds)
             inputs = mx.array([feed + [0] * (width - len(feed)) for feed in feeds])
@@ -150,7 +156,7 @@ class DecodingBatch:
             for b, row in enumerate(self.rows):
                 if sampled[b]:
                     assert host is not None
-                    token, dist = choose_draft_token(host[b], row.decoding.params, row.draft_rng)
+                    token, dist = choose_draft_token(host[b], row.decoding.params, rngs[b])
                     assert dist is not None
                     row.dists.append(dist)
                 else:

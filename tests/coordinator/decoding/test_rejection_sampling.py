@@ -8,8 +8,9 @@ from p instead of norm(max(0, p - q)): with 600 runs it did so at
 p ~ 1e-10, far below the floor (it runs 400). Seeds are fixed, so each run is
 reproducible.
 
-Two generations sampled together, a round each in turn as ``serve`` runs
-them, are each distributed as the target too.
+Two generations sampled together, a round each in turn, or decoded in one
+batch (``serve``'s concurrent requests), are each distributed as the target
+too.
 
 Trees (local tree SD) are checked the same way: three tokens generated with
 trees up to two deep, so that (t1, t2) is accepted down a path, from a
@@ -32,6 +33,7 @@ from scipy.stats import chisquare
 import coordinator.decoding.acceptance as acceptance
 import coordinator.decoding.engine as engine
 import coordinator.decoding.recurrent_tree as recurrent_tree
+from coordinator.decoding.batch import DecodingBatch
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
@@ -166,6 +168,29 @@ def test_two_generations_sampled_together_are_each_distributed_as_target(
             pass
         for decoding in together:
             decoding.close()
+            counts[decoding.result.tokens[0], decoding.result.tokens[1]] += 1
+    assert chi_square_p(counts, exact_joint(target, SamplingParams(**sampling))) >= P_VALUE_FLOOR  # type: ignore[arg-type]
+
+
+def test_generations_decoded_in_one_batch_are_each_distributed_as_target(
+    pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    # As serve runs concurrent requests: one draft pass and one verification pass for both rows.
+    target, draft = pair
+    sampling = {"temperature": 0.7, "top_p": 0.9, "draft_top_k": 4}
+    counts = np.zeros((target.vocab_size, target.vocab_size))
+    decoder = SpeculativeDecoder(target)
+    for seed in range(0, RUNS, 2):  # 800 outputs
+        batch = DecodingBatch(target, draft)
+        together = [
+            decoder.begin(PROMPT, max_tokens=2, k=0, params=SamplingParams(seed=seed + i, **sampling))  # type: ignore[arg-type]
+            for i in range(2)
+        ]
+        for decoding in together:
+            batch.join(decoding, 2)
+        while batch.rows:
+            batch.round()
+        for decoding in together:
             counts[decoding.result.tokens[0], decoding.result.tokens[1]] += 1
     assert chi_square_p(counts, exact_joint(target, SamplingParams(**sampling))) >= P_VALUE_FLOOR  # type: ignore[arg-type]
 

@@ -1,7 +1,8 @@
 """Several requests at once: each keeps its own output, and a short one does not wait for a long one.
 
-``coordinator serve`` (tiny target, drafting locally) takes its active
-requests a round each in turn (``--decode-concurrency``, default 4).
+``coordinator serve`` (tiny target, drafting locally) decodes its active
+requests together (``--decode-concurrency``, default 4): one draft pass a
+draft and one target pass for all of them (``coordinator.decoding.batch``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def test_a_short_request_behind_a_long_one_is_answered_while_the_long_one_runs(s
         running = [r for r in status(server)["requests"] if r["state"] == "running"]
         assert [r["max_tokens"] for r in running] == [LONG]  # still going, the short one already answered
         assert running[0]["generated"] < LONG and running[0]["rounds"] > 0
+        assert running[0]["batched"]  # it ran alone, then joined the short one's batch
+        assert status(server)["batching"]["widest"] >= 2
     finally:
         long.close()
     deadline = time.monotonic() + 30
