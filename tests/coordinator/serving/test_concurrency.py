@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 
+import mlx.core as mx
 import openai
 import pytest
 
@@ -39,6 +40,10 @@ def status(server: ServerProcess) -> dict:
         return dict(json.loads(reply.read()))
 
 
+@pytest.mark.skipif(
+    mx.default_device() != mx.cpu,
+    reason="a GPU may round a batch's row apart from it alone (the engine's batch test allows ties there)",
+)
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.8, "seed": 7}])
 def test_requests_run_together_each_get_what_they_get_alone(server: ServerProcess, sampling: dict) -> None:
     solo = [ids(server, p, SHORT, **sampling) for p in PROMPTS]
