@@ -27,7 +27,8 @@ run alone at any temperature.
 
 Only models whose every layer is a KV cache batch (``batchable``); a
 generation joins with its target cache as it stands (its own draft source
-closed) and its draft context prefilled from the draft's prompt cache.
+closed) and its draft context prefilled from the draft's prompt cache; the
+last row left may be handed back to run alone (``release``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,17 @@ class DecodingBatch:
                 ended.append(row)
                 self._leave(row)
         return [row.decoding for row in ended]
+
+    def release(self) -> Decoding:
+        """The batch's one row, handed back to run alone: its target cache a KV cache of its own again
+        (``Decoding.rebind``), its draft source left to the caller. Compute thread."""
+        (row,) = self.rows
+        cache = make_prompt_cache(self.target.model)
+        for layer, (keys, values) in zip(cache, self.target_layout.row(0) or [], strict=False):
+            layer.keys, layer.values, layer.offset = keys, values, keys.shape[2]
+        row.decoding.rebind(cache)
+        self._leave(row)
+        return row.decoding
 
     def close(self) -> None:
         """Drop every row (each generation's own ``close`` still ends it)."""

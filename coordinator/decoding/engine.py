@@ -328,6 +328,17 @@ class Decoding:
         """The prompt and every token emitted so far: the target's cache holds all but the last."""
         return [*self.prompt, *self.result.tokens]
 
+    def rebind(self, cache: list) -> None:
+        """Keep the target's cache in ``cache`` from here (the context but its last token), rolled back
+        alone: a generation leaving ``serve``'s batch."""
+        model = self.decoder.target.model
+        self.rollback = Rollback(model, cache, len(self.context()) - 1, self.decoder.rollback)
+
+    def attach_source(self, source: DraftSource | None, k: int) -> None:
+        """Draft with ``source``, started on this generation's context, from the next round."""
+        self.source, self.k, self.outcome, self.closed = source, k, None, False
+        self.policy = source if isinstance(source, Steering) else None
+
     def detach_source(self) -> None:
         """Close the draft source now: the rounds are drafted elsewhere from here (``serve``'s batch)."""
         self.close()

@@ -1,4 +1,4 @@
-"""Serving several requests at once per target: admission, rounds taken in turn, and each token stream.
+"""Serving several requests at once per target: admission, rounds batched or in turn, each token stream.
 
 Up to ``concurrency`` generations are active at once, on the compute thread.
 New requests are admitted between rounds (their prompt prefilled, from the
@@ -14,12 +14,13 @@ target's are all KV caches, they are decoded together
 them and one target pass verifying all their chains, each request at its
 own k (auto's: the planner's best local chain at the request's
 temperature). A request already running joins with its target cache as it
-stands, its own draft source closed; a batch row stays in the batch until it
-ends. Otherwise (a worker named, a recurrent or windowed model) the
-generations take a round each in turn (``Decoding.round``), a new one
-first, and share the target's speed. Either way every request keeps its own
-sampling parameters, stops and seed, so at T = 0 each output is what it
-would be alone. If a client leaves, its handler sets ``halt``, and the
+stands, its own draft source closed. Under auto, the last request left in
+the batch goes on alone with a draft source chosen again (``_release``).
+Otherwise (a worker named, a recurrent or windowed model) the generations
+take a round each in turn (``Decoding.round``), a new one first, and share
+the target's speed. Either way every request keeps its own sampling
+parameters, stops and seed, so at T = 0 each output is what it would be
+alone. If a client leaves, its handler sets ``halt``, and the
 generation ends at its next round (closing its worker session), freeing its
 slot.
 
@@ -59,6 +60,8 @@ from specwire.models.ragged_cache import batchable
 
 RECENT = 16  # generations whose durations estimate Retry-After
 DEFAULT_CONCURRENCY = 4  # generations active at once (--decode-concurrency)
+RELEASE_MIN_TOKENS = 16  # tokens left, below which a batch's last request stays in it: a draft source's
+# start (a worker session and its prefill) would cost about as much as the rounds it could speed up
 
 
 @dataclass(eq=False)  # one per request: compared, and kept in sets, by identity
@@ -387,6 +390,35 @@ class Scheduler:
             self._batch = None
         for decoding in ended:
             generation = next(g for g in self._active if g.decoding is decoding)
+            self._active.remove(generation)
+            await self._finish(generation)
+        if self._batch is batch and len(batch.rows) == 1 and not self._waiting:
+            await self._release(batch)
+
+    async def _release(self, batch: DecodingBatch) -> None:
+        """Under auto, the batch's last request goes on alone with a draft source of its own, chosen
+        again (a worker's tree, local tree SD, ...), unless too few tokens are left to pay for its start."""
+        row = batch.rows[0].decoding
+        left = row.max_tokens - len(row.result.tokens)
+        if self.drafting.spec.kind != "auto" or left < RELEASE_MIN_TOKENS:
+            return
+        decoding = await self.runtime.compute.run(batch.release)
+        generation = next(g for g in self._active if g.decoding is decoding)
+        generation.batched = False
+        source = None
+        try:
+            source, described = await self._open()
+            k = AUTO_K if isinstance(source, AutoDraftSource) else self.drafting.k
+            if source is not None:
+                await self.runtime.compute.run(
+                    source.start, decoding.context(), decoding.params, min(k, left - 1)
+                )
+            decoding.attach_source(source, k)
+            generation.source.update({**described, "batched": False, "left_batch_at": len(row.result.tokens)})
+        except Exception as err:  # handed to the request's handler, which answers with it
+            if source is not None:
+                await self.runtime.compute.run(source.close)
+            generation.error = err
             self._active.remove(generation)
             await self._finish(generation)
 

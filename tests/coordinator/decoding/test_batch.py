@@ -161,3 +161,25 @@ def test_sampled_rows_each_equal_their_local_sd_run_alone(tiny: LoadedModel, dra
     while batch.rows:
         batch.round()
     assert [d.result.tokens for d in rows] == alone
+
+
+def test_the_last_row_goes_on_alone_where_it_stands(tiny: LoadedModel, draft: LoadedModel) -> None:
+    asked = prompts(5, (10, 6))
+    decoder = SpeculativeDecoder(tiny)
+    short = decoder.begin(asked[0], max_tokens=6, k=0, params=GREEDY)
+    long = decoder.begin(asked[1], max_tokens=40, k=0, params=GREEDY)
+    batch = DecodingBatch(tiny, draft)
+    batch.join(short, 3)
+    batch.join(long, 3)
+    while short in [row.decoding for row in batch.rows]:
+        batch.round()
+    assert batch.release() is long and not batch.rows
+    source = LocalDraftSource(draft)
+    source.start(long.context(), GREEDY, 4)
+    long.attach_source(source, 4)
+    while long.round():
+        pass
+    long.close()
+    assert any(r.draft.forward_passes == 4 for r in long.result.rounds)  # drafted alone at its own k
+    ar = SpeculativeDecoder(tiny).generate(asked[1], max_tokens=40, k=0, params=GREEDY).tokens
+    assert_lossless(tiny, asked[1], ar, long.result.tokens)
