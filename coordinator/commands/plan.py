@@ -37,6 +37,7 @@ from coordinator.commands.options import (
 )
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.planning.against_profile import load_checked
+from coordinator.planning.concurrent import ROWS, batched
 from coordinator.planning.fit import FITS, emulation_fit
 from coordinator.planning.from_bench import check_bench, unmodelled
 from coordinator.planning.measured import MeasuredSetup
@@ -163,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
             f"({use['best_tok_s']:.1f} tok/s, {use['best_tok_s'] / out['ar_tok_s']:.2f}x AR)"
         )
         _print_ceiling(out)
+        if profile.local_draft is not None:
+            out["concurrent"] = _print_concurrent(profile, out)
         if out.get("table11"):
             print("\nTable 11 against the model:")
         for c in out.get("table11", []):
@@ -187,6 +190,24 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0
+
+
+def _print_concurrent(profile: Profile, out: dict[str, Any]) -> list[dict[str, Any]]:
+    """Requests decoded together by ``serve`` (coordinator.planning.concurrent), against one alone at the
+    best single-request set-up here."""
+    alone = max(r["best_tok_s"] for r in out["rows"] if r["machine"] == "target machine")
+    print(f"\nConcurrent requests, decoded together ({profile.target_machine.name} drafting for all):")
+    rows = []
+    for n in ROWS:
+        b = batched(profile, n)
+        rows.append(
+            {"requests": n, "k": b.k, "round_ms": b.round_s * 1e3, "tok_s": b.tok_s} | {"alone": alone}
+        )
+        print(
+            f"  {n} at once: k = {b.k}, a round {b.round_s * 1e3:.1f} ms, {b.tok_s:.1f} tok/s together "
+            f"({b.per_request_tok_s:.1f} each), {b.tok_s / alone:.2f}x one request alone ({alone:.1f})"
+        )
+    return rows
 
 
 def _print_fit(profile: Profile, family: str) -> list[dict[str, Any]]:
