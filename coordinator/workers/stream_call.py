@@ -103,12 +103,18 @@ class StreamCall:
         self._call.cancel()
 
     async def close(self) -> None:
-        """Half-close and wait briefly for the worker to end the session; cancel if it does not."""
+        """Half-close and wait briefly for the worker to end the session; cancel if it does not.
+
+        Replies not read yet (a session closed before its first round's drafts were asked for) are read
+        and dropped first: the call's status comes after them, and waiting for it alone waited out the
+        whole timeout."""
         if self._call.done():
             return
         try:
             await self._call.done_writing()
             with anyio.move_on_after(CLOSE_TIMEOUT_S):
+                while await self._call.read() is not grpc.aio.EOF:
+                    pass
                 await self._call.code()
                 return
         except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError):

@@ -10,6 +10,8 @@ clear error naming the worker.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
@@ -18,6 +20,7 @@ from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import connect
+from coordinator.workers.stream_call import CLOSE_TIMEOUT_S
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError
 from specwire.models import LoadedModel, load_model
@@ -99,6 +102,28 @@ async def test_trees_through_a_worker_are_lossless_and_every_node_is_counted(
             asked = [r for r in result.rounds if r.draft.calls]
             assert counters.rounds == len(asked)
             assert counters.draft_tokens == sum(r.drafted - r.draft.filled + r.draft.trimmed for r in asked)
+        finally:
+            await connection.close()
+
+
+@pytest.mark.anyio
+async def test_a_session_closed_before_its_first_round_ends_at_once(
+    tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    # serve closes a session this early when its request joins a batch; the worker's first drafts,
+    # sent unasked after the prefill, are still unread, and the close once waited out its timeout.
+    prompt = tiny.tokenizer.encode(PROMPTS[0])
+    async with coordinator_runtime() as runtime:
+        connection = await connect(tiny_worker.address, credentials())
+        try:
+            remote = StreamDraftSource(
+                runtime.portal, connection, tiny.fingerprint, prespec=TREE, tree_nodes=24
+            )
+            source = RemoteTreeDraftSource(remote, load_model("tiny"), FLAT)
+            await runtime.compute.run(source.start, prompt, SamplingParams(), 6)
+            started = time.perf_counter()
+            await runtime.compute.run(source.close)
+            assert time.perf_counter() - started < CLOSE_TIMEOUT_S / 2
         finally:
             await connection.close()
 
