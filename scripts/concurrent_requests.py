@@ -35,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import anyio
 from agent_session import events, start
 
 PROMPTS = [
@@ -130,6 +131,7 @@ def main() -> int:
         behind = at_once(url, [(PROMPTS[0], args.tokens), (PROMPTS[1], SHORT)], [0.0, 0.5])
         with urllib.request.urlopen(f"{url}/status", timeout=60) as reply:
             status = json.load(reply)
+        workers = anyio.run(worker_pace, addresses) if args.paced else {}
     finally:
         for process in processes:
             process.terminate()
@@ -151,7 +153,8 @@ def main() -> int:
         "short_answered_before_long_ended": behind[1]["end"] < behind[0]["end"],
         "batching": status.get("batching"),
         "pace": status.get("pace"),
-        "pace_held": held(status.get("pace")),
+        "worker_pace": workers,
+        "pace_held": held(status.get("pace"), workers),
     }
     for name, value in figures.items():
         print(f"{name:36} {value:.3f}" if isinstance(value, float) else f"{name:36} {value}")
@@ -171,11 +174,28 @@ def pinned(command: list[str], cpu: int) -> list[str]:
     return ["taskset", "-c", str(cpu), *command]
 
 
-def held(pace: dict[str, Any] | None) -> bool | None:
-    """Whether every paced side of the server held (at most 1% of its passes overran); None unpaced."""
+async def worker_pace(addresses: list[str]) -> dict[str, dict[str, int]]:
+    """Each worker's paced passes and overruns over the whole run, from its Hello."""
+    from coordinator.workers.connection import connect
+    from coordinator.workers.credentials import Credentials, find_token
+
+    out = {}
+    for address in addresses:
+        connection = await connect(address, Credentials(token=find_token(None)))
+        try:
+            c = connection.hello.counters
+            out[address] = {"passes": c.paced_passes, "overruns": c.pace_overruns}
+        finally:
+            await connection.close()
+    return out
+
+
+def held(pace: dict[str, Any] | None, workers: dict[str, dict[str, int]]) -> bool | None:
+    """Whether every paced side, the server's and each worker's, held (at most 1% of its passes
+    overran); None unpaced."""
     if not pace:
         return None
-    sides = [v for v in pace.values() if isinstance(v, dict)]
+    sides = [v for v in pace.values() if isinstance(v, dict)] + list(workers.values())
     return all(side["overruns"] <= 0.01 * side["passes"] for side in sides)
 
 
