@@ -25,7 +25,12 @@ with the same k and a backend that computes a row alike in a batch (MLX's
 CPU backend does, bit for bit) a row's output equals its ``--draft local``
 run alone at any temperature.
 
-Only models whose every layer is a KV cache batch (``batchable``); a
+Models batch whose every layer is a KV cache, or a KV cache or a dense
+Qwen3.5 Gated DeltaNet layer (``batchable``). The target verifies such a
+model's rows keeping every position's recurrent state
+(``coordinator.decoding.recurrent_pass``), and each row takes back the
+state after its own accepted tokens; the draft keeps each row's state after
+every pass of the round and takes back the one its verdict leaves. A
 generation joins with its target cache as it stands (its own draft source
 closed) and its draft context prefilled from the draft's prompt cache; the
 last row left may be handed back to run alone (``release``).
@@ -39,16 +44,18 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from coordinator.decoding.acceptance import accept_greedy, accept_sampled
 from coordinator.decoding.engine import Decoding
+from coordinator.decoding.recurrent_pass import forward_keeping_states, keeps_states
 from specwire.drafting.drafter import DRAFT_STREAM, DraftBlock, prefill_cached
 from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SparseDistribution, choose_draft_token
-from specwire.errors import InvalidArgumentError
+from specwire.emulation.pace import hold_pass
+from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
-from specwire.models.ragged_cache import kv_rows, ragged_cache
+from specwire.models.ragged_cache import LayerRow, RowStates, batchable, kv_rows, ragged_cache
 
 
 @dataclass(eq=False)
@@ -72,9 +79,13 @@ class DecodingBatch:
         self.target = target
         self.draft = draft
         self.draft_prompts = draft_prompts
+        refused = batch_refusal(target, draft)
+        if refused:
+            raise UnsupportedModelError(refused)
         self.target_layout, self.target_cache = ragged_cache(target.model)
         self.draft_layout, self.draft_cache = ragged_cache(draft.model)
         self.rows: list[Row] = []
+        self._draft_states: list[list[LayerRow]] = []  # each recurrent draft layer's states after each pass
         self.rounds = 0
         self.widest = 0  # most rows a round has verified together
 
@@ -83,7 +94,7 @@ class DecodingBatch:
         thread."""
         tokens = decoding.context()
         cache = decoding.rollback.cache
-        if any(layer.offset != len(tokens) - 1 for layer in cache):
+        if any(isinstance(layer, KVCache) and layer.offset != len(tokens) - 1 for layer in cache):
             raise InvalidArgumentError("a generation joins the batch with its target cache at its context")
         decoding.detach_source()
         draft_cache = make_prompt_cache(self.draft.model)
@@ -125,8 +136,12 @@ class DecodingBatch:
         (``Decoding.rebind``), its draft source left to the caller. Compute thread."""
         (row,) = self.rows
         cache = make_prompt_cache(self.target.model)
-        for layer, (keys, values) in zip(cache, self.target_layout.row(0) or [], strict=False):
-            layer.keys, layer.values, layer.offset = keys, values, keys.shape[2]
+        for layer, (a, b) in zip(cache, self.target_layout.row(0) or [], strict=False):
+            if isinstance(layer, KVCache):
+                assert a is not None
+                layer.keys, layer.values, layer.offset = a, b, a.shape[2]
+            else:  # a recurrent layer's convolution and recurrent states
+                layer[0], layer[1] = a, b
         row.decoding.rebind(cache)
         self._leave(row)
         return row.decoding
@@ -151,18 +166,27 @@ class DecodingBatch:
             return 0
         held = self.draft_layout.lengths()
         feeds = [row.tokens[n:] for row, n in zip(self.rows, held, strict=True)]
+        recurrent = self.draft_layout.recurrent
+        self._draft_states = []
         sampled = [not row.decoding.params.greedy for row in self.rows]
         rngs = [np.random.default_rng([r.decoding.params.seed, DRAFT_STREAM, r.blocks]) for r in self.rows]
         for _ in range(k):
             width = max(len(feed) for feed in feeds)
             inputs = mx.array([feed + [0] * (width - len(feed)) for feed in feeds])
             self.draft_layout.begin(width)
+            ragged = len({len(feed) for feed in feeds}) > 1
+            for layer in recurrent if ragged else ():  # each row's state stops at its own last token
+                layer.lengths = mx.array([len(feed) for feed in feeds])
             logits = _call(self.draft.model, inputs, self.draft_cache, defer=True)
             last = logits[mx.arange(len(feeds)), mx.array([len(feed) - 1 for feed in feeds])]
             choices = mx.argmax(last, axis=-1)
             rows = last.astype(mx.float32) if any(sampled) else None
             _settle(self.draft.model, choices, *([rows] if rows is not None else []))
             self.draft_layout.commit(width, [len(feed) for feed in feeds])
+            for layer in recurrent:
+                layer.lengths = None
+            if recurrent:
+                self._draft_states.append([(layer.cache[0], layer.cache[1]) for layer in recurrent])
             greedy = np.array(choices).tolist()
             host = np.array(rows) if rows is not None else None
             for b, row in enumerate(self.rows):
@@ -184,7 +208,14 @@ class DecodingBatch:
         width = max(len(f) for f in fed)
         self.target_layout.begin(width)
         inputs = mx.array([f + [0] * (width - len(f)) for f in fed])
-        logits = _call(self.target.model, inputs, self.target_cache)
+        kept_states: dict[int, Any] = {}
+        if self.target_layout.recurrent:  # every position's recurrent state, to take each row's back
+            started = time.perf_counter()
+            logits, kept_states = forward_keeping_states(self.target.model, inputs, self.target_cache)
+            computed = (logits, self.target_cache, list(kept_states.values()))
+            hold_pass(self.target.model, started, width, *computed, sequences=len(fed))
+        else:
+            logits = _call(self.target.model, inputs, self.target_cache)
         choices = np.array(mx.argmax(logits, axis=-1)).tolist()
         sampled = any(not row.decoding.params.greedy for row in self.rows)
         host = np.array(logits.astype(mx.float32)) if sampled else None
@@ -200,13 +231,42 @@ class DecodingBatch:
                     accept_sampled(rows, row.drafts[:k], row.dists[:k], decoding.params, decoding.rng)
                 )
         self.target_layout.commit(width, [accepted + 1 for accepted, _ in verdicts])
+        for i, layer in enumerate(self.target_cache):  # each row's state after its accepted tokens
+            if isinstance(layer, RowStates):
+                layer.set_rows(
+                    [_row(kept_states[i][accepted], b) for b, (accepted, _) in enumerate(verdicts)]
+                )
         drafted = len(self.rows[0].drafts) if self.rows else 0
-        for b, (row, (accepted, _)) in enumerate(zip(self.rows, verdicts, strict=True)):
+        passes = [min(accepted, max(drafted - 1, 0)) for accepted, _ in verdicts]
+        for b, (row, kept) in enumerate(zip(self.rows, passes, strict=True)):
             # The draft cache holds the row's tokens and its drafts but the last: keep the accepted ones.
-            self.draft_layout.truncate(b, len(row.tokens) + min(accepted, max(drafted - 1, 0)))
+            self.draft_layout.truncate(b, len(row.tokens) + kept)
+        if self._draft_states and any(kept != drafted - 1 for kept in passes):
+            for j, layer in enumerate(self.draft_layout.recurrent):  # the state after its kept pass
+                layer.set_rows([_row(self._draft_states[kept][j], b) for b, kept in enumerate(passes)])
         self.target_layout.tidy()
         self.draft_layout.tidy()
         return verdicts
+
+
+def batch_refusal(target: LoadedModel, draft: LoadedModel) -> str | None:
+    """Why ``target`` and ``draft`` cannot decode a batch, in one line; None when they can."""
+    for model in (target, draft):
+        if not batchable(model.model):
+            return (
+                f"{model.spec} has a layer that is neither a KV cache nor a dense Qwen3.5 Gated DeltaNet "
+                "layer (a windowed, quantized or other recurrent cache)"
+            )
+    _, cache = ragged_cache(target.model)
+    if any(isinstance(layer, RowStates) for layer in cache) and not keeps_states(target.model, cache):
+        return f"{target.spec}: its recurrent layers cannot keep a state by position"
+    return None
+
+
+def _row(states: LayerRow, b: int) -> LayerRow:
+    """Row ``b`` of a batch's (convolution, recurrent) states."""
+    conv, state = states
+    return (None if conv is None else conv[b : b + 1], None if state is None else state[b : b + 1])
 
 
 def _call(model: Any, inputs: mx.array, cache: list, defer: bool = False) -> mx.array:

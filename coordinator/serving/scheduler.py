@@ -8,15 +8,16 @@ of when to retry.
 
 A request alone is drafted as the drafting set-up says (auto's best set-up:
 a worker's tree, local tree SD, ...). Once two or more are active, and the
-set-up drafts with a local model (``auto`` or ``local``) whose layers and the
-target's are all KV caches, they are decoded together
+set-up drafts with a local model (``auto`` or ``local``) that batches with the
+target (KV caches, or dense Qwen3.5's Gated DeltaNet layers:
+``batch_refusal``), they are decoded together
 (``coordinator.decoding.batch``): one batched draft pass a draft for all of
 them and one target pass verifying all their chains, each request at its
 own k (auto's: the planner's best local chain at the request's
 temperature). A request already running joins with its target cache as it
 stands, its own draft source closed. Under auto, the last request left in
 the batch goes on alone with a draft source chosen again (``_release``).
-Otherwise (a worker named, a recurrent or windowed model) the generations
+Otherwise (a worker named, a windowed or other recurrent model) the generations
 take a round each in turn (``Decoding.round``), a new one first, and share
 the target's speed. Either way every request keeps its own sampling
 parameters, stops and seed, so at T = 0 each output is what it would be
@@ -45,7 +46,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from coordinator.decoding.batch import DecodingBatch
+from coordinator.decoding.batch import DecodingBatch, batch_refusal
 from coordinator.decoding.engine import Decoding, GenerationResult, SpeculativeDecoder
 from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
@@ -56,7 +57,6 @@ from coordinator.runtime import Runtime
 from coordinator.serving.requests import CompletionRequest
 from specwire.errors import CapacityError, NoWorkerError, QueueFullError, RemoteWorkerError
 from specwire.models import LoadedModel
-from specwire.models.ragged_cache import batchable
 
 RECENT = 16  # generations whose durations estimate Retry-After
 DEFAULT_CONCURRENCY = 4  # generations active at once (--decode-concurrency)
@@ -307,17 +307,10 @@ class Scheduler:
             self.batch_note = "--decode-concurrency 1: one request at a time"
         elif spec.kind not in ("auto", "local") or not spec.local:
             self.batch_note = f"--draft {spec.kind}: a batch drafts with a local draft model (auto or local)"
-        elif not batchable(target.model):
-            self.batch_note = (
-                f"{target.spec} has a layer that is not a KV cache (recurrent, windowed, quantized)"
-            )
         else:
             draft = await self.sources.local_model(spec.local)
-            if not batchable(draft.model):
-                self.batch_note = (
-                    f"{draft.spec} has a layer that is not a KV cache (recurrent, windowed, quantized)"
-                )
-            else:
+            self.batch_note = batch_refusal(target, draft)
+            if self.batch_note is None:
                 caches = self.sources.caches
                 prompts = caches.of(f"draft:{draft.spec}") if caches is not None else None
                 self._batch_draft = draft

@@ -211,13 +211,14 @@ class PacedModel:
         return getattr(self.inner, name)
 
 
-def hold_pass(model: Any, started: float, positions: int, *computed: Any) -> None:
+def hold_pass(model: Any, started: float, positions: int, *computed: Any, sequences: int = 1) -> None:
     """A pass run over ``model``'s modules rather than through its call (a recurrent model's pass that
     keeps per-position states): compute ``computed`` (arrays, or caches and lists of them), and if
-    ``model`` is paced, hold the pass that began at ``started`` to its paced time, as its call would."""
+    ``model`` is paced, hold the pass over ``sequences`` of ``positions`` that began at ``started`` to its
+    paced time, as its call would."""
     mx.eval(*_arrays(list(computed)))
     if isinstance(model, PacedModel):
-        model.pacer.run_pass(started, positions)
+        model.pacer.run_pass(started, positions, sequences)
 
 
 def _arrays(tree: Any) -> list[mx.array]:

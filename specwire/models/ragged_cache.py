@@ -13,9 +13,15 @@ slot (``offset`` is per row), so a hole changes nothing a query computes.
 ``compact()`` moves every row's positions together, left-padded to the
 longest, once holes take more than half the storage.
 
-Every layer of the model shares one ``RaggedLayout``; each layer's
-``RaggedKV`` holds its keys and values. Only models whose every layer is a
-plain ``KVCache`` batch this way (``batchable``).
+Every layer of the model shares one ``RaggedLayout``; each attention
+layer's ``RaggedKV`` holds its keys and values. A recurrent layer (Qwen3.5's
+Gated DeltaNet) keeps one state a row (``RowStates``, mlx-lm's
+``ArraysCache`` with a row per sequence): a pass whose rows feed different
+numbers of tokens sets its ``lengths``, so each row's state stops at its own
+last token (mlx-lm's pass masks the padding), and rolling a row back puts a
+kept state back into its row (``set_row``). Models batch this way when every
+layer is a plain ``KVCache``, or a ``KVCache`` or a dense Qwen3.5 Gated
+DeltaNet layer (``batchable``).
 """
 
 from __future__ import annotations
@@ -25,16 +31,31 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import KVCache, make_prompt_cache
+from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 
 STEP = 256  # slots a layer's storage grows by
 COMPACT_SHARE = 0.5  # of the storage in holes, past which ``compact`` moves the rows together
 COMPACT_MIN_SLOTS = 64
 
 
+LayerRow = tuple[mx.array | None, mx.array | None]  # a row's keys and values, or its two recurrent states
+
+
 def batchable(model: Any) -> bool:
-    """Whether every layer of ``model``'s cache is a plain KV cache (none recurrent, windowed, quantized)."""
-    return all(type(layer) is KVCache for layer in make_prompt_cache(model))
+    """Whether ``model``'s every layer is a plain KV cache or a dense Qwen3.5 Gated DeltaNet layer (none
+    windowed or quantized, no other recurrent kind: their passes would not stop each row at its length)."""
+    cache = make_prompt_cache(model)
+    if all(type(layer) is KVCache for layer in cache):
+        return True
+    text = getattr(getattr(model, "language_model", None), "model", None)
+    layers = getattr(text, "layers", None)
+    if layers is None or len(layers) != len(cache):
+        return False
+    return all(
+        type(c) is KVCache
+        or (type(c) is ArraysCache and hasattr(getattr(layer, "linear_attn", None), "in_proj_qkv"))
+        for layer, c in zip(layers, cache, strict=True)
+    )
 
 
 class RaggedLayout:
@@ -43,7 +64,7 @@ class RaggedLayout:
     def __init__(self) -> None:
         self.slots: list[np.ndarray] = []  # row -> its positions' slots, in order
         self.size = 0  # slots written so far: the next pass writes from here
-        self.layers: list[RaggedKV] = []
+        self.layers: list[RaggedKV | RowStates] = []  # every layer of the model, in order
         self._mask: mx.array | None = None
         self._offsets: mx.array | None = None
 
@@ -98,19 +119,30 @@ class RaggedLayout:
         """Move every row's positions together, right-aligned to the longest row (left padding)."""
         self.rebuild([self.row(b) for b in range(self.rows)])
 
-    def row(self, b: int) -> list[tuple[mx.array, mx.array]] | None:
-        """Row ``b``'s keys and values, layer by layer, its positions in order ([1, heads, length, dim]);
-        None while no row holds a position."""
-        if self.layers and self.layers[0].keys is None:
+    @property
+    def attention(self) -> list[RaggedKV]:
+        return [layer for layer in self.layers if isinstance(layer, RaggedKV)]
+
+    @property
+    def recurrent(self) -> list[RowStates]:
+        return [layer for layer in self.layers if isinstance(layer, RowStates)]
+
+    def row(self, b: int) -> list[LayerRow] | None:
+        """Row ``b``'s layers: keys and values, its positions in order ([1, heads, length, dim]), or a
+        recurrent layer's two states ([1, ...]); None while no row holds a position."""
+        if any(layer.keys is None for layer in self.attention):
             return None
         index = mx.array(self.slots[b].astype(np.int32))
-        return [
-            (
-                mx.take(layer.stored[0][b : b + 1], index, axis=2),
-                mx.take(layer.stored[1][b : b + 1], index, axis=2),
-            )
-            for layer in self.layers
-        ]
+        out: list[LayerRow] = []
+        for layer in self.layers:
+            if isinstance(layer, RaggedKV):
+                keys, values = layer.stored
+                out.append(
+                    (mx.take(keys[b : b + 1], index, axis=2), mx.take(values[b : b + 1], index, axis=2))
+                )
+            else:
+                out.append(layer.row(b))
+        return out
 
     def remove(self, row: int) -> None:
         """Drop row ``row``."""
@@ -118,36 +150,28 @@ class RaggedLayout:
         if not keep:
             self.slots, self.size = [], 0
             for layer in self.layers:
-                layer.keys = layer.values = None
+                layer.clear()
             return
         index = mx.array(keep)
         for layer in self.layers:
-            if layer.keys is not None and layer.values is not None:
-                layer.keys, layer.values = layer.keys[index], layer.values[index]
+            layer.take(index)
         del self.slots[row]
         self.tidy()
 
-    def add(self, layers: Sequence[tuple[mx.array, mx.array]] | None) -> None:
-        """A new last row holding ``layers``' keys and values ([1, heads, length, dim] each, layer by
-        layer; None for a row with no position yet)."""
+    def add(self, layers: Sequence[LayerRow] | None) -> None:
+        """A new last row holding ``layers`` (as ``row`` gives them: keys and values [1, heads, length,
+        dim], or a recurrent layer's states; None for a row with no position yet)."""
         self.rebuild([*(self.row(b) for b in range(self.rows)), layers])
 
-    def rebuild(self, rows: Sequence[Sequence[tuple[mx.array, mx.array]] | None]) -> None:
-        """The storage made anew from each row's keys and values (None: no positions yet), left-padded to
-        the longest row."""
-        lengths = [pairs[0][0].shape[2] if pairs else 0 for pairs in rows]
+    def rebuild(self, rows: Sequence[Sequence[LayerRow] | None]) -> None:
+        """The storage made anew from each row's layers (None: no positions yet), the keys and values
+        left-padded to the longest row."""
+        first = next((i for i, layer in enumerate(self.layers) if isinstance(layer, RaggedKV)), None)
+        lengths = [_length(pairs[first]) if pairs and first is not None else 0 for pairs in rows]
         size = max(lengths)
-        capacity = size + STEP
-        shaped = next((pairs for pairs in rows if pairs), None)
         for i, layer in enumerate(self.layers):
-            if shaped is None:  # no row holds a position yet: the first pass sizes the storage
-                layer.keys = layer.values = None
-                continue
-            empty = shaped[i][0][:, :, :0], shaped[i][1][:, :, :0]
-            keys = [_padded((pairs[i] if pairs else empty)[0], size, capacity) for pairs in rows]
-            values = [_padded((pairs[i] if pairs else empty)[1], size, capacity) for pairs in rows]
-            layer.keys, layer.values = mx.concatenate(keys), mx.concatenate(values)
-        mx.eval(*[a for layer in self.layers for a in (layer.keys, layer.values) if a is not None])
+            layer.rebuild([pairs[i] if pairs else None for pairs in rows], size)
+        mx.eval(*[a for layer in self.layers for a in layer.arrays()])
         self.slots = [np.arange(size - n, size) for n in lengths]
         self.size = size
         self._mask = self._offsets = None
@@ -159,6 +183,51 @@ def _padded(a: mx.array, size: int, capacity: int) -> mx.array:
     out = mx.zeros((1, heads, capacity, dim), dtype=a.dtype)
     out[:, :, size - n : size, :] = a
     return out
+
+
+def _length(pair: LayerRow) -> int:
+    keys = pair[0]
+    return 0 if keys is None else int(keys.shape[2])
+
+
+def _rows_of(parts: Sequence[mx.array | None]) -> mx.array | None:
+    """Rows ([1, ...] each) stacked into a batch; a missing row is zeros (a state not yet begun)."""
+    shaped = next((p for p in parts if p is not None), None)
+    if shaped is None:
+        return None
+    return mx.concatenate([p if p is not None else mx.zeros_like(shaped) for p in parts])
+
+
+class RowStates(ArraysCache):
+    """A recurrent layer's states, a row per sequence of a ``RaggedLayout`` (mlx-lm's ``ArraysCache``)."""
+
+    def __init__(self, layout: RaggedLayout) -> None:
+        super().__init__(2)
+        self.cache: list[Any] = [None, None]  # the convolution state, then the recurrent state: [rows, ...]
+        self.lengths: mx.array | None = None  # type: ignore[assignment]  # each row's tokens in a ragged pass
+        self.layout = layout
+        layout.layers.append(self)
+
+    def row(self, b: int) -> LayerRow:
+        """Row ``b``'s convolution and recurrent states ([1, ...]; None before any pass)."""
+        conv, state = self.cache
+        return (None if conv is None else conv[b : b + 1], None if state is None else state[b : b + 1])
+
+    def set_rows(self, rows: Sequence[LayerRow]) -> None:
+        """Every row's states at once (``rows`` as ``row`` gives them)."""
+        self.cache = [_rows_of([r[0] for r in rows]), _rows_of([r[1] for r in rows])]
+
+    def rebuild(self, rows: Sequence[LayerRow | None], size: int) -> None:
+        self.set_rows([r if r is not None else (None, None) for r in rows])
+
+    def take(self, index: mx.array) -> None:
+        self.cache = [None if a is None else a[index] for a in self.cache]
+
+    def clear(self) -> None:
+        self.cache = [None, None]
+
+    def arrays(self) -> list[mx.array]:
+        return [a for a in self.cache if a is not None]
 
 
 class RaggedKV:
@@ -203,6 +272,30 @@ class RaggedKV:
             new_v[:, :, :kept, :] = self.values[:, :, :kept, :]
         self.keys, self.values = new_k, new_v
 
+    def rebuild(self, rows: Sequence[LayerRow | None], size: int) -> None:
+        """Every row's keys and values (None: none yet), right-aligned to end at slot ``size``."""
+        shaped = next((r for r in rows if r is not None and r[0] is not None), None)
+        if shaped is None:  # no row holds a position yet: the first pass sizes the storage
+            self.clear()
+            return
+        assert shaped[0] is not None and shaped[1] is not None
+        empty = shaped[0][:, :, :0], shaped[1][:, :, :0]
+        capacity = size + STEP
+        keys, values = [], []
+        for r in rows:
+            k, v = r if r is not None and r[0] is not None else empty
+            assert k is not None and v is not None
+            keys.append(_padded(k, size, capacity))
+            values.append(_padded(v, size, capacity))
+        self.keys, self.values = mx.concatenate(keys), mx.concatenate(values)
+
+    def take(self, index: mx.array) -> None:
+        if self.keys is not None and self.values is not None:
+            self.keys, self.values = self.keys[index], self.values[index]
+
+    def clear(self) -> None:
+        self.keys = self.values = None
+
     @property
     def stored(self) -> tuple[mx.array, mx.array]:
         """The keys and values stored (every slot); a layer that has stored none is an error."""
@@ -211,17 +304,33 @@ class RaggedKV:
 
     @property
     def state(self) -> list[mx.array]:
+        return self.arrays()
+
+    def arrays(self) -> list[mx.array]:
         return [a for a in (self.keys, self.values) if a is not None]
 
 
-def ragged_cache(model: Any) -> tuple[RaggedLayout, list[RaggedKV]]:
+def ragged_cache(model: Any) -> tuple[RaggedLayout, list[RaggedKV | RowStates]]:
     """A layout and a layer cache per layer of ``model`` (``batchable`` models)."""
     layout = RaggedLayout()
-    return layout, [RaggedKV(layout) for _ in make_prompt_cache(model)]
+    layers = [
+        RowStates(layout) if isinstance(c, ArraysCache) else RaggedKV(layout)
+        for c in make_prompt_cache(model)
+    ]
+    return layout, layers
 
 
-def kv_rows(cache: Sequence[Any]) -> list[tuple[mx.array, mx.array]] | None:
-    """A single sequence's mlx-lm KV caches as (keys, values) by layer, its positions only (None: none)."""
-    if not cache or cache[0].keys is None:
+def kv_rows(cache: Sequence[Any]) -> list[LayerRow] | None:
+    """A single sequence's mlx-lm caches as ``RaggedLayout.add`` takes them: (keys, values) of its positions
+    for a KV cache, the two states of a recurrent one; None while it holds no position."""
+    if any(isinstance(layer, KVCache) and layer.keys is None for layer in cache):
         return None
-    return [(layer.keys[:, :, : layer.offset, :], layer.values[:, :, : layer.offset, :]) for layer in cache]
+    out: list[LayerRow] = []
+    for layer in cache:
+        if isinstance(layer, KVCache):
+            keys, values = layer.keys, layer.values
+            assert keys is not None and values is not None
+            out.append((keys[:, :, : layer.offset, :], values[:, :, : layer.offset, :]))
+        else:
+            out.append((layer[0], layer[1]))
+    return out

@@ -1,6 +1,7 @@
 """Generations decoded together: one draft pass a draft and one verification pass for all of them.
 
-Each row rolls back on its own in a ragged KV cache, so a row's output is
+Each row rolls back on its own in a ragged KV cache (and, for Qwen3.5's
+layout, a recurrent state a row), so a row's output is
 its output alone: at T = 0 the target's greedy output (``assert_lossless``:
 a GPU may part only at a tie), and at T > 0 on MLX's CPU backend exactly
 its ``--draft local`` run alone, since a row draws with the generators a
@@ -15,16 +16,19 @@ import threading
 import mlx.core as mx
 import numpy as np
 import pytest
+from mlx_lm.models import gemma3_text
 from mlx_lm.models.cache import make_prompt_cache
 
-from coordinator.decoding.batch import DecodingBatch
+from coordinator.decoding.batch import DecodingBatch, batch_refusal
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from specwire.drafting.sampling import SamplingParams
+from specwire.errors import UnsupportedModelError
 from specwire.models import LoadedModel
 from specwire.models.loading import load_model
 from specwire.models.ragged_cache import batchable, kv_rows, ragged_cache
 from tests.support.rounding import EXACT, PassRounding, assert_logits_within, assert_lossless
+from tests.support.tiny_models import as_loaded
 
 GREEDY = SamplingParams()
 
@@ -183,3 +187,76 @@ def test_the_last_row_goes_on_alone_where_it_stands(tiny: LoadedModel, draft: Lo
     assert any(r.draft.forward_passes == 4 for r in long.result.rounds)  # drafted alone at its own k
     ar = SpeculativeDecoder(tiny).generate(asked[1], max_tokens=40, k=0, params=GREEDY).tokens
     assert_lossless(tiny, asked[1], ar, long.result.tokens)
+
+
+@pytest.fixture(scope="module")
+def hybrid_pair() -> tuple[LoadedModel, LoadedModel]:
+    return load_model("tiny-hybrid"), load_model("tiny-hybrid-draft")
+
+
+def test_hybrid_rows_keep_their_own_recurrent_state_and_each_equal_ar_at_t0(
+    hybrid_pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    # Qwen3.5's layout: a Gated DeltaNet layer's state goes back row by row, on the target (the state
+    # after each row's accepted tokens) and on the draft (after the pass its verdict keeps).
+    target, draft = hybrid_pair
+    lengths, budgets = (9, 30, 1), (30, 20, 40)
+    asked = prompts(6, lengths)
+    ar = [
+        SpeculativeDecoder(target).generate(p, max_tokens=m, k=0, params=GREEDY).tokens
+        for p, m in zip(asked, budgets, strict=True)
+    ]
+    batch, decoder = DecodingBatch(target, draft), SpeculativeDecoder(target)
+    rows = [decoder.begin(p, max_tokens=m, k=0, params=GREEDY) for p, m in zip(asked, budgets, strict=True)]
+    batch.join(rows[0], 3)
+    batch.round()
+    for decoding in rows[1:]:
+        batch.join(decoding, 3)
+    while len(batch.rows) > 1:
+        batch.round()
+    alone = batch.release()  # the last one goes on by itself, from the states the batch kept
+    source = LocalDraftSource(draft)
+    source.start(alone.context(), GREEDY, 3)
+    alone.attach_source(source, 3)
+    while alone.round():
+        pass
+    alone.close()
+    for prompt, decoding, want in zip(asked, rows, ar, strict=True):
+        assert_lossless(target, prompt, want, decoding.result.tokens)
+    assert sum(r.accepted for d in rows for r in d.result.rounds) > 0
+
+
+@pytest.mark.skipif(mx.default_device() != mx.cpu, reason="a GPU may round a batch's row apart from it alone")
+def test_sampled_hybrid_rows_each_equal_their_local_sd_run_alone(
+    hybrid_pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    target, draft = hybrid_pair
+    asked = prompts(7, (12, 5))
+    params = SamplingParams(temperature=0.8, seed=11)
+    alone = [
+        SpeculativeDecoder(target, LocalDraftSource(draft))
+        .generate(p, max_tokens=24, k=3, params=params)
+        .tokens
+        for p in asked
+    ]
+    batch, decoder = DecodingBatch(target, draft), SpeculativeDecoder(target)
+    rows = [decoder.begin(p, max_tokens=24, k=0, params=params) for p in asked]
+    for decoding in rows:
+        batch.join(decoding, 3)
+    while batch.rows:
+        batch.round()
+    assert [d.result.tokens for d in rows] == alone
+
+
+def test_a_model_with_a_sliding_window_is_refused_in_one_line(tiny: LoadedModel) -> None:
+    args = {
+        "model_type": "gemma3_text", "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "query_pre_attn_scalar": 8,
+        "rms_norm_eps": 1e-6, "vocab_size": 64, "max_position_embeddings": 512, "rope_theta": 10000.0,
+        "sliding_window": 4, "sliding_window_pattern": 2,
+    }  # fmt: skip
+    windowed = as_loaded(gemma3_text.Model(gemma3_text.ModelArgs.from_dict(args)), args, "gemma3-window")
+    said = batch_refusal(tiny, windowed)
+    assert said is not None and "gemma3-window" in said and "\n" not in said
+    with pytest.raises(UnsupportedModelError, match="gemma3-window"):
+        DecodingBatch(tiny, windowed)
