@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anyio
 from agent_session import events, start
 
+from specwire.emulation.paper import PAIRS
+
 PROMPTS = [
     "Explain how a hash map handles collisions.",
     "Write a short story about a lighthouse keeper.",
@@ -93,13 +95,17 @@ def main() -> int:
     p.add_argument("--concurrent", type=int, default=4, help="requests at once")
     p.add_argument("--unpaced", dest="paced", action="store_false", help="this machine's own speed")
     p.add_argument("--draft", default="auto", help="the server's --draft (default: auto)")
+    p.add_argument(
+        "--family", choices=sorted(PAIRS), default="llama", help="the emulation pair (default: llama)"
+    )
     p.add_argument("--json", type=Path, help="write every figure here")
     args = p.parse_args()
+    target, draft = PAIRS[args.family]
     processes: list[Any] = []
     try:
         addresses = []
         for machine in ("m1-max", "m2-pro"):
-            command = [sys.executable, "-m", "worker.cli", "serve", "--model", "tiny-draft", "--port", "0"]
+            command = [sys.executable, "-m", "worker.cli", "serve", "--model", draft, "--port", "0"]
             command += ["--echo-port", "0", "--name", f"{machine}-{os.getpid()}", "--no-advertise", "--json"]
             command += ["--pace", f"paper:{machine}"] if args.paced else []
             worker, ready = start(pinned(command, 1))
@@ -114,9 +120,9 @@ def main() -> int:
             "0",
             "--json",
             "--target",
-            "tiny",
+            target,
         ]
-        command += ["--model-name", "tiny", "--draft", args.draft, "--local-draft", "tiny-draft"]
+        command += ["--model-name", "tiny", "--draft", args.draft, "--local-draft", draft]
         command += ["--worker", ",".join(addresses)]
         command += ["--interface", "127.0.0.1", "--prompt-cache-size", "0"]
         command += ["--decode-concurrency", str(args.concurrent)]
