@@ -42,7 +42,8 @@ from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
 from coordinator.serving.body import DEFAULT_MAX_BODY
 from coordinator.serving.drafting_status import DraftingStatus
-from coordinator.serving.scheduler import DEFAULT_CONCURRENCY, Drafting, Scheduler
+from coordinator.serving.generation import Drafting
+from coordinator.serving.scheduler import DEFAULT_CONCURRENCY, Scheduler
 from coordinator.workers.discovery import WorkerDirectory
 from specwire.drafting.prefix_cache import PromptCaches, add_prompt_cache_arguments
 from specwire.drafting.sampling import SamplingParams

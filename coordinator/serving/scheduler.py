@@ -36,68 +36,31 @@ import contextlib
 import functools
 import math
 import statistics
-import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
-from coordinator.decoding.batch import DecodingBatch, batch_refusal
-from coordinator.decoding.engine import Decoding, GenerationResult, SpeculativeDecoder
+from coordinator.decoding.engine import Decoding, SpeculativeDecoder
 from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources, DraftSpec
 from coordinator.drafting.provenance import drafted_by
 from coordinator.planning.planner import Planner
 from coordinator.runtime import Runtime
+from coordinator.serving.batching import Batching
+from coordinator.serving.generation import Drafting, Generation
 from coordinator.serving.requests import CompletionRequest
 from specwire.errors import CapacityError, NoWorkerError, QueueFullError, RemoteWorkerError
-from specwire.models import LoadedModel
 
 RECENT = 16  # generations whose durations estimate Retry-After
 DEFAULT_CONCURRENCY = 4  # generations active at once (--decode-concurrency)
-RELEASE_MIN_TOKENS = 16  # tokens left, below which a batch's last request stays in it: a draft source's
-# start (a worker session and its prefill) would cost about as much as the rounds it could speed up
 
 
-@dataclass(eq=False)  # one per request: compared, and kept in sets, by identity
-class Generation:
-    """One admitted request as it runs: its token stream, and at the end its result or error."""
-
-    request: CompletionRequest
-    tokens: MemoryObjectReceiveStream[list[int]]
-    halt: threading.Event = field(default_factory=threading.Event)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    submitted_ns: int = field(default_factory=time.perf_counter_ns)
-    started_ns: int = 0
-    result: GenerationResult | None = None
-    error: Exception | None = None
-    source: dict[str, Any] = field(default_factory=dict)  # the draft source used, and its provenance
-    generated: int = 0  # tokens delivered so far (the compute thread counts them)
-    rounds: int = 0  # rounds that delivered tokens so far
-    decoding: Decoding | None = None  # while active
-    batched: bool = False  # decoded in the scheduler's batch (from joining it to its end)
-    send: MemoryObjectSendStream[list[int]] | None = None
-
-    @property
-    def queued_s(self) -> float:
-        """Seconds spent waiting for the target."""
-        return (self.started_ns - self.submitted_ns) / 1e9 if self.started_ns else float("nan")
-
-
-@dataclass(frozen=True)
-class Drafting:
-    """How every request is drafted: the source, and for a fixed set-up its k (as ``generate`` has them)."""
-
-    spec: DraftSpec
-    k: int
-
-
-class Scheduler:
+class Scheduler(Batching):
     """Admits requests, runs up to ``concurrency`` of them a round each in turn, queues ``max_queue`` more."""
 
     def __init__(
@@ -108,6 +71,7 @@ class Scheduler:
         max_queue: int,
         concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
+        super().__init__()
         self.runtime = runtime
         self.sources = sources
         self.drafting = drafting
@@ -123,9 +87,6 @@ class Scheduler:
         self._target_cache = caches.of(f"target:{sources.target.spec}") if caches is not None else None
         self.last_drafting: dict[str, Any] | None = None  # the drafting policy's report of the last request
         self.planner: Planner | None = None  # the drafting policy's, as the last request (or start) had it
-        self._batch: DecodingBatch | None = None
-        self._batch_draft: LoadedModel | None = None
-        self.batch_note: str | None = None  # why concurrent requests are not batched (None: they are)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Scheduler]:
@@ -186,18 +147,6 @@ class Scheduler:
                 }
             )
         return out
-
-    def batch_status(self) -> dict[str, Any]:
-        """How concurrent requests are decoded: batched (rows now, rounds, most rows a round) or why not."""
-        if self.batch_note is not None:
-            return {"batched": False, "why_not": self.batch_note}
-        batch = self._batch
-        return {
-            "batched": True,
-            "rows": len(batch.rows) if batch else 0,
-            "rounds": batch.rounds if batch else 0,
-            "widest": batch.widest if batch else 0,
-        }
 
     def retry_after_s(self) -> int:
         """Whole seconds until a queue slot is likely free: the median recent generation, per one ahead."""
@@ -292,136 +241,6 @@ class Scheduler:
             generation.error = err
         self._active.remove(generation)
         await self._finish(generation)
-
-    # The batch: requests decoded together (coordinator.decoding.batch).
-
-    async def _batch_for(self) -> DecodingBatch | None:
-        """The batch concurrent requests join, or None (``batch_note`` says why)."""
-        if self._batch is not None:
-            return self._batch
-        if self.batch_note is not None:
-            return None
-        spec = self.drafting.spec
-        target = self.sources.target
-        if self.concurrency < 2:
-            self.batch_note = "--decode-concurrency 1: one request at a time"
-        elif spec.kind not in ("auto", "local") or not spec.local:
-            self.batch_note = f"--draft {spec.kind}: a batch drafts with a local draft model (auto or local)"
-        else:
-            draft = await self.sources.local_model(spec.local)
-            self.batch_note = batch_refusal(target, draft)
-            if self.batch_note is None:
-                caches = self.sources.caches
-                prompts = caches.of(f"draft:{draft.spec}") if caches is not None else None
-                self._batch_draft = draft
-                self._batch = DecodingBatch(target, draft, prompts)
-        return self._batch
-
-    async def _batch_k(self, generation: Generation) -> int | None:
-        """The drafts a round for ``generation`` in the batch: ``local``'s k, or the planner's best local
-        chain at its temperature (auto); None if the planner has no local chain for it."""
-        spec = self.drafting.spec
-        if spec.kind == "local":
-            return self.drafting.k
-        if self.planner is None:
-            self.planner, _ = await self.sources.auto(spec)
-        temperature = generation.request.params.temperature
-        ranking = self.planner.ranking(temperature, self.planner.prior(temperature))
-        return next((p.setup.k for p in ranking if p.setup.mode == "local" and p.setup.k > 0), None)
-
-    async def _join(self, generation: Generation, batch: DecodingBatch, k: int) -> None:
-        """Begin ``generation`` with no draft source of its own, in ``batch``."""
-        request, deliver = generation.request, self._deliver(generation)
-        decoder = SpeculativeDecoder(self.sources.target, None, prefix_cache=self._target_cache)
-
-        def begin() -> Decoding:
-            decoding = decoder.begin(
-                request.prompt,
-                max_tokens=request.max_tokens,
-                k=0,
-                params=request.params,
-                on_tokens=deliver,
-                halt=generation.halt,
-            )
-            batch.join(decoding, k)
-            return decoding
-
-        generation.decoding = await self.runtime.compute.run(begin)
-        self._batched(generation, k)
-
-    async def _move(self, generation: Generation, batch: DecodingBatch) -> None:
-        """Move a generation running alone into ``batch`` (it keeps its own draft source if no k fits)."""
-        decoding = generation.decoding
-        k = await self._batch_k(generation)
-        if decoding is None or k is None:
-            return
-        source = decoding.source
-        if isinstance(source, AutoDraftSource):
-            generation.source["drafting_alone"] = source.report()
-        generation.source.update(drafted_by(source))
-        await self.runtime.compute.run(batch.join, decoding, k)
-        self._batched(generation, k)
-
-    def _batched(self, generation: Generation, k: int) -> None:
-        generation.batched = True
-        draft = self._batch_draft
-        assert draft is not None
-        generation.source.update({"draft": f"local:{draft.spec}", "batched": True, "k": k})
-
-    async def _batch_round(self, batch: DecodingBatch) -> None:
-        """A round of the batch (more, in one compute job, while nothing else runs or waits); then the
-        generations that ended are finished."""
-        others = any(not g.batched for g in self._active)
-        try:
-            ended = await self.runtime.compute.run(self._batch_rounds, batch, others)
-        except Exception as err:  # every batched request answers with it; the next ones start a new batch
-            ended = [row.decoding for row in batch.rows]
-            for generation in self._active:
-                if generation.batched:
-                    generation.error = err
-            batch.close()
-            self._batch = None
-        for decoding in ended:
-            generation = next(g for g in self._active if g.decoding is decoding)
-            self._active.remove(generation)
-            await self._finish(generation)
-        if self._batch is batch and len(batch.rows) == 1 and not self._waiting:
-            await self._release(batch)
-
-    async def _release(self, batch: DecodingBatch) -> None:
-        """Under auto, the batch's last request goes on alone with a draft source of its own, chosen
-        again (a worker's tree, local tree SD, ...), unless too few tokens are left to pay for its start."""
-        row = batch.rows[0].decoding
-        left = row.max_tokens - len(row.result.tokens)
-        if self.drafting.spec.kind != "auto" or left < RELEASE_MIN_TOKENS:
-            return
-        decoding = await self.runtime.compute.run(batch.release)
-        generation = next(g for g in self._active if g.decoding is decoding)
-        generation.batched = False
-        source = None
-        try:
-            source, described = await self._open()
-            k = AUTO_K if isinstance(source, AutoDraftSource) else self.drafting.k
-            if source is not None:
-                await self.runtime.compute.run(
-                    source.start, decoding.context(), decoding.params, min(k, left - 1)
-                )
-            decoding.attach_source(source, k)
-            generation.source.update({**described, "batched": False, "left_batch_at": len(row.result.tokens)})
-        except Exception as err:  # handed to the request's handler, which answers with it
-            if source is not None:
-                await self.runtime.compute.run(source.close)
-            generation.error = err
-            self._active.remove(generation)
-            await self._finish(generation)
-
-    def _batch_rounds(self, batch: DecodingBatch, others: bool) -> list[Decoding]:
-        """Rounds of the batch until one ends a generation, or another request runs or arrives. Compute
-        thread."""
-        while True:
-            ended = batch.round()
-            if ended or others or self._waiting or not batch.rows:
-                return ended
 
     def _rounds(self, decoding: Decoding, alone: bool) -> bool:
         """One round; a generation alone runs on, in the same compute job, until a request arrives (a

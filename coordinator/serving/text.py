@@ -6,7 +6,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from coordinator.detokenizer import TextDecoder
-from coordinator.serving.scheduler import Generation
+from coordinator.serving.generation import Generation
 from coordinator.serving.stops import StopMatcher
 from coordinator.strict_json import strict_json
 

@@ -1,0 +1,199 @@
+"""The scheduler's batch: concurrent requests decoded together (``coordinator.decoding.batch``).
+
+``Scheduler`` (``coordinator.serving.scheduler``) is a ``Batching``: it
+admits requests and calls ``_join`` and ``_move`` when two or more are
+active and the drafting set-up can batch (``_batch_for``), runs the batch's
+rounds (``_batch_round``), and under auto hands the last request left back
+to run alone (``_release``). The scheduler gives this class its state and
+three of its steps (``_finish``, ``_open``, ``_deliver``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.decoding.batch import DecodingBatch, batch_refusal
+from coordinator.decoding.engine import Decoding, SpeculativeDecoder
+from coordinator.drafting.auto import AUTO_K, AutoDraftSource
+from coordinator.drafting.base import DraftSource
+from coordinator.drafting.factory import DraftSources
+from coordinator.drafting.provenance import drafted_by
+from coordinator.planning.planner import Planner
+from coordinator.runtime import Runtime
+from coordinator.serving.generation import Drafting, Generation
+from specwire.drafting.prefix_cache import PrefixCache
+from specwire.models import LoadedModel
+
+RELEASE_MIN_TOKENS = 16  # tokens left, below which a batch's last request stays in it: a draft source's
+# start (a worker session and its prefill) would cost about as much as the rounds it could speed up
+
+
+class Batching:
+    """The batch's half of the scheduler (module docstring)."""
+
+    runtime: Runtime
+    sources: DraftSources
+    drafting: Drafting
+    concurrency: int
+    planner: Planner | None
+    _active: list[Generation]
+    _waiting: deque[Generation]
+    _target_cache: PrefixCache | None
+
+    def __init__(self) -> None:
+        self._batch: DecodingBatch | None = None
+        self._batch_draft: LoadedModel | None = None
+        self.batch_note: str | None = None  # why concurrent requests are not batched (None: they are)
+
+    # The scheduler's steps this class calls.
+
+    async def _finish(self, generation: Generation) -> None:
+        raise NotImplementedError
+
+    async def _open(self) -> tuple[DraftSource | None, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _deliver(self, generation: Generation) -> Callable[[list[int]], None]:
+        raise NotImplementedError
+
+    def batch_status(self) -> dict[str, Any]:
+        """How concurrent requests are decoded: batched (rows now, rounds, most rows a round) or why not."""
+        if self.batch_note is not None:
+            return {"batched": False, "why_not": self.batch_note}
+        batch = self._batch
+        return {
+            "batched": True,
+            "rows": len(batch.rows) if batch else 0,
+            "rounds": batch.rounds if batch else 0,
+            "widest": batch.widest if batch else 0,
+        }
+
+    async def _batch_for(self) -> DecodingBatch | None:
+        """The batch concurrent requests join, or None (``batch_note`` says why)."""
+        if self._batch is not None:
+            return self._batch
+        if self.batch_note is not None:
+            return None
+        spec = self.drafting.spec
+        target = self.sources.target
+        if self.concurrency < 2:
+            self.batch_note = "--decode-concurrency 1: one request at a time"
+        elif spec.kind not in ("auto", "local") or not spec.local:
+            self.batch_note = f"--draft {spec.kind}: a batch drafts with a local draft model (auto or local)"
+        else:
+            draft = await self.sources.local_model(spec.local)
+            self.batch_note = batch_refusal(target, draft)
+            if self.batch_note is None:
+                caches = self.sources.caches
+                prompts = caches.of(f"draft:{draft.spec}") if caches is not None else None
+                self._batch_draft = draft
+                self._batch = DecodingBatch(target, draft, prompts)
+        return self._batch
+
+    async def _batch_k(self, generation: Generation) -> int | None:
+        """The drafts a round for ``generation`` in the batch: ``local``'s k, or the planner's best local
+        chain at its temperature (auto); None if the planner has no local chain for it."""
+        spec = self.drafting.spec
+        if spec.kind == "local":
+            return self.drafting.k
+        if self.planner is None:
+            self.planner, _ = await self.sources.auto(spec)
+        temperature = generation.request.params.temperature
+        ranking = self.planner.ranking(temperature, self.planner.prior(temperature))
+        return next((p.setup.k for p in ranking if p.setup.mode == "local" and p.setup.k > 0), None)
+
+    async def _join(self, generation: Generation, batch: DecodingBatch, k: int) -> None:
+        """Begin ``generation`` with no draft source of its own, in ``batch``."""
+        request, deliver = generation.request, self._deliver(generation)
+        decoder = SpeculativeDecoder(self.sources.target, None, prefix_cache=self._target_cache)
+
+        def begin() -> Decoding:
+            decoding = decoder.begin(
+                request.prompt,
+                max_tokens=request.max_tokens,
+                k=0,
+                params=request.params,
+                on_tokens=deliver,
+                halt=generation.halt,
+            )
+            batch.join(decoding, k)
+            return decoding
+
+        generation.decoding = await self.runtime.compute.run(begin)
+        self._batched(generation, k)
+
+    async def _move(self, generation: Generation, batch: DecodingBatch) -> None:
+        """Move a generation running alone into ``batch`` (it keeps its own draft source if no k fits)."""
+        decoding = generation.decoding
+        k = await self._batch_k(generation)
+        if decoding is None or k is None:
+            return
+        source = decoding.source
+        if isinstance(source, AutoDraftSource):
+            generation.source["drafting_alone"] = source.report()
+        generation.source.update(drafted_by(source))
+        await self.runtime.compute.run(batch.join, decoding, k)
+        self._batched(generation, k)
+
+    def _batched(self, generation: Generation, k: int) -> None:
+        generation.batched = True
+        draft = self._batch_draft
+        assert draft is not None
+        generation.source.update({"draft": f"local:{draft.spec}", "batched": True, "k": k})
+
+    async def _batch_round(self, batch: DecodingBatch) -> None:
+        """A round of the batch (more, in one compute job, while nothing else runs or waits); then the
+        generations that ended are finished."""
+        others = any(not g.batched for g in self._active)
+        try:
+            ended = await self.runtime.compute.run(self._batch_rounds, batch, others)
+        except Exception as err:  # every batched request answers with it; the next ones start a new batch
+            ended = [row.decoding for row in batch.rows]
+            for generation in self._active:
+                if generation.batched:
+                    generation.error = err
+            batch.close()
+            self._batch = None
+        for decoding in ended:
+            generation = next(g for g in self._active if g.decoding is decoding)
+            self._active.remove(generation)
+            await self._finish(generation)
+        if self._batch is batch and len(batch.rows) == 1 and not self._waiting:
+            await self._release(batch)
+
+    async def _release(self, batch: DecodingBatch) -> None:
+        """Under auto, the batch's last request goes on alone with a draft source of its own, chosen
+        again (a worker's tree, local tree SD, ...), unless too few tokens are left to pay for its start."""
+        row = batch.rows[0].decoding
+        left = row.max_tokens - len(row.result.tokens)
+        if self.drafting.spec.kind != "auto" or left < RELEASE_MIN_TOKENS:
+            return
+        decoding = await self.runtime.compute.run(batch.release)
+        generation = next(g for g in self._active if g.decoding is decoding)
+        generation.batched = False
+        source = None
+        try:
+            source, described = await self._open()
+            k = AUTO_K if isinstance(source, AutoDraftSource) else self.drafting.k
+            if source is not None:
+                await self.runtime.compute.run(
+                    source.start, decoding.context(), decoding.params, min(k, left - 1)
+                )
+            decoding.attach_source(source, k)
+            generation.source.update({**described, "batched": False, "left_batch_at": len(row.result.tokens)})
+        except Exception as err:  # handed to the request's handler, which answers with it
+            if source is not None:
+                await self.runtime.compute.run(source.close)
+            generation.error = err
+            self._active.remove(generation)
+            await self._finish(generation)
+
+    def _batch_rounds(self, batch: DecodingBatch, others: bool) -> list[Decoding]:
+        """Rounds of the batch until one ends a generation, or another request runs or arrives. Compute
+        thread."""
+        while True:
+            ended = batch.round()
+            if ended or others or self._waiting or not batch.rows:
+                return ended

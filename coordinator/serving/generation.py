@@ -1,0 +1,48 @@
+"""One request as ``serve`` runs it (``Generation``), and how every request is drafted (``Drafting``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from coordinator.decoding.engine import Decoding, GenerationResult
+from coordinator.drafting.factory import DraftSpec
+from coordinator.serving.requests import CompletionRequest
+
+
+@dataclass(eq=False)  # one per request: compared, and kept in sets, by identity
+class Generation:
+    """One admitted request as it runs: its token stream, and at the end its result or error."""
+
+    request: CompletionRequest
+    tokens: MemoryObjectReceiveStream[list[int]]
+    halt: threading.Event = field(default_factory=threading.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    submitted_ns: int = field(default_factory=time.perf_counter_ns)
+    started_ns: int = 0
+    result: GenerationResult | None = None
+    error: Exception | None = None
+    source: dict[str, Any] = field(default_factory=dict)  # the draft source used, and its provenance
+    generated: int = 0  # tokens delivered so far (the compute thread counts them)
+    rounds: int = 0  # rounds that delivered tokens so far
+    decoding: Decoding | None = None  # while active
+    batched: bool = False  # decoded in the scheduler's batch (from joining it to its end)
+    send: MemoryObjectSendStream[list[int]] | None = None
+
+    @property
+    def queued_s(self) -> float:
+        """Seconds spent waiting for the target."""
+        return (self.started_ns - self.submitted_ns) / 1e9 if self.started_ns else float("nan")
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """How every request is drafted: the source, and for a fixed set-up its k (as ``generate`` has them)."""
+
+    spec: DraftSpec
+    k: int
