@@ -54,8 +54,9 @@ import anyio
 import numpy as np
 
 from coordinator.decoding.engine import SpeculativeDecoder
-from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
+from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.failover import FailoverDraftSource
+from coordinator.drafting.spec import DraftSpec
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import WorkerConnection

@@ -36,7 +36,8 @@ PROMPTS = [
 async def client(address: str, seconds: float, index: int, max_tokens: int) -> dict:
     """One coordinator: AR references first, then generations through the worker until time is up."""
     from coordinator.decoding.engine import SpeculativeDecoder
-    from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
+    from coordinator.drafting.factory import DraftSources, WorkerAccess
+    from coordinator.drafting.spec import DraftSpec
     from coordinator.runtime import coordinator_runtime
     from coordinator.workers.credentials import Credentials
     from specwire.drafting.sampling import SamplingParams

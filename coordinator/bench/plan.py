@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from coordinator.drafting.factory import DraftSources, DraftSpec
+from coordinator.drafting.factory import DraftSources
+from coordinator.drafting.spec import DraftSpec
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import DEFAULT_SIZES, NetworkFloor, RttSummary, probe_tcp
 from specwire.errors import BackendUnavailableError, InvalidArgumentError, NoWorkerError, SpecwireError
@@ -33,7 +34,7 @@ BACKEND_LOCAL_TREE = "local-tree"  # local tree SD: the local draft model drafts
 BACKEND_PRESPEC_TREE = f"{BACKEND_STREAM}+prespec+fill+tree"
 # The same worker tree, sent as a tree and verified in one pass (T = 0; at T > 0 it fills as above).
 BACKEND_TREE_VERIFY = f"{BACKEND_STREAM}+tree-verify"
-# Bench backend -> the stream protocol's mode (coordinator.drafting.factory.DraftSpec.mode).
+# Bench backend -> the stream protocol's mode (coordinator.drafting.spec.DraftSpec.mode).
 STREAM_MODES = {BACKEND_STREAM: "stream", BACKEND_PRESPEC_TREE: "tree", BACKEND_TREE_VERIFY: "tree-verify"}
 PROBE_BUDGET_S = 1.0
 

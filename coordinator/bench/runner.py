@@ -21,11 +21,12 @@ from coordinator.decoding.engine import GenerationResult, RoundRecord, Speculati
 from coordinator.decoding.ties import tie_at
 from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
-from coordinator.drafting.factory import DraftSources, DraftSpec
+from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
+from coordinator.drafting.spec import DraftSpec
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.prompts import Prompt

@@ -49,8 +49,9 @@ from coordinator.commands.options import (
 )
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.auto import AUTO_K
-from coordinator.drafting.factory import DraftSources, DraftSpec
+from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
+from coordinator.drafting.spec import DraftSpec
 from coordinator.prompts import Prompt, encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import refresh_hello

@@ -11,9 +11,10 @@ import argparse
 from pathlib import Path
 
 from coordinator.decoding.rollback import STRATEGIES
-from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, DraftSpec, WorkerAccess
+from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, WorkerAccess
 from coordinator.drafting.failover import POLICIES
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
+from coordinator.drafting.spec import DraftSpec
 from coordinator.drafting.stream import ROUND_TIMEOUT_S
 from coordinator.pacing import CoordinatorPace
 from coordinator.workers.credentials import Credentials

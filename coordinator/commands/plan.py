@@ -35,7 +35,8 @@ from coordinator.commands.options import (
     pace_of,
     worker_access,
 )
-from coordinator.drafting.factory import DraftSources, DraftSpec
+from coordinator.drafting.factory import DraftSources
+from coordinator.drafting.spec import DraftSpec
 from coordinator.planning.against_profile import load_checked
 from coordinator.planning.concurrent import ROWS, batched
 from coordinator.planning.fit import FITS, emulation_fit

@@ -36,7 +36,8 @@ from coordinator.commands.options import (
 )
 from coordinator.decoding.engine import MAX_K, SpeculativeDecoder
 from coordinator.drafting.auto import AUTO_K
-from coordinator.drafting.factory import FILLED, DraftSources, WorkerAccess
+from coordinator.drafting.factory import DraftSources, WorkerAccess
+from coordinator.drafting.spec import FILLED
 from coordinator.pacing import CoordinatorPace
 from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now

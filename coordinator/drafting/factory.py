@@ -1,6 +1,6 @@
-"""The one way to build a draft source: what to draft with, and ``DraftSources``, which opens it.
+"""The one way to build a draft source: ``DraftSources``, which opens what a ``DraftSpec`` names.
 
-A ``DraftSpec`` says what to draft with: nothing (autoregressive), a local
+A ``DraftSpec`` (``coordinator.drafting.spec``) says what to draft with: nothing (autoregressive), a local
 draft model, a worker in one of the stream protocol's modes or over the
 per-op backend (and what to do when it is lost), or ``auto``: the drafting
 policy, which chooses among all of these (``coordinator.drafting.auto``).
@@ -25,19 +25,19 @@ from dataclasses import dataclass, field, replace
 
 from coordinator.drafting.auto import AutoDraftSource
 from coordinator.drafting.base import DraftSource
-from coordinator.drafting.failover import POLICIES, FailoverDraftSource
+from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
-from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve, measure_verify_curve
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
+from coordinator.drafting.spec import FILLED, TREE_VERIFY, DraftSpec, prespec_for
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.measured import MeasuredSetup, measure_here, titled
 from coordinator.planning.planner import Planner
-from coordinator.planning.setups import FILL_FANOUT, REMOTE_MODES, Setup
-from coordinator.planning.tree_verify import REMOTE_HOST_S, TREE_VERIFY_WIDTH, miss_shape
+from coordinator.planning.setups import Setup
+from coordinator.planning.tree_verify import REMOTE_HOST_S, miss_shape
 from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
 from coordinator.workers.credentials import Credentials
@@ -49,7 +49,6 @@ from specwire.drafting.speculation import TREE_ROWS
 from specwire.emulation.profile import STREAM_PER_ROUND_S
 from specwire.errors import (
     BackendUnavailableError,
-    InvalidArgumentError,
     NoWorkerError,
     RemoteWorkerError,
     SpecwireError,
@@ -61,103 +60,7 @@ from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
 log = logging.getLogger(__name__)
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
-KINDS = ("none", "local", "local-tree", "remote", "auto")
-TREE_VERIFY = "tree-verify"  # the worker's tree is sent as a tree, and the target verifies it in one pass
-MODES = (*REMOTE_MODES, TREE_VERIFY)
-FILLED = ("tree", TREE_VERIFY)  # the remote modes whose short answers the local draft model finishes
 TREE_REPLY_NODES = 64  # the most nodes a tree-verifying round asks for (the curve then sizes it)
-
-
-@dataclass(frozen=True)
-class DraftSpec:
-    """What to draft with.
-
-    ``kind``: ``none`` (autoregressive), ``local`` (the ``local`` draft model
-    here), ``local-tree`` (the same model drafting a tree,
-    ``coordinator.drafting.local_tree``), ``remote`` (a worker, in ``mode``: ``stream`` or ``tree``; or over
-    the per-op ``backend``), or ``auto`` (the drafting
-    policy, ``coordinator.drafting.auto``, which chooses among all of them).
-    ``workers`` selects workers: Bonjour names or HOST:PORT; empty means
-    every compatible worker discovered (``remote``: the fastest of them).
-    ``local`` is the local draft model: local SD's, the one trees draft the
-    rest on, and the one ``on_loss`` ``local`` falls back to. ``rows``: nodes
-    a worker expands side by side in a pass of a tree (0: the worker's
-    ``--tree-rows``).
-    """
-
-    kind: str = "none"
-    local: str = ""
-    workers: tuple[str, ...] = ()
-    mode: str = "stream"
-    backend: str = BACKEND_STREAM
-    granularity: str = "op"
-    rows: int = 0
-    on_loss: str = "failover"
-
-    @classmethod
-    def parse(cls, text: str, local: str = "", **remote: object) -> DraftSpec:
-        """The spec a ``--draft`` value names: ``auto``, ``none``, ``local[:SPEC]`` or ``remote[:MODE]``."""
-        kind, _, rest = text.partition(":")
-        if text in ("none", "auto"):
-            return cls(text, local=local, **(remote if text == "auto" else {})).checked()  # type: ignore[arg-type]
-        if kind in ("local", "local-tree"):
-            return cls(kind, local=rest or local).checked()
-        if kind == "remote":
-            return cls("remote", local=local, mode=rest or "stream", **remote).checked()  # type: ignore[arg-type]
-        raise InvalidArgumentError(
-            f"--draft {text!r}: expected auto, local[:SPEC], local-tree[:SPEC], remote[:MODE] "
-            f"(MODE: {', '.join(MODES)}) or none"
-        )
-
-    def checked(self) -> DraftSpec:
-        """This spec, or ``InvalidArgumentError`` naming what does not fit together."""
-        if self.kind not in KINDS:
-            raise InvalidArgumentError(f"draft kind {self.kind!r}: expected one of {', '.join(KINDS)}")
-        if self.kind in ("local", "local-tree") and not self.local:
-            raise InvalidArgumentError(
-                f"--draft {self.kind} needs a draft model: {self.kind}:SPEC or --local-draft SPEC"
-            )
-        if self.backend not in (BACKEND_STREAM, BACKEND_PER_OP):
-            raise InvalidArgumentError(
-                f"backend {self.backend!r}: expected {BACKEND_STREAM} or {BACKEND_PER_OP}"
-            )
-        if self.granularity not in GRANULARITIES:
-            raise InvalidArgumentError(
-                f"granularity {self.granularity!r}: expected one of {', '.join(GRANULARITIES)}"
-            )
-        if self.mode not in MODES:
-            raise InvalidArgumentError(f"remote mode {self.mode!r}: expected one of {', '.join(MODES)}")
-        if self.mode != "stream" and self.backend != BACKEND_STREAM:
-            raise InvalidArgumentError(
-                f"remote:{self.mode} is a mode of the stream backend, not {self.backend}"
-            )
-        if self.mode in FILLED and not self.local:
-            raise InvalidArgumentError(f"remote:{self.mode} drafts what the worker has not on --local-draft")
-        if self.kind == "remote" and len(self.workers) > 1:
-            raise InvalidArgumentError(
-                "--draft remote drafts on one worker; with several, --draft auto picks the fastest"
-            )
-        if self.on_loss not in POLICIES:
-            raise InvalidArgumentError(
-                f"--on-worker-loss {self.on_loss!r}: expected one of {', '.join(POLICIES)}"
-            )
-        return self
-
-    @property
-    def prespec(self) -> pb.PreSpeculation | None:
-        """The PreSpeculation message a remote session opens with (None: drafting on demand)."""
-        return prespec_for(self.mode, self.rows)
-
-
-def prespec_for(mode: str, rows: int = 0) -> pb.PreSpeculation | None:
-    """A remote mode's PreSpeculation: a ``tree`` drafts the worker's tree rows a pass (``rows`` > 0:
-    this many), four choices kept of each node it expands (``planning.setups``); a tree verified whole
-    keeps eight (``planning.tree_verify``): a verdict off the tree's chosen nodes then still lands on
-    a node the worker expanded (on the paced test bed, 72.05 tok/s against 69.20 with four)."""
-    if mode == "stream":
-        return None
-    fanout = TREE_VERIFY_WIDTH - 1 if mode == TREE_VERIFY else FILL_FANOUT
-    return pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=rows, fanout=fanout)
 
 
 @dataclass(frozen=True)

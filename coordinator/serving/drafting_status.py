@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.drafting.auto import predicted_start
-from coordinator.drafting.factory import DraftSpec
+from coordinator.drafting.spec import DraftSpec
 from coordinator.planning.planner import Planner
 from coordinator.serving.scheduler import Scheduler
 from coordinator.workers.discovery import WorkerDirectory

@@ -11,7 +11,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from coordinator.decoding.engine import Decoding, GenerationResult
-from coordinator.drafting.factory import DraftSpec
+from coordinator.drafting.spec import DraftSpec
 from coordinator.serving.requests import CompletionRequest
 
 

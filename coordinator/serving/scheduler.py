@@ -47,8 +47,9 @@ from anyio.streams.memory import MemoryObjectSendStream
 from coordinator.decoding.engine import Decoding, SpeculativeDecoder
 from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
-from coordinator.drafting.factory import DraftSources, DraftSpec
+from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.provenance import drafted_by
+from coordinator.drafting.spec import DraftSpec
 from coordinator.planning.planner import Planner
 from coordinator.runtime import Runtime
 from coordinator.serving.batching import Batching

@@ -20,7 +20,8 @@ import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.auto import AUTO_K, AutoDraftSource
-from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
+from coordinator.drafting.factory import DraftSources, WorkerAccess
+from coordinator.drafting.spec import DraftSpec
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.measured import MeasuredSetup, WorkerSpeed
 from coordinator.planning.planner import Planner

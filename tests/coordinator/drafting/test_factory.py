@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
-from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess, prespec_for
+from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
+from coordinator.drafting.spec import DraftSpec, prespec_for
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.sampling import SamplingParams

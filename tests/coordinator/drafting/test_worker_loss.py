@@ -15,10 +15,11 @@ from collections.abc import Iterator
 import pytest
 
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
-from coordinator.drafting.factory import DraftSources, DraftSpec, WorkerAccess
+from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
+from coordinator.drafting.spec import DraftSpec
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.sampling import SamplingParams
 from specwire.models import LoadedModel
