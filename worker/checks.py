@@ -9,7 +9,7 @@ from specwire.drafting.speculation import PrespecConfig
 from specwire.errors import InvalidArgumentError, ProtocolVersionError, VocabularyMismatchError
 from specwire.models import LoadedModel
 from specwire.v1 import draft_pb2 as pb
-from specwire.wire.protocol import MAX_K, PROTOCOL_VERSION, sampling_from_pb
+from specwire.wire.protocol import MAX_K, MAX_TREE_NODES, PROTOCOL_VERSION, sampling_from_pb
 
 
 def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecConfig | None:
@@ -77,3 +77,53 @@ def check_open(model: LoadedModel, msg: pb.Open) -> None:
     check_token(model, bad, "prompt token")
     check_k(msg.k)
     sampling_from_pb(msg.sampling)
+
+
+def check_round(
+    model: LoadedModel,
+    msg: pb.Round,
+    *,
+    next_seq: int,
+    fill: bool,
+    tree: bool,
+    greedy: bool,
+    drafted: int,
+    context: int,
+) -> None:
+    """Raise ``InvalidArgumentError`` unless ``msg`` is a session's next valid round: ``next_seq`` expected,
+    a ``fill`` session, one that drafts a ``tree``, at T = 0 (``greedy``), ``drafted`` drafts last round, and
+    ``context`` tokens held."""
+    if msg.seq != next_seq:
+        raise InvalidArgumentError(f"round seq {msg.seq} out of order; expected {next_seq}")
+    if fill and not msg.appended:
+        raise InvalidArgumentError(f"round {msg.seq}: a fill session's rounds must carry appended")
+    if msg.tree_nodes and (not tree or not fill):
+        raise InvalidArgumentError(
+            f"round {msg.seq}: tree_nodes needs a session that drafts a tree and fills"
+        )
+    if tree and not msg.tree_nodes and not greedy:
+        raise InvalidArgumentError(
+            f"round {msg.seq}: a tree session at T > 0 answers trees only (tree_nodes), which the "
+            "target verifies by its own draws; a chain of first choices needs temperature 0"
+        )
+    if msg.tree_nodes > MAX_TREE_NODES:
+        raise InvalidArgumentError(
+            f"round {msg.seq}: tree_nodes={msg.tree_nodes}; a round takes at most {MAX_TREE_NODES}"
+        )
+    if msg.accepted > drafted:
+        raise InvalidArgumentError(
+            f"round {msg.seq}: accepted {msg.accepted} exceeds the {drafted} drafts of the last round"
+        )
+    check_token(model, msg.token, f"round {msg.seq} token")
+    if msg.appended:
+        if len(msg.appended) != msg.accepted + 1 or msg.appended[-1] != msg.token:
+            raise InvalidArgumentError(
+                f"round {msg.seq}: appended must hold the {msg.accepted} accepted tokens, then the token"
+            )
+        check_token(model, max(msg.appended), f"round {msg.seq} appended token")
+    check_k(msg.k)
+    room = model.context_length - context - msg.accepted - 1
+    if msg.k > room:
+        raise InvalidArgumentError(
+            f"round {msg.seq}: k={msg.k} would run past the model's context of {model.context_length}"
+        )

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
@@ -41,7 +40,8 @@ from specwire.errors import InvalidArgumentError
 from specwire.models import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import MAX_TREE_NODES, sampling_from_pb
-from worker.checks import check_k, check_open, check_token, check_tree, prespec_config
+from worker.checks import check_open, check_round, check_tree, prespec_config
+from worker.computed import Computed, Ready
 from worker.hosting import WorkerCounters
 from worker.window import VerdictClock
 
@@ -69,31 +69,6 @@ def _tallied(method: F) -> F:
             self.pace_buckets += buckets_of(done.headroom)
 
     return wrapper  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class Computed:
-    """A block of drafts, and when its compute started and ended (worker clock, ns).
-
-    ``outcome`` says how pre-speculation served it (a ``pb.SpeculationOutcome``)
-    and ``saved_ns`` how much of its compute ran ahead, off the critical path.
-    """
-
-    block: DraftBlock
-    started_ns: int
-    finished_ns: int
-    outcome: int = pb.SPECULATION_OFF
-    saved_ns: int = 0
-
-
-@dataclass(frozen=True)
-class Ready:
-    """A fill-mode answer: the reply, and the block (a branch, or a fresh one on a miss) it starts."""
-
-    msg: pb.Round
-    computed: Computed
-    block: Drafting | None
-    ready: int
 
 
 class DraftSession:
@@ -189,42 +164,16 @@ class DraftSession:
 
     def check_round(self, msg: pb.Round) -> None:
         """Raise ``InvalidArgumentError`` unless ``msg`` is the next valid round."""
-        if msg.seq != self.next_seq:
-            raise InvalidArgumentError(f"round seq {msg.seq} out of order; expected {self.next_seq}")
-        if self.fill and not msg.appended:
-            raise InvalidArgumentError(f"round {msg.seq}: a fill session's rounds must carry appended")
-        if msg.tree_nodes and (self.tree is None or not self.fill):
-            raise InvalidArgumentError(
-                f"round {msg.seq}: tree_nodes needs a session that drafts a tree and fills"
-            )
-        if self.tree is not None and not msg.tree_nodes and not self.drafter.params.greedy:
-            raise InvalidArgumentError(
-                f"round {msg.seq}: a tree session at T > 0 answers trees only (tree_nodes), which the "
-                "target verifies by its own draws; a chain of first choices needs temperature 0"
-            )
-        if msg.tree_nodes > MAX_TREE_NODES:
-            raise InvalidArgumentError(
-                f"round {msg.seq}: tree_nodes={msg.tree_nodes}; a round takes at most {MAX_TREE_NODES}"
-            )
-        if msg.accepted > self._drafted:
-            raise InvalidArgumentError(
-                f"round {msg.seq}: accepted {msg.accepted} exceeds the {self._drafted} drafts "
-                "of the last round"
-            )
-        check_token(self.model, msg.token, f"round {msg.seq} token")
-        if msg.appended:
-            if len(msg.appended) != msg.accepted + 1 or msg.appended[-1] != msg.token:
-                raise InvalidArgumentError(
-                    f"round {msg.seq}: appended must hold the {msg.accepted} accepted tokens, then the token"
-                )
-            check_token(self.model, max(msg.appended), f"round {msg.seq} appended token")
-        check_k(msg.k)
-        room = self.model.context_length - len(self.drafter.context) - msg.accepted - 1
-        if msg.k > room:
-            raise InvalidArgumentError(
-                f"round {msg.seq}: k={msg.k} would run past the model's context "
-                f"of {self.model.context_length}"
-            )
+        check_round(
+            self.model,
+            msg,
+            next_seq=self.next_seq,
+            fill=self.fill,
+            tree=self.tree is not None,
+            greedy=self.drafter.params.greedy,
+            drafted=self._drafted,
+            context=len(self.drafter.context),
+        )
 
     def serve_hit(self, msg: pb.Round) -> Computed | None:
         """Serve ``msg`` from a finished branch, with no compute; None when there is none.

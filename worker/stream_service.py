@@ -38,8 +38,9 @@ from specwire.v1 import draft_pb2 as pb
 from specwire.wire.auth import worker_proof
 from specwire.wire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb, pace_to_pb
 from worker.auth import caller_proof_of
+from worker.computed import Computed
 from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
-from worker.session import Computed, DraftSession
+from worker.session import DraftSession
 from worker.status import status_for
 from worker.window import LATE_S
 
