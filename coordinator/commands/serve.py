@@ -74,7 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--decode-concurrency",
         type=int,
         default=DEFAULT_CONCURRENCY,
-        help="requests generated at once, a round each in turn (a short one need not wait for a long one)",
+        help="requests generated at once, decoded together where the pair batches, else a round each in turn "
+        "(a short one need not wait for a long one)",
     )
     p.add_argument(
         "--max-queue", type=int, default=8, help="requests that may wait beyond those; more get 429"

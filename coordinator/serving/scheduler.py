@@ -58,7 +58,9 @@ from coordinator.serving.requests import CompletionRequest
 from specwire.errors import CapacityError, NoWorkerError, QueueFullError, RemoteWorkerError
 
 RECENT = 16  # generations whose durations estimate Retry-After
-DEFAULT_CONCURRENCY = 4  # generations active at once (--decode-concurrency)
+# Generations active at once (--decode-concurrency): eight chains of k = 2 verify in one pass that the M2
+# Ultra takes in one position's time (24 positions; plan --profile paper: 7.24x one request alone).
+DEFAULT_CONCURRENCY = 8
 
 
 class Scheduler(Batching):

@@ -1,7 +1,7 @@
 """Several requests at once: each keeps its own output, and a short one does not wait for a long one.
 
 ``coordinator serve`` (tiny target, drafting locally) decodes its active
-requests together (``--decode-concurrency``, default 4): one draft pass a
+requests together (``--decode-concurrency``, default 8): one draft pass a
 draft and one target pass for all of them (``coordinator.decoding.batch``).
 """
 
