@@ -100,8 +100,12 @@ class DecodingBatch:
         draft_cache = make_prompt_cache(self.draft.model)
         prefill_cached(self.draft.model, draft_cache, tokens[:-1], self.draft_prompts)
         self.target_layout.add(kv_rows(cache))
-        self.draft_layout.add(kv_rows(draft_cache))
-        decoding.rollback.cache = []  # its rows live in the batch now
+        try:
+            self.draft_layout.add(kv_rows(draft_cache))
+        except BaseException:
+            self.target_layout.remove(self.target_layout.rows - 1)
+            raise
+        del cache[:]  # its rows live in the batch now (emptied in place: its rollback's checkpoints share it)
         drafted = sum(1 for record in decoding.result.rounds if record.k)  # blocks its own drafter drew
         self.rows.append(Row(decoding, k, tokens, drafted))
 
@@ -162,12 +166,12 @@ class DecodingBatch:
         the passes run. The draft cache then holds each row's tokens and its drafts but the last."""
         for row in self.rows:
             row.drafts, row.dists = [], []
+        self._draft_states = []
         if k == 0:
             return 0
         held = self.draft_layout.lengths()
         feeds = [row.tokens[n:] for row, n in zip(self.rows, held, strict=True)]
         recurrent = self.draft_layout.recurrent
-        self._draft_states = []
         sampled = [not row.decoding.params.greedy for row in self.rows]
         rngs = [np.random.default_rng([r.decoding.params.seed, DRAFT_STREAM, r.blocks]) for r in self.rows]
         for _ in range(k):
@@ -241,7 +245,7 @@ class DecodingBatch:
         for b, (row, kept) in enumerate(zip(self.rows, passes, strict=True)):
             # The draft cache holds the row's tokens and its drafts but the last: keep the accepted ones.
             self.draft_layout.truncate(b, len(row.tokens) + kept)
-        if self._draft_states and any(kept != drafted - 1 for kept in passes):
+        if drafted and self._draft_states and any(kept != drafted - 1 for kept in passes):
             for j, layer in enumerate(self.draft_layout.recurrent):  # the state after its kept pass
                 layer.set_rows([_row(self._draft_states[kept][j], b) for b, kept in enumerate(passes)])
         self.target_layout.tidy()

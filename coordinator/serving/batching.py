@@ -10,6 +10,8 @@ three of its steps (``_finish``, ``_open``, ``_deliver``).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -150,45 +152,52 @@ class Batching:
         try:
             ended = await self.runtime.compute.run(self._batch_rounds, batch, others)
         except Exception as err:  # every batched request answers with it; the next ones start a new batch
-            ended = [row.decoding for row in batch.rows]
+            ended = []
             for generation in self._active:
-                if generation.batched:
+                if generation.batched and generation.decoding is not None:
                     generation.error = err
+                    ended.append(generation.decoding)
             batch.close()
             self._batch = None
         for decoding in ended:
-            generation = next(g for g in self._active if g.decoding is decoding)
-            self._active.remove(generation)
-            await self._finish(generation)
+            found = next((g for g in self._active if g.decoding is decoding), None)
+            if found is not None:
+                self._active.remove(found)
+                await self._finish(found)
         if self._batch is batch and len(batch.rows) == 1 and not self._waiting:
             await self._release(batch)
 
     async def _release(self, batch: DecodingBatch) -> None:
         """Under auto, the batch's last request goes on alone with a draft source of its own, chosen
         again (a worker's tree, local tree SD, ...), unless too few tokens are left to pay for its start."""
-        row = batch.rows[0].decoding
-        left = row.max_tokens - len(row.result.tokens)
-        if self.drafting.spec.kind != "auto" or left < RELEASE_MIN_TOKENS:
+        decoding = batch.rows[0].decoding
+        generation = next((g for g in self._active if g.decoding is decoding), None)
+        left = decoding.max_tokens - len(decoding.result.tokens)
+        if self.drafting.spec.kind != "auto" or left < RELEASE_MIN_TOKENS or generation is None:
             return
-        decoding = await self.runtime.compute.run(batch.release)
-        generation = next(g for g in self._active if g.decoding is decoding)
-        generation.batched = False
+        if (decoding.halt is not None and decoding.halt.is_set()) or "release_failed" in generation.source:
+            return
+        # Its own draws from here: a fresh source numbers its blocks from 0, and the streams this
+        # generation already drew from must not be drawn again (the drafts would depend on earlier ones).
+        params = dataclasses.replace(decoding.params, seed=_fresh_seed(decoding))
         source = None
-        try:
+        try:  # the new source first: if it cannot be had, the request stays in the batch
             source, described = await self._open()
             k = AUTO_K if isinstance(source, AutoDraftSource) else self.drafting.k
             if source is not None:
-                await self.runtime.compute.run(
-                    source.start, decoding.context(), decoding.params, min(k, left - 1)
-                )
-            decoding.attach_source(source, k)
-            generation.source.update({**described, "batched": False, "left_batch_at": len(row.result.tokens)})
-        except Exception as err:  # handed to the request's handler, which answers with it
+                start = functools.partial(source.start, decoding.context(), params, min(k, left - 1))
+                await self.runtime.compute.run(start)
+        except Exception as err:
             if source is not None:
                 await self.runtime.compute.run(source.close)
-            generation.error = err
-            self._active.remove(generation)
-            await self._finish(generation)
+            generation.source["release_failed"] = str(err)
+            return
+        await self.runtime.compute.run(batch.release)
+        generation.batched = False
+        decoding.attach_source(source, k)
+        generation.source.update(
+            {**described, "batched": False, "left_batch_at": len(decoding.result.tokens)}
+        )
 
     def _batch_rounds(self, batch: DecodingBatch, others: bool) -> list[Decoding]:
         """Rounds of the batch until one ends a generation, or another request runs or arrives. Compute
@@ -197,3 +206,9 @@ class Batching:
             ended = batch.round()
             if ended or others or self._waiting or not batch.rows:
                 return ended
+
+
+def _fresh_seed(decoding: Decoding) -> int:
+    """A draft seed for ``decoding``'s source after the batch, unlike its own (whose block streams it
+    drew with in the batch)."""
+    return (decoding.params.seed * 1_000_003 + len(decoding.result.rounds) + 1) % 2**63

@@ -190,14 +190,28 @@ class Scheduler(Batching):
                 k = await self._batch_k(generation) if batch is not None else None
                 if batch is not None and k is not None:
                     await self._join(generation, batch, k)
-                    for other in [g for g in self._active if not g.batched]:
-                        await self._move(other, batch)
                 else:
                     await self._begin(generation)
                 self._active.insert(0, generation)  # its first round next: its first token comes soonest
             except Exception as err:  # handed to the request's handler, which answers with it
                 generation.error = err
                 await self._finish(generation)
+                continue
+            if generation.batched:
+                for other in [g for g in self._active if not g.batched]:
+                    await self._move_or_fail(other)
+
+    async def _move_or_fail(self, generation: Generation) -> None:
+        """Move a request running alone into the batch; if that fails, it ends with the error."""
+        batch = self._batch
+        if batch is None:
+            return
+        try:
+            await self._move(generation, batch)
+        except Exception as err:  # handed to that request's handler, which answers with it
+            generation.error = err
+            self._active.remove(generation)
+            await self._finish(generation)
 
     def _deliver(self, generation: Generation) -> Callable[[list[int]], None]:
         """What the engine calls, on the compute thread, with each round's tokens."""

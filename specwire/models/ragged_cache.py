@@ -11,7 +11,7 @@ its next positions. ``truncate(b, length)`` drops a row's positions past
 attends to. A new token's rotary position is its row's length, whatever its
 slot (``offset`` is per row), so a hole changes nothing a query computes.
 ``compact()`` moves every row's positions together, left-padded to the
-longest, once holes take more than half the storage.
+longest, once that would halve the storage.
 
 Every layer of the model shares one ``RaggedLayout``; each attention
 layer's ``RaggedKV`` holds its keys and values. A recurrent layer (Qwen3.5's
@@ -34,7 +34,7 @@ import numpy as np
 from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 
 STEP = 256  # slots a layer's storage grows by
-COMPACT_SHARE = 0.5  # of the storage in holes, past which ``compact`` moves the rows together
+COMPACT_SHARE = 0.5  # of the storage that compacting must free before ``tidy`` moves the rows together
 COMPACT_MIN_SLOTS = 64
 
 
@@ -111,8 +111,10 @@ class RaggedLayout:
         return self.rows * self.size - sum(self.lengths())
 
     def tidy(self) -> None:
-        """``compact`` once holes take more than ``COMPACT_SHARE`` of the storage."""
-        if self.size >= COMPACT_MIN_SLOTS and self.holes() > COMPACT_SHARE * self.rows * self.size:
+        """``compact`` once that would shrink the storage by more than ``COMPACT_SHARE`` (a long row's
+        left padding of the short ones is no waste that compacting removes)."""
+        longest = max(self.lengths(), default=0)
+        if self.size >= COMPACT_MIN_SLOTS and longest < (1 - COMPACT_SHARE) * self.size:
             self.compact()
 
     def compact(self) -> None:

@@ -12,6 +12,7 @@ and lengths, and leave when they end or are halted.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import mlx.core as mx
 import numpy as np
@@ -260,3 +261,45 @@ def test_a_model_with_a_sliding_window_is_refused_in_one_line(tiny: LoadedModel)
     assert said is not None and "gemma3-window" in said and "\n" not in said
     with pytest.raises(UnsupportedModelError, match="gemma3-window"):
         DecodingBatch(tiny, windowed)
+
+
+def test_a_round_with_no_drafts_keeps_no_draft_state_for_the_next(
+    hybrid_pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    # A round where no row drafts (k = 0, or one token left) once put the round before's recurrent draft
+    # states back, for rows that had since changed: a row joining next failed, or drafted from a wrong state.
+    target, draft = hybrid_pair
+    rng = np.random.default_rng(0)
+    asked = [rng.integers(0, 2000, size=n).tolist() for n in (5, 7, 9, 6)]
+    batch, decoder = DecodingBatch(target, draft), SpeculativeDecoder(target)
+    batch.join(decoder.begin(asked[0], max_tokens=2, k=0, params=GREEDY), 3)
+    batch.round()  # it drafts one token: the draft's states are kept for its one row
+    for prompt in asked[1:3]:
+        batch.join(decoder.begin(prompt, max_tokens=30, k=0, params=GREEDY), 0)
+    batch.round()  # no row drafts
+    last = decoder.begin(asked[3], max_tokens=30, k=0, params=GREEDY)
+    while batch.rows:
+        if len(batch.rows) <= 2 and last.result.tokens == [] and last not in [r.decoding for r in batch.rows]:
+            batch.join(last, 3)
+        batch.round()
+    ar = SpeculativeDecoder(target).generate(asked[3], max_tokens=30, k=0, params=GREEDY).tokens
+    assert_lossless(target, asked[3], ar, last.result.tokens)
+
+
+def test_a_long_row_beside_short_ones_does_not_make_every_round_compact(
+    tiny: LoadedModel, draft: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch, decoder = DecodingBatch(tiny, draft), SpeculativeDecoder(tiny)
+    for length, k in ((300, 2), (4, 2), (6, 2)):
+        batch.join(decoder.begin(prompts(9, (length,))[0], max_tokens=40, k=0, params=GREEDY), k)
+    compactions: list[int] = []
+    for layout in (batch.target_layout, batch.draft_layout):
+
+        def counted(compact: Callable[[], None] = layout.compact) -> None:
+            compactions.append(1)
+            compact()
+
+        monkeypatch.setattr(layout, "compact", counted)
+    while batch.rows:
+        batch.round()
+    assert batch.rounds >= 10 and len(compactions) <= 2  # the short rows' left padding is no hole to remove
