@@ -76,7 +76,7 @@ def test_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
     session; the user's real config directory is never read or written.
     """
     os.environ["SPECWIRE_MDNS_INTERFACES"] = "127.0.0.1"
-    os.environ[TOKEN_ENV] = secrets.token_urlsafe(32)
+    os.environ[TOKEN_ENV] = secrets.token_hex(32)  # as create_token makes them: never a leading "-"
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
 
 

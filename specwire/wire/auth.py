@@ -76,7 +76,9 @@ def find_token(token_file: Path | None) -> str | None:
 def create_token(path: Path) -> str:
     """Create a new random token at ``path`` with mode 0600 (the directory too, 0700)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    token = secrets.token_urlsafe(32)
+    # Hex, never URL-safe base64: a token beginning with "-" read as an option where a user pastes it
+    # (`worker token set TOKEN`), about one token in 64 (it failed the README's own steps in a test run).
+    token = secrets.token_hex(32)
     staged = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
