@@ -55,7 +55,7 @@ from specwire.drafting.sampling import SparseDistribution, choose_draft_token
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models import LoadedModel
-from specwire.models.ragged_cache import LayerRow, RowStates, batchable, kv_rows, ragged_cache
+from specwire.models.ragged_cache import LayerRow, RowStates, batchable, kv_rows, ragged_cache, row_of
 
 
 @dataclass(eq=False)
@@ -112,12 +112,13 @@ class DecodingBatch:
     def round(self) -> list[Decoding]:
         """One round for every row; returns the generations that ended (and left the batch). Compute
         thread."""
-        ended = [row for row in self.rows if row.decoding.next_k(row.k) is None]
+        asked = [(row, row.decoding.next_k(row.k)) for row in self.rows]
+        ended = [row for row, k in asked if k is None]
         for row in ended:
             self._leave(row)
         if not self.rows:
             return [row.decoding for row in ended]
-        ks = [min(row.k, row.decoding.max_tokens - len(row.decoding.result.tokens) - 1) for row in self.rows]
+        ks = [k for _, k in asked if k is not None]
         t0 = time.perf_counter_ns()
         passes = self._draft(max(ks))
         t1 = time.perf_counter_ns()
@@ -238,7 +239,7 @@ class DecodingBatch:
         for i, layer in enumerate(self.target_cache):  # each row's state after its accepted tokens
             if isinstance(layer, RowStates):
                 layer.set_rows(
-                    [_row(kept_states[i][accepted], b) for b, (accepted, _) in enumerate(verdicts)]
+                    [row_of(kept_states[i][accepted], b) for b, (accepted, _) in enumerate(verdicts)]
                 )
         drafted = len(self.rows[0].drafts) if self.rows else 0
         passes = [min(accepted, max(drafted - 1, 0)) for accepted, _ in verdicts]
@@ -247,7 +248,7 @@ class DecodingBatch:
             self.draft_layout.truncate(b, len(row.tokens) + kept)
         if drafted and self._draft_states and any(kept != drafted - 1 for kept in passes):
             for j, layer in enumerate(self.draft_layout.recurrent):  # the state after its kept pass
-                layer.set_rows([_row(self._draft_states[kept][j], b) for b, kept in enumerate(passes)])
+                layer.set_rows([row_of(self._draft_states[kept][j], b) for b, kept in enumerate(passes)])
         self.target_layout.tidy()
         self.draft_layout.tidy()
         return verdicts
@@ -265,12 +266,6 @@ def batch_refusal(target: LoadedModel, draft: LoadedModel) -> str | None:
     if any(isinstance(layer, RowStates) for layer in cache) and not keeps_states(target.model, cache):
         return f"{target.spec}: its recurrent layers cannot keep a state by position"
     return None
-
-
-def _row(states: LayerRow, b: int) -> LayerRow:
-    """Row ``b`` of a batch's (convolution, recurrent) states."""
-    conv, state = states
-    return (None if conv is None else conv[b : b + 1], None if state is None else state[b : b + 1])
 
 
 def _call(model: Any, inputs: mx.array, cache: list, defer: bool = False) -> mx.array:

@@ -19,7 +19,7 @@ Gated DeltaNet) keeps one state a row (``RowStates``, mlx-lm's
 ``ArraysCache`` with a row per sequence): a pass whose rows feed different
 numbers of tokens sets its ``lengths``, so each row's state stops at its own
 last token (mlx-lm's pass masks the padding), and rolling a row back puts a
-kept state back into its row (``set_row``). Models batch this way when every
+kept state back into its row (``set_rows``). Models batch this way when every
 layer is a plain ``KVCache``, or a ``KVCache`` or a dense Qwen3.5 Gated
 DeltaNet layer (``batchable``).
 """
@@ -192,6 +192,12 @@ def _length(pair: LayerRow) -> int:
     return 0 if keys is None else int(keys.shape[2])
 
 
+def row_of(states: LayerRow, b: int) -> LayerRow:
+    """Row ``b`` of a batch's (convolution, recurrent) states, each [rows, ...] or None."""
+    conv, state = states
+    return (None if conv is None else conv[b : b + 1], None if state is None else state[b : b + 1])
+
+
 def _rows_of(parts: Sequence[mx.array | None]) -> mx.array | None:
     """Rows ([1, ...] each) stacked into a batch; a missing row is zeros (a state not yet begun)."""
     shaped = next((p for p in parts if p is not None), None)
@@ -212,8 +218,7 @@ class RowStates(ArraysCache):
 
     def row(self, b: int) -> LayerRow:
         """Row ``b``'s convolution and recurrent states ([1, ...]; None before any pass)."""
-        conv, state = self.cache
-        return (None if conv is None else conv[b : b + 1], None if state is None else state[b : b + 1])
+        return row_of((self.cache[0], self.cache[1]), b)
 
     def set_rows(self, rows: Sequence[LayerRow]) -> None:
         """Every row's states at once (``rows`` as ``row`` gives them)."""
