@@ -21,7 +21,7 @@ from mlx_lm.models import gemma3_text
 from mlx_lm.models.cache import make_prompt_cache
 
 from coordinator.decoding.batch import DecodingBatch, batch_refusal
-from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.decoding.engine import Decoding, SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import UnsupportedModelError
@@ -42,6 +42,16 @@ def draft() -> LoadedModel:
 def prompts(seed: int, lengths: tuple[int, ...]) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [rng.integers(0, 2000, size=n).tolist() for n in lengths]
+
+
+def alone_and_begun(
+    target: LoadedModel, asked: list[list[int]], budgets: tuple[int, ...]
+) -> tuple[list[list[int]], list[Decoding]]:
+    """Each prompt's greedy output alone (AR), and each begun as a generation to join a batch."""
+    decoder = SpeculativeDecoder(target)
+    pairs = list(zip(asked, budgets, strict=True))
+    ar = [decoder.generate(p, max_tokens=m, k=0, params=GREEDY).tokens for p, m in pairs]
+    return ar, [decoder.begin(p, max_tokens=m, k=0, params=GREEDY) for p, m in pairs]
 
 
 def batch_rounding(model: LoadedModel) -> PassRounding:
@@ -90,12 +100,8 @@ def test_rows_joining_between_rounds_at_their_own_k_each_equal_ar_at_t0(
     assert batchable(tiny.model) and batchable(draft.model)
     lengths, budgets, ks = (9, 30, 1, 17), (40, 25, 60, 33), (2, 4, 3, 0)
     asked = prompts(1, lengths)
-    ar = [
-        SpeculativeDecoder(tiny).generate(p, max_tokens=m, k=0, params=GREEDY).tokens
-        for p, m in zip(asked, budgets, strict=True)
-    ]
-    batch, decoder = DecodingBatch(tiny, draft), SpeculativeDecoder(tiny)
-    rows = [decoder.begin(p, max_tokens=m, k=0, params=GREEDY) for p, m in zip(asked, budgets, strict=True)]
+    ar, rows = alone_and_begun(tiny, asked, budgets)
+    batch = DecodingBatch(tiny, draft)
     for decoding, k in zip(rows[:2], ks[:2], strict=True):
         batch.join(decoding, k)
     ended = batch.round() + batch.round()
@@ -203,12 +209,8 @@ def test_hybrid_rows_keep_their_own_recurrent_state_and_each_equal_ar_at_t0(
     target, draft = hybrid_pair
     lengths, budgets = (9, 30, 1), (30, 20, 40)
     asked = prompts(6, lengths)
-    ar = [
-        SpeculativeDecoder(target).generate(p, max_tokens=m, k=0, params=GREEDY).tokens
-        for p, m in zip(asked, budgets, strict=True)
-    ]
-    batch, decoder = DecodingBatch(target, draft), SpeculativeDecoder(target)
-    rows = [decoder.begin(p, max_tokens=m, k=0, params=GREEDY) for p, m in zip(asked, budgets, strict=True)]
+    ar, rows = alone_and_begun(target, asked, budgets)
+    batch = DecodingBatch(target, draft)
     batch.join(rows[0], 3)
     batch.round()
     for decoding in rows[1:]:
