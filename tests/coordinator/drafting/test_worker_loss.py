@@ -169,7 +169,11 @@ async def test_stall_hits_the_deadline_and_fails_over(
         )
     assert result.tokens == ar_tokens(tiny, tiny.tokenizer.encode(PROMPT), MAX_TOKENS)
     (loss,) = source.losses
-    assert loss.code == "DEADLINE_EXCEEDED" and tiny_worker.name in loss.action
+    # It goes on with another compatible worker: the tiny one, or the session's default-model worker when
+    # this process started it and it measured faster (both speak the same vocabulary).
+    continued = loss.action.rpartition(":")[2]
+    assert loss.code == "DEADLINE_EXCEEDED" and loss.action.startswith("drafting continues on")
+    assert continued != loss.worker and (continued == tiny_worker.name or continued.startswith("test-worker"))
     assert longest_wait_ms(result, stalled_at) >= 3000  # the deadline, then the new session
 
 
