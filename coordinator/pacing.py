@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from specwire.emulation.pace import Pace, PaceCounts, Pacer, pace_model
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 
 @dataclass

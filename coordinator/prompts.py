@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specwire.models import load_tokenizer  # noqa: E402
+from specwire.models.loading import load_tokenizer  # noqa: E402
 
 TOOL = (
     "Tool {i}: search_{i}(path: str, pattern: str, context: int = 2) -> list[Match]. Searches every file "

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordinator.planning.pair import agreement, mean_accepted
 from specwire.emulation import paper
-from specwire.models import load_model
+from specwire.models.loading import load_model
 
 # Leviathan et al. 2023 (arXiv 2211.17192), Table 3: alpha at T = 0, the share of the target's
 # tokens that are the draft's first choice (one-hot distributions), for real pairs.

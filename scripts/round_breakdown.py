@@ -64,7 +64,7 @@ from coordinator.workers.credentials import Credentials
 from coordinator.workers.netprobe import NetworkFloor, probe_tcp
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import SpecwireError
-from specwire.models import load_model
+from specwire.models.loading import load_model
 from specwire.process.command_line import exit_process
 from specwire.wire.protocol import ECHO_STREAM_METHOD
 from specwire.wire.timing import CallRecord

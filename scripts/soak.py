@@ -41,7 +41,7 @@ async def client(address: str, seconds: float, index: int, max_tokens: int) -> d
     from coordinator.runtime import coordinator_runtime
     from coordinator.workers.credentials import Credentials
     from specwire.drafting.sampling import SamplingParams
-    from specwire.models import load_model
+    from specwire.models.loading import load_model
 
     async with coordinator_runtime() as runtime:
         target = await runtime.compute.run(load_model, "default")

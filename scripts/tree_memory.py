@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.rollback_cost import COMMON, SHAPES, add_shape_arguments, parameters
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import Drafter
+from specwire.drafting.prespec_config import DEFAULT_FANOUT, PrespecConfig
 from specwire.drafting.sampling import SamplingParams
-from specwire.drafting.speculation import DEFAULT_FANOUT, PrespecConfig
 
 MIB = 2**20
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from anyio.pytest_plugin import get_runner
 
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from specwire.wire.auth import TOKEN_ENV
 from tests.support.isolation import can_isolate, enter_own_network_namespace
 from tests.support.workers import WorkerProcess, running_worker, unique_name

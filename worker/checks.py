@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from specwire.drafting.draft_tree import tree_batchable
 from specwire.drafting.drafter import Drafter
-from specwire.drafting.speculation import PrespecConfig
+from specwire.drafting.prespec_config import PrespecConfig
 from specwire.errors import InvalidArgumentError, ProtocolVersionError, VocabularyMismatchError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import MAX_K, MAX_TREE_NODES, PROTOCOL_VERSION, sampling_from_pb
 

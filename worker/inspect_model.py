@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specwire.models import DEFAULT_MODEL, LoadedModel, load_model
+from specwire.models import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from specwire.models.loading import LoadedModel
 
 NAME = "inspect"
 HELP = "Load a draft model and print its identity: architecture, precision, vocabulary fingerprint."
@@ -40,6 +43,8 @@ def describe(model: LoadedModel) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``worker inspect``."""
+    from specwire.models.loading import load_model  # mlx-lm: loaded when this command runs, not for others
+
     info = describe(load_model(args.model))
     if args.json:
         print(json.dumps(info, indent=2))

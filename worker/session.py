@@ -33,11 +33,12 @@ from typing import Any, TypeVar
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.speculation import PrespecConfig, Speculator
+from specwire.drafting.prespec_config import PrespecConfig
+from specwire.drafting.speculation import Speculator
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import Pacer, buckets_of
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import MAX_TREE_NODES, sampling_from_pb
 from worker.checks import check_open, check_round, check_tree, prespec_config

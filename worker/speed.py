@@ -20,10 +20,10 @@ from collections.abc import Sequence
 
 from specwire.drafting.draft_tree import DraftTree, tree_batchable
 from specwire.drafting.drafter import Drafter, LanguageModel
+from specwire.drafting.prespec_config import DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
 from specwire.drafting.sampling import SamplingParams
-from specwire.drafting.speculation import DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
 from specwire.emulation.profile import non_decreasing
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 WARMUP_TEXT = "The quick brown fox jumps over the lazy dog."
 CURVE_ROWS = (1, 2, 4, 8, TREE_ROWS)

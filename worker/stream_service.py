@@ -28,10 +28,10 @@ from google.protobuf.message import DecodeError
 
 from specwire.drafting.draft_tree import TreeMemory
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.speculation import PrespecConfig
+from specwire.drafting.prespec_config import PrespecConfig
 from specwire.emulation.pace import Pace, PaceCounts, Pacer
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.process.compute import ComputeThread
 from specwire.process.memory import current_rss_bytes, peak_rss_bytes
 from specwire.v1 import draft_pb2 as pb

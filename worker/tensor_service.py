@@ -23,7 +23,7 @@ from specwire.errors import (
     InvalidArgumentError,
     UnsupportedModelError,
 )
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.process.compute import ComputeThread
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import TENSOR_SERVICE_NAME

@@ -30,7 +30,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from specwire.drafting.rollback import Checkpoints
 from specwire.emulation.pace import ROUND_POSITIONS, Pacer, headroom_bucket
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from worker.op_walk import PassRun, Walk, hook_cache
 

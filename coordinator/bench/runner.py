@@ -33,7 +33,7 @@ from coordinator.prompts import Prompt
 from coordinator.runtime import Runtime
 from specwire.drafting.sampling import SamplingParams
 from specwire.emulation.pace import PaceCounts
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 
 @dataclass

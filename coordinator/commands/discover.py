@@ -29,8 +29,7 @@ from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import browse
 from coordinator.workers.survey import WorkerCheck, survey
 from specwire.errors import InvalidArgumentError
-from specwire.models import vocabulary_fingerprint_of
-from specwire.models.loading import ModelSpec
+from specwire.models.loading import ModelSpec, vocabulary_fingerprint_of
 from specwire.wire.bonjour import mdns_interfaces
 
 NAME = "discover"

@@ -33,7 +33,7 @@ from coordinator.strict_json import strict_json
 from specwire.drafting.sampling import DEFAULT_DRAFT_TOP_K, SamplingParams
 from specwire.emulation.pace import PaceCounts
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 
 NAME = "generate"
 HELP = "Generate text from a prompt with speculative decoding, and print tok/s, acceptance and the set-up."

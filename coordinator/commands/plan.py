@@ -49,7 +49,7 @@ from coordinator.runtime import coordinator_runtime
 from specwire.emulation.paper import PAIRS, load_profile
 from specwire.emulation.profile import PassCurve, Profile
 from specwire.errors import InvalidArgumentError
-from specwire.models import load_model
+from specwire.models.loading import load_model
 
 CALIBRATION_BACKENDS = ("stream", "ggml-rpc")
 CALIBRATION_GRANULARITIES = ("op", "token")

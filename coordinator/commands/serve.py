@@ -46,10 +46,11 @@ from coordinator.serving.drafting_status import DraftingStatus
 from coordinator.serving.generation import Drafting
 from coordinator.serving.scheduler import DEFAULT_CONCURRENCY, Scheduler
 from coordinator.workers.discovery import WorkerDirectory
-from specwire.drafting.prefix_cache import PromptCaches, add_prompt_cache_arguments
+from specwire.drafting.prefix_cache import PromptCaches
+from specwire.drafting.prompt_cache_flags import add_prompt_cache_arguments
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
-from specwire.models import load_model
+from specwire.models.loading import load_model
 
 NAME = "serve"
 HELP = "Serve the target over an OpenAI-compatible HTTP API, drafting on workers (or locally)."

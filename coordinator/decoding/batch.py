@@ -54,7 +54,7 @@ from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SparseDistribution, choose_draft_token
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.models.ragged_cache import LayerRow, RowStates, batchable, kv_rows, ragged_cache, row_of
 
 

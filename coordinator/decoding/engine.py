@@ -55,7 +55,7 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.drafting.warmup import warm_drafter, warm_target
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.wire.protocol import MAX_TREE_NODES
 
 MAX_K = 32

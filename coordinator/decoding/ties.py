@@ -19,7 +19,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 TIE_FACTOR = 2.0  # a gap up to twice the measured rounding counts as a tie
 

@@ -45,7 +45,7 @@ from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
 from coordinator.workers.speed import pass_seconds, worker_speed
 from specwire.drafting.prefix_cache import PrefixCache, PromptCaches
-from specwire.drafting.speculation import TREE_ROWS
+from specwire.drafting.prespec_config import TREE_ROWS
 from specwire.emulation.profile import STREAM_PER_ROUND_S
 from specwire.errors import (
     BackendUnavailableError,
@@ -53,7 +53,7 @@ from specwire.errors import (
     RemoteWorkerError,
     SpecwireError,
 )
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from specwire.models.vocab import ensure_same_vocabulary
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM

@@ -29,7 +29,7 @@ from coordinator.drafting.base import DraftSource, Outcome
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 
 class FilledDraftSource:

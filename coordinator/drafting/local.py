@@ -9,7 +9,7 @@ from specwire.drafting.drafter import DraftBlock, Drafter
 from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 
 class LocalDraftSource:

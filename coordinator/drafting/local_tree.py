@@ -58,7 +58,7 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.models.node_pass import forward_nodes_keeping_states, stacked
 from specwire.models.tree_pass import check_tree_support, forward_at, keep_positions
 

@@ -41,7 +41,7 @@ from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 FIRST_K = 2  # the first round's chain, drafted by the worker on demand while it prefills the tree
 

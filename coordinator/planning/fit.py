@@ -40,11 +40,11 @@ from coordinator.decoding.recurrent_pass import keeps_states
 from coordinator.decoding.recurrent_tree import forward_tree_keeping_states
 from specwire.drafting.draft_tree import DraftTree, tree_batchable
 from specwire.drafting.drafter import Drafter
+from specwire.drafting.prespec_config import DEFAULT_FANOUT, PrespecConfig
 from specwire.drafting.sampling import SamplingParams
-from specwire.drafting.speculation import DEFAULT_FANOUT, PrespecConfig
 from specwire.emulation.paper import PAIRS
 from specwire.emulation.profile import PassCurve, Profile
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from specwire.models.tree_pass import forward_at
 
 FITS = 0.5  # the most real time a pass may take of its paced time, measured idle

@@ -38,7 +38,7 @@ from specwire.drafting.sampling import SamplingParams, draft_distribution, targe
 from specwire.drafting.warmup import WARM_CONTEXT, warm_drafter, warm_target
 from specwire.emulation.profile import Machine, PassCurve, Profile
 from specwire.errors import UnsupportedModelError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.models.tree_pass import check_tree_support
 
 VERIFY_SIZES = (1, 2, 3, 5, 9)

@@ -18,7 +18,7 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.prompts import BUILTIN_PROMPTS, encode_prompt
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 TOPS = (1, 2, 4, 8)
 

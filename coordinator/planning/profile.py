@@ -12,7 +12,7 @@ from dataclasses import replace
 from coordinator.planning.ceiling import Ceiling, Worker, ceiling
 from coordinator.planning.model import Acceptance, Link, Target, Transport
 from coordinator.planning.prespec import Outcomes, fill_schedule, schedule
-from specwire.drafting.speculation import DEFAULT_FANOUT
+from specwire.drafting.prespec_config import DEFAULT_FANOUT
 from specwire.emulation.profile import Machine, PassCurve, Profile
 
 

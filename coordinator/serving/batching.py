@@ -26,7 +26,7 @@ from coordinator.planning.planner import Planner
 from coordinator.runtime import Runtime
 from coordinator.serving.generation import Drafting, Generation
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 RELEASE_MIN_TOKENS = 16  # tokens left, below which a batch's last request stays in it: a draft source's
 # start (a worker session and its prefill) would cost about as much as the rounds it could speed up

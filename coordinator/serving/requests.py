@@ -24,7 +24,7 @@ from specwire.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 CHAT, TEXT = "chat", "text"
 MAX_STOPS = 4

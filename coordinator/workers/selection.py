@@ -28,7 +28,7 @@ from specwire.errors import (
     NoWorkerError,
     ProtocolVersionError,
 )
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.models.vocab import ensure_same_vocabulary
 from specwire.wire.bonjour import WorkerAdvert
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM, PROTOCOL_VERSION

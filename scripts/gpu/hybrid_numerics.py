@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coordinator.decoding.engine import SpeculativeDecoder
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 
 K = 4
 PROMPT = "Once upon a time, a lighthouse keeper"

@@ -35,7 +35,7 @@ from coordinator.drafting.ggml_rpc.graph import ForwardGraph, Walk
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.prompts import BUILTIN_PROMPTS, encode_prompt
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from worker.op_walk import trace
 from worker.tensor_session import TensorSession
 

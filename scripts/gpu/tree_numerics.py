@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coordinator.decoding.ties import TIE_FACTOR
 from specwire.drafting.token_tree import TokenTree
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from tests.specwire.models.test_tree_pass import PROMPT, random_tree, verified
 from tests.support.rounding import cache_arrays, pass_rounding, relative_difference
 

@@ -52,8 +52,9 @@ from mlx_lm.models.cache import ArraysCache, KVCache
 from specwire.drafting.branch_batch import cache_view
 from specwire.drafting.choices import top_choices_now
 from specwire.drafting.drafter import Drafter
+from specwire.drafting.prespec_config import PrespecConfig
 from specwire.drafting.sampling import SparseDistribution
-from specwire.drafting.speculation import AcceptanceRate, PrespecConfig
+from specwire.drafting.speculation import AcceptanceRate
 from specwire.drafting.tree_arena import NONE, TreeArena
 from specwire.drafting.tree_table import NodeTable
 from specwire.emulation.pace import hold_pass

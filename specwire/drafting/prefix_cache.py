@@ -27,7 +27,6 @@ writing on never alters it. All methods run on the compute thread.
 
 from __future__ import annotations
 
-import argparse
 import secrets
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -37,10 +36,9 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
+from specwire.drafting.prompt_cache_flags import DEFAULT_BYTES, DEFAULT_ENTRIES
 from specwire.drafting.rollback import layer_kind, load_state, save_state
 
-DEFAULT_ENTRIES = 10
-DEFAULT_BYTES = 2 << 30
 SLICED = "sliced"  # a KV cache's rows, reusable up to any shared prefix
 KEPT = ("arrays", "window")  # the rollback kinds whose whole state an entry keeps
 
@@ -212,34 +210,3 @@ class PromptCaches:
     def stats(self) -> dict[str, dict[str, int]]:
         """Each model's cache: entries, bytes, hits, misses, tokens reused."""
         return {model: cache.stats() for model, cache in self.caches.items()}
-
-
-def parse_bytes(text: str) -> int:
-    """``4294967296``, ``4G``, ``512M`` or ``64K`` as bytes."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    text = text.strip().upper().removesuffix("B")
-    scale = units.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in units else text
-    try:
-        value = int(float(number) * scale)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 4294967296, 4G or 512M") from err
-    if value < 0:
-        raise argparse.ArgumentTypeError("a size cannot be negative")
-    return value
-
-
-def add_prompt_cache_arguments(group: Any) -> None:
-    """``--prompt-cache-size`` and ``--prompt-cache-bytes``, named as mlx_lm.server names them."""
-    group.add_argument(
-        "--prompt-cache-size",
-        type=int,
-        default=DEFAULT_ENTRIES,
-        help="prompts whose prefill is kept for later requests that start the same (0: none)",
-    )
-    group.add_argument(
-        "--prompt-cache-bytes",
-        type=parse_bytes,
-        default=DEFAULT_BYTES,
-        help="most bytes each model's prompt cache holds, such as 4G (least recently used out first)",
-    )

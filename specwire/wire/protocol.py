@@ -9,16 +9,19 @@ durations are part of the protocol cost the bench attributes.
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams, SparseDistribution
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import Pace
 from specwire.errors import InvalidArgumentError
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.timing import ServerTiming
+
+if TYPE_CHECKING:  # the drafter brings in mlx-lm, which the commands that load no model must not pay for
+    from specwire.drafting.drafter import DraftBlock
 
 # 2: tree replies (Round.tree_nodes, Drafts.parents); 3: the per-op walk traced from the model (Op STEP)
 PROTOCOL_VERSION = 3

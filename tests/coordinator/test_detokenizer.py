@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from coordinator.detokenizer import TextDecoder
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 
 def pieces_of(tiny: LoadedModel, ids: list[int]) -> list[str]:

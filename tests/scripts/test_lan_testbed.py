@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.prompts import text_ar_tokens
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "lan_testbed"

@@ -22,7 +22,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import qwen3
 from mlx_lm.utils import save_config, save_model
 
-from specwire.models import load_tokenizer
+from specwire.models.loading import load_tokenizer
 
 TARGET_ID = "mlx-community/Qwen3-8B-4bit"
 DRAFT_ID = "mlx-community/Qwen3-0.6B-4bit"

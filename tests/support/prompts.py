@@ -5,7 +5,7 @@ from __future__ import annotations
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.prompts import encode_prompt
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 MAX_TOKENS = 12
 # Completion-style prompts: short (prefill is slow on the CPU backend) and

@@ -10,7 +10,7 @@ from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import connect
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from tests.support.credentials import credentials
 

@@ -23,7 +23,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from coordinator.decoding.results import GenerationResult
 from coordinator.decoding.ties import TIE_FACTOR, first_divergence, measure_tie, rounding_gap, top2_gap
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 __all__ = [
     "EXACT",

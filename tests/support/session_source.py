@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import PROTOCOL_VERSION, sampling_to_pb
 from worker.hosting import WorkerCounters

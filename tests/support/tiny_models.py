@@ -6,7 +6,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import llama
 
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.models.tiny_hybrid import build_tiny_hybrid
 
 TINY_ARGS = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from coordinator.drafting.ggml_rpc.graph import ForwardGraph, Walk
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from worker.op_walk import trace
 from worker.tensor_session import TensorSession

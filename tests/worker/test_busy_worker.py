@@ -19,7 +19,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.workers.discovery import WorkerDirectory
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.v1 import draft_pb2_grpc
 from specwire.wire.protocol import DRAFT_METHOD

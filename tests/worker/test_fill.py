@@ -15,7 +15,7 @@ import pytest
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
 from tests.support.credentials import channel as worker_channel

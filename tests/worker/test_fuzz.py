@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
 from specwire.wire.protocol import DRAFT_METHOD, EXECUTE_METHOD, HELLO_METHOD, PROTOCOL_VERSION

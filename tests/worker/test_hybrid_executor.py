@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from specwire.v1 import draft_pb2 as pb
 from tests.support.walks import ops, walked
 

@@ -21,7 +21,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.utils import save_config, save_model
 
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.cli import run_cli
 from tests.support.workers import running_worker, unique_name
 from tests.worker.test_op_walk import ARCHITECTURES, build

@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.workers.connection import connect
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.cli import run_cli
 from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS

@@ -20,7 +20,7 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.sampling import SamplingParams, target_distribution
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.v1 import draft_pb2_grpc
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb

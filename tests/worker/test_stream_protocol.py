@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.v1 import draft_pb2_grpc
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION

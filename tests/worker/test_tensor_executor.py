@@ -11,7 +11,7 @@ import pytest
 from mlx_lm.models import qwen3
 from mlx_lm.utils import save_config, save_model
 
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION
 from tests.support.cli import one_error_line, run_cli

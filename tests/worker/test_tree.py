@@ -21,10 +21,10 @@ from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 from specwire.drafting.choices import top_choices
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import Drafter
+from specwire.drafting.prespec_config import PrespecConfig
 from specwire.drafting.sampling import SamplingParams
-from specwire.drafting.speculation import PrespecConfig
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
 from tests.support.credentials import channel as worker_channel

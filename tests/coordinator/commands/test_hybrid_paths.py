@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from tests.coordinator.drafting.test_worker_loss import PROMPT, generate_through
 from tests.support.cli import run_cli
 from tests.support.prompts import ar_tokens, text_ar_tokens

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.cli import one_error_line, run_cli
 from tests.support.prompts import PROMPTS, text_ar_tokens
 from tests.support.remote import generate_remote

@@ -25,8 +25,7 @@ from coordinator.decoding.engine import Decoding, SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import UnsupportedModelError
-from specwire.models import LoadedModel
-from specwire.models.loading import load_model
+from specwire.models.loading import LoadedModel, load_model
 from specwire.models.ragged_cache import batchable, kv_rows, ragged_cache
 from tests.support.rounding import EXACT, PassRounding, assert_logits_within, assert_lossless
 from tests.support.tiny_models import as_loaded

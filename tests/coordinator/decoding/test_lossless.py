@@ -33,7 +33,7 @@ import pytest
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.rounding import assert_lossless, rounding_gap
 from tests.support.tiny_models import disagreeing_pair

@@ -44,7 +44,7 @@ from specwire.drafting.sampling import (
     draft_distribution,
     target_distribution,
 )
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.models.tiny_hybrid import build_tiny_hybrid
 from specwire.v1 import draft_pb2 as pb
 from tests.support.session_source import SessionSource

@@ -14,7 +14,7 @@ import pytest
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.ties import tie_at
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.tiny_models import as_loaded, tiny_llama
 
 PROMPT = [2, 5, 1]

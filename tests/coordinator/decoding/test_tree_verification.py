@@ -11,7 +11,7 @@ from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from tests.support.prompts import PROMPTS
 from tests.support.rounding import assert_lossless
 from tests.support.tiny_models import disagreeing_pair

@@ -29,7 +29,7 @@ from coordinator.runtime import coordinator_runtime
 from specwire.drafting.sampling import SamplingParams
 from specwire.emulation.pace import parse_pace
 from specwire.emulation.profile import PassCurve
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.relay import delay_relay, free_port

@@ -18,7 +18,7 @@ from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError, NoWorkerError, VocabularyMismatchError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.tiny_models import disagreeing_pair

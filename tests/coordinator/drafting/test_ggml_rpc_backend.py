@@ -16,7 +16,7 @@ from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import connect
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import PerOpRun, assert_per_op_drafts_as_stream, generate_per_op, generate_remote

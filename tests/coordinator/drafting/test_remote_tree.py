@@ -23,7 +23,7 @@ from coordinator.workers.connection import connect
 from coordinator.workers.stream_call import CLOSE_TIMEOUT_S
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from specwire.v1 import draft_pb2 as pb
 from tests.support.credentials import credentials
 from tests.support.messages import fields_of

@@ -22,7 +22,7 @@ from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.spec import DraftSpec
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.sampling import SamplingParams
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.cli import run_cli
 from tests.support.credentials import credentials
 from tests.support.prompts import ar_tokens

@@ -7,7 +7,7 @@ import pytest
 
 from coordinator.planning.pair import agreement, mean_accepted
 from specwire.emulation import paper
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.prompts import text_ar_tokens
 from tests.support.servers import ServerProcess, running_server
 from tests.support.workers import WorkerProcess

@@ -6,7 +6,7 @@ import pytest
 
 from coordinator.serving.requests import TEXT, read_request
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 
 @pytest.mark.parametrize(

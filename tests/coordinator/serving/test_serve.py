@@ -25,7 +25,7 @@ import pytest
 
 from coordinator.prompts import encode_prompt
 from coordinator.workers.connection import connect, refresh_hello
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from tests.support.cli import one_error_line, run_cli
 from tests.support.credentials import credentials
 from tests.support.rounding import assert_lossless

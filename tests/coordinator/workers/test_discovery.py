@@ -18,7 +18,7 @@ from coordinator.workers.connection import connect
 from coordinator.workers.discovery import WorkerDirectory
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
 from tests.support.cli import one_error_line, run_cli

@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 
 from specwire.drafting.warmup import target_sizes, warm_drafter, warm_target
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 
 
 class Recording:

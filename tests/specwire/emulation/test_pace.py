@@ -16,7 +16,7 @@ from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import Pacer, headroom_quantile, pace_model, parse_pace
 from specwire.emulation.profile import PassCurve
 from specwire.errors import InvalidArgumentError
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 
 PACED_MS = 12.0  # far above the tiny model's real pass, so none overruns even on a loaded machine
 

@@ -9,8 +9,8 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.models.gated_delta import gated_delta_ops
 
 from specwire.emulation.pace import ROUND_POSITIONS
-from specwire.models import load_model
 from specwire.models.delta_scan import MIN_POSITIONS, scan_delta_rule
+from specwire.models.loading import load_model
 
 
 @pytest.mark.parametrize("length", [MIN_POSITIONS, 64, 65, 167])

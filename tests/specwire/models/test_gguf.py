@@ -10,7 +10,7 @@ import mlx.nn as nn
 import pytest
 
 from specwire.errors import ModelFormatError, UnsupportedModelError
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from tests.support.gguf_models import converter_permute, write_llama_gguf
 from tests.support.tiny_models import tiny_llama
 

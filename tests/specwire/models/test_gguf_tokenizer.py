@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specwire.errors import UnsupportedModelError
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from tests.support.gguf_models import write_llama_gguf
 from tests.support.tiny_models import tiny_llama
 

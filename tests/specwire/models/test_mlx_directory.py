@@ -14,7 +14,7 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import ModelNotFoundError
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from specwire.models.tiny_hybrid import build_tiny_hybrid
 from tests.support.prompts import ar_tokens
 from tests.support.rounding import assert_lossless, rounding_gap

@@ -11,7 +11,7 @@ from coordinator.decoding.rollback import Rollback
 from specwire.drafting.drafter import prefill
 from specwire.drafting.token_tree import TokenTree
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
-from specwire.models import LoadedModel, load_model
+from specwire.models.loading import LoadedModel, load_model
 from tests.support.rounding import PassRounding, assert_caches_within, assert_logits_within, backend_rounding
 
 PROMPT = [1, 504, 3458, 282, 260, 2113, 314, 30]  # any tokens do: the check is the cache, not the text

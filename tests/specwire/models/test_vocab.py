@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specwire.errors import VocabularyMismatchError
-from specwire.models import LoadedModel
+from specwire.models.loading import LoadedModel
 from specwire.models.vocab import ensure_same_vocabulary, vocabulary_fingerprint
 
 
