@@ -11,8 +11,10 @@ from pathlib import Path
 
 from specwire.drafting.prespec_config import TREE_MEMORY, TREE_ROWS
 from specwire.drafting.prompt_cache_flags import add_prompt_cache_arguments
+from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
+from worker.log_file import log_to_file
 
 NAME = "serve"
 HELP = "Serve a draft model over gRPC and announce it over Bonjour."
@@ -121,7 +123,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``worker serve`` until SIGINT or SIGTERM."""
-    from worker import server  # mlx-lm, transformers and gRPC: about a second the agent commands skip
+    """Run ``worker serve`` until SIGINT or SIGTERM: the flags are checked here, then the server
+    (``worker.server``) loads mlx-lm and gRPC, about a second that the agent commands reading these
+    flags skip."""
+    if args.log_file is not None:
+        log_to_file(args.log_file)
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    unknown = set(backends) - set(BACKENDS)
+    if unknown or not backends:
+        raise InvalidArgumentError(f"--backends: unknown {sorted(unknown)}; available: {', '.join(BACKENDS)}")
+    if args.max_sessions < 1:
+        raise InvalidArgumentError("--max-sessions must be at least 1")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise InvalidArgumentError("--tls-cert and --tls-key go together")
+    from worker import server
 
-    return server.run(args)
+    return server.run(args, backends)

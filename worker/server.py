@@ -45,9 +45,7 @@ from worker.advertise import Advertiser, advertised_addresses
 from worker.auth import AuthInterceptor
 from worker.echo import EchoServer
 from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
-from worker.log_file import log_to_file
 from worker.op_walk import Walk
-from worker.serve import BACKENDS
 from worker.speed import draft_speed, pass_curve
 from worker.stream_service import DraftService
 from worker.tensor_service import TensorService, walk_of
@@ -80,18 +78,8 @@ def prespec_defaults(args: argparse.Namespace) -> PrespecConfig:
     return PrespecConfig(tree_rows=args.tree_rows, tree_memory=int(args.tree_memory * 2**30))
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``worker serve`` until SIGINT or SIGTERM."""
-    if args.log_file is not None:
-        log_to_file(args.log_file)
-    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
-    unknown = set(backends) - set(BACKENDS)
-    if unknown or not backends:
-        raise InvalidArgumentError(f"--backends: unknown {sorted(unknown)}; available: {', '.join(BACKENDS)}")
-    if args.max_sessions < 1:
-        raise InvalidArgumentError("--max-sessions must be at least 1")
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise InvalidArgumentError("--tls-cert and --tls-key go together")
+def run(args: argparse.Namespace, backends: tuple[str, ...]) -> int:
+    """Run ``worker serve`` (its flags checked, ``backends`` those it offers) until SIGINT or SIGTERM."""
     interfaces = mdns_interfaces(args.interface)
     prespec_defaults(args)  # checked before the model loads
     pace = parse_pace(args.pace) if args.pace else None
