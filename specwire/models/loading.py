@@ -170,9 +170,25 @@ def cast_model(model: nn.Module, dtype: str) -> None:
     mx.eval(model.parameters())
 
 
+# Tokenizers built from GGUF files, by (path, size, mtime): a target and its draft made from one file
+# (``default@float32`` and ``default``, ``tiny`` and ``tiny-draft``) share one, built once a process.
+_GGUF_TOKENIZERS: dict[tuple[str, int, int], Any] = {}
+
+
+def _gguf_tokenizer(path: Path, metadata: dict[str, Any] | None = None) -> Any:
+    """The tokenizer ``path`` describes (``metadata``: its header, when already read); building one
+    takes about 0.3 s on a slow CPU, and every load after the first in a process reuses it."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _GGUF_TOKENIZERS:
+        header = metadata if metadata is not None else read_metadata(path)
+        _GGUF_TOKENIZERS[key] = build_tokenizer(header, str(path))
+    return _GGUF_TOKENIZERS[key]
+
+
 def _load_gguf_model(path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
     model, args, metadata = load_gguf(path)
-    return model, build_tokenizer(metadata, str(path)), args, "gguf " + _precision_of(model)
+    return model, _gguf_tokenizer(path, metadata), args, "gguf " + _precision_of(model)
 
 
 # Models built from a seed, with the default model's tokenizer: spec -> (builder, draft variant).
@@ -186,7 +202,7 @@ BUILT = {
 
 
 def _load_built_model(source: str, tokenizer_path: Path) -> tuple[nn.Module, Any, dict[str, Any], str]:
-    tokenizer = build_tokenizer(read_metadata(tokenizer_path), str(tokenizer_path))
+    tokenizer = _gguf_tokenizer(tokenizer_path)
     build, draft = BUILT[source]
     model, args = build(len(tokenizer), draft)
     return model, tokenizer, args, "float32"
@@ -253,7 +269,7 @@ def load_tokenizer(spec: str | ModelSpec) -> Any:
     if isinstance(resolved, Path) and resolved.is_file():
         if not is_gguf(resolved):
             raise UnsupportedModelError(f"{resolved}: not a GGUF file")
-        return build_tokenizer(read_metadata(resolved), str(resolved))
+        return _gguf_tokenizer(resolved)
     from mlx_lm.utils import load_tokenizer as mlx_load_tokenizer
 
     try:

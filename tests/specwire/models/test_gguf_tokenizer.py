@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,14 @@ def test_unknown_pretokenizer_is_refused(tmp_path: Path) -> None:
     path.write_bytes(data)
     with pytest.raises(UnsupportedModelError, match="pre-tokenizer 'mystery' is not supported; supported: "):
         load_model(str(path))
+
+
+def test_models_of_one_file_share_its_tokenizer_until_the_file_changes(tmp_path: Path) -> None:
+    model, args = tiny_llama(0)
+    path = tmp_path / "pair.gguf"
+    write_llama_gguf(model, args, path)
+    draft, target = load_model(str(path)), load_model(f"{path}@float32")
+    assert draft.tokenizer is target.tokenizer
+    written = path.stat()
+    os.utime(path, ns=(written.st_atime_ns, written.st_mtime_ns + 1_000_000))  # as a rewrite would
+    assert load_model(str(path)).tokenizer is not draft.tokenizer
