@@ -1,4 +1,4 @@
-"""scripts/lan_probe.py against a real worker on loopback."""
+"""scripts/lan_probe.py against a real worker on loopback (the tiny one: the probe times the link)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def run_probe(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_raw_tcp_floor_is_below_grpc_and_json_is_valid(worker: WorkerProcess, tmp_path: Path) -> None:
+def test_raw_tcp_floor_is_below_grpc_and_json_is_valid(tiny_worker: WorkerProcess, tmp_path: Path) -> None:
+    worker = tiny_worker
     out = run_probe("--host", worker.address, "--json", str(tmp_path / "probe.json"))
     assert out.returncode == 0, out.stderr
     (report,) = json.loads((tmp_path / "probe.json").read_text())["workers"]
@@ -38,7 +39,8 @@ def test_raw_tcp_floor_is_below_grpc_and_json_is_valid(worker: WorkerProcess, tm
     assert "unary-tcp" in out.stdout and "throughput: to worker" in out.stdout
 
 
-def test_probe_finds_workers_over_bonjour(worker: WorkerProcess) -> None:
+def test_probe_finds_workers_over_bonjour(tiny_worker: WorkerProcess) -> None:
+    worker = tiny_worker
     out = run_probe("--interface", "127.0.0.1", "--worker", worker.name, "--sizes", "16,4096")
     assert out.returncode == 0, out.stderr
     assert f"worker {worker.name}: gRPC {worker.address}" in out.stdout
