@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from coordinator.commands import discover, serve
@@ -18,9 +19,15 @@ DISCOVER = ["discover", "--interface", "127.0.0.1", "--discover-timeout", "4", "
 def test_discover_says_hello_to_each_worker_and_says_why_one_cannot_draft(
     tiny_worker: WorkerProcess, tmp_path: Path
 ) -> None:
-    with other_vocabulary_worker(tmp_path) as vocab, other_token_worker(tmp_path) as token:
-        listed = run_cli("coordinator", *DISCOVER, "--json")
-        table = run_cli("coordinator", *DISCOVER)
+    # Each run browses for the whole timeout: the two run at once, not in turn.
+    with (
+        other_vocabulary_worker(tmp_path) as vocab,
+        other_token_worker(tmp_path) as token,
+        ThreadPoolExecutor(2) as both,
+    ):
+        listing = both.submit(run_cli, "coordinator", *DISCOVER, "--json")
+        table = both.submit(run_cli, "coordinator", *DISCOVER).result()
+        listed = listing.result()
     assert listed.returncode == 0, listed.stderr
     assert "no weights are loaded" in listed.stderr  # the target's tokenizer only
     rows = {w["name"]: w for w in json.loads(listed.stdout)["workers"]}
