@@ -20,7 +20,7 @@ from coordinator.commands.options import (
     pace_of,
     worker_access,
 )
-from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
+from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder, check_k
 from coordinator.detokenizer import TextDecoder
 from coordinator.drafting.auto import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
@@ -160,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     params = SamplingParams(args.temperature, args.top_p, args.top_k, args.draft_top_k, args.seed)
     if args.max_tokens < 1:
         raise InvalidArgumentError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    check_k(args.k)  # before any model loads
     text = read_prompt(args)
     pace = pace_of(args)
     return anyio.run(_generate, args, params, text, pace)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from coordinator.decoding.engine import MAX_K
 from coordinator.decoding.rollback import STRATEGIES
 from coordinator.drafting.factory import DEFAULT_DISCOVER_TIMEOUT_S, WorkerAccess
 from coordinator.drafting.failover import POLICIES
@@ -20,7 +19,6 @@ from coordinator.drafting.stream import ROUND_TIMEOUT_S
 from coordinator.pacing import CoordinatorPace
 from coordinator.workers.credentials import Credentials
 from specwire.emulation.pace import parse_pace
-from specwire.errors import InvalidArgumentError
 from specwire.wire.bonjour import mdns_interfaces
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 
@@ -184,9 +182,7 @@ def worker_access(args: argparse.Namespace) -> WorkerAccess:
 
 
 def draft_spec(args: argparse.Namespace) -> DraftSpec:
-    """The draft source ``--draft`` and the drafting flags describe (checked before any model loads)."""
-    if not 0 <= args.k <= MAX_K:
-        raise InvalidArgumentError(f"--k must be within 0..{MAX_K}, got {args.k}")
+    """The draft source ``--draft`` and the drafting flags describe."""
     local = "" if args.local_draft == "none" else args.local_draft
     return DraftSpec.parse(
         args.draft,

@@ -78,7 +78,8 @@ class Steering(Protocol):
         ...
 
 
-def _check_k(k: int) -> None:
+def check_k(k: int) -> None:
+    """Raise ``InvalidArgumentError`` unless ``k`` is a draft count a round may ask for (0..MAX_K)."""
     if not 0 <= k <= MAX_K:
         raise InvalidArgumentError(f"k must be within 0..{MAX_K}, got {k}")
 
@@ -153,7 +154,7 @@ class SpeculativeDecoder:
     def _check(self, prompt: Sequence[int], k: int) -> None:
         if not prompt:
             raise InvalidArgumentError("the prompt must hold at least one token")
-        _check_k(k)
+        check_k(k)
         if len(prompt) >= self.target.context_length:
             raise InvalidArgumentError(
                 f"the prompt has {len(prompt)} tokens; "
@@ -169,7 +170,7 @@ class SpeculativeDecoder:
         anything: on a GPU the first use of each kernel compiles it
         (``specwire.drafting.warmup``).
         """
-        _check_k(k)  # a bad k is refused before a minute of warming on a GPU, not after
+        check_k(k)  # a bad k is refused before a minute of warming on a GPU, not after
         seconds = warm_target(self.target.model, k)
         if k > 0:
             seconds += warm_states(self.target.model, k)  # a hybrid target's rollback and tree passes
