@@ -43,7 +43,7 @@ def residual_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def accept_sampled(
-    target_logits: np.ndarray,
+    target_logits: np.ndarray | Sequence[np.ndarray],
     drafts: Sequence[int],
     dists: Sequence[SparseDistribution],
     params: SamplingParams,
@@ -82,7 +82,10 @@ def accept_tree_greedy(target_choices: Sequence[int], tree: TokenTree) -> tuple[
 
 
 def accept_tree_sampled(
-    target_logits: np.ndarray, tree: TokenTree, params: SamplingParams, rng: np.random.Generator
+    target_logits: np.ndarray | Sequence[np.ndarray],
+    tree: TokenTree,
+    params: SamplingParams,
+    rng: np.random.Generator,
 ) -> tuple[list[int], int]:
     """Walk the tree with the target's own samples: draw its token after the path, follow the child
     holding it, stop where no child does.

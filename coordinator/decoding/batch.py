@@ -51,6 +51,7 @@ from coordinator.decoding.engine import Decoding
 from coordinator.decoding.recurrent_pass import forward_keeping_states, keeps_states
 from specwire.drafting.drafter import DRAFT_STREAM, DraftBlock, prefill_cached
 from specwire.drafting.prefix_cache import PrefixCache
+from specwire.drafting.processors import Choices, ProcessedRows, chain_suffix
 from specwire.drafting.sampling import SparseDistribution, choose_draft_token
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
@@ -222,19 +223,19 @@ class DecodingBatch:
         else:
             logits = _call(self.target.model, inputs, self.target_cache)
         choices = np.array(mx.argmax(logits, axis=-1)).tolist()
-        sampled = any(not row.decoding.params.greedy for row in self.rows)
-        host = np.array(logits.astype(mx.float32)) if sampled else None
+        on_host = any(not row.decoding.params.greedy or row.decoding.processing for row in self.rows)
+        host = np.array(logits.astype(mx.float32)) if on_host else None
         verdicts = []
         for b, (row, k) in enumerate(zip(self.rows, ks, strict=True)):
-            decoding = row.decoding
+            decoding, drafts = row.decoding, row.drafts[:k]
+            rows: Any = host[b, : k + 1] if host is not None else None
+            if decoding.processing is not None:  # the request's penalties and grammar, position by position
+                rows = ProcessedRows(rows, decoding.processing, chain_suffix(drafts))
             if decoding.params.greedy:
-                verdicts.append(accept_greedy(choices[b][: k + 1], row.drafts[:k]))
+                chosen = Choices(rows) if decoding.processing is not None else choices[b][: k + 1]
+                verdicts.append(accept_greedy(chosen, drafts))
             else:
-                assert host is not None
-                rows = host[b, : k + 1]
-                verdicts.append(
-                    accept_sampled(rows, row.drafts[:k], row.dists[:k], decoding.params, decoding.rng)
-                )
+                verdicts.append(accept_sampled(rows, drafts, row.dists[:k], decoding.params, decoding.rng))
         self.target_layout.commit(width, [accepted + 1 for accepted, _ in verdicts])
         for i, layer in enumerate(self.target_cache):  # each row's state after its accepted tokens
             if isinstance(layer, RowStates):

@@ -51,6 +51,7 @@ from coordinator.decoding.rollback import Rollback, warm_states
 from coordinator.drafting.base import DraftSource, Outcome
 from specwire.drafting.drafter import DraftBlock, prefill_cached
 from specwire.drafting.prefix_cache import PrefixCache
+from specwire.drafting.processors import Choices, ProcessedRows, Processing, chain_suffix, tree_suffix
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.drafting.warmup import warm_drafter, warm_target
@@ -111,10 +112,17 @@ class SpeculativeDecoder:
         params: SamplingParams,
         on_tokens: Callable[[list[int]], None] | None = None,
         halt: threading.Event | None = None,
+        processing: Processing | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_tokens`` tokens after ``prompt``; stop early once ``halt`` is set."""
         decoding = self.begin(
-            prompt, max_tokens=max_tokens, k=k, params=params, on_tokens=on_tokens, halt=halt
+            prompt,
+            max_tokens=max_tokens,
+            k=k,
+            params=params,
+            on_tokens=on_tokens,
+            halt=halt,
+            processing=processing,
         )
         try:
             while decoding.round():
@@ -132,11 +140,13 @@ class SpeculativeDecoder:
         params: SamplingParams,
         on_tokens: Callable[[list[int]], None] | None = None,
         halt: threading.Event | None = None,
+        processing: Processing | None = None,
     ) -> Decoding:
         """Start a generation (the draft source's session, the target's prefill), to run a round at a time.
 
         The caller runs ``round()`` until it returns False, then ``close()``s it whatever happened: ``serve``
-        interleaves the rounds of several generations this way.
+        interleaves the rounds of several generations this way. ``processing`` (a request's penalties and
+        grammar: ``specwire.drafting.processors``) shapes the target's distribution at every position.
         """
         self._check(prompt, k)
         max_tokens = min(max_tokens, self.target.context_length - len(prompt))
@@ -145,7 +155,9 @@ class SpeculativeDecoder:
         try:
             if source is not None:
                 source.start(prompt, params, min(k, max_tokens - 1))
-            return Decoding(self, prompt, max_tokens, k, params, source, start, on_tokens, halt)
+            decoding = Decoding(self, prompt, max_tokens, k, params, source, start, on_tokens, halt)
+            decoding.processing = processing
+            return decoding
         except BaseException:
             if source is not None:
                 source.close()
@@ -185,17 +197,24 @@ class SpeculativeDecoder:
         block: DraftBlock,
         params: SamplingParams,
         rng: np.random.Generator,
+        processing: Processing | None = None,
     ) -> tuple[list[int], int, int]:
         """The accepted drafts, the target's token, and the ns rolling back the rest took."""
         if block.tree is not None:
-            return self._verify_tree(rollback, pending, block.tree, params, rng)
+            return self._verify_tree(rollback, pending, block.tree, params, rng, processing)
         drafts = block.tokens
         logits = rollback.verify([pending, *drafts])[0]
-        if params.greedy:
+        if processing is not None:
+            rows = ProcessedRows(np.array(logits.astype(mx.float32)), processing, chain_suffix(drafts))
+            if params.greedy:
+                accepted, token = accept_greedy(Choices(rows), drafts)
+            else:
+                accepted, token = accept_sampled(rows, drafts, block.dists or [], params, rng)
+        elif params.greedy:
             accepted, token = accept_greedy(np.array(mx.argmax(logits, axis=-1)).tolist(), drafts)
         else:
-            rows = np.array(logits.astype(mx.float32))
-            accepted, token = accept_sampled(rows, drafts, block.dists or [], params, rng)
+            host = np.array(logits.astype(mx.float32))
+            accepted, token = accept_sampled(host, drafts, block.dists or [], params, rng)
         return drafts[:accepted], token, rollback.keep_first(accepted + 1)
 
     def _verify_tree(
@@ -205,9 +224,18 @@ class SpeculativeDecoder:
         tree: TokenTree,
         params: SamplingParams,
         rng: np.random.Generator,
+        processing: Processing | None,
     ) -> tuple[list[int], int, int]:
         logits = rollback.verify_tree(pending, tree)[0]
-        if params.greedy:
+        if processing is not None:
+            rows = ProcessedRows(
+                np.array(logits.astype(mx.float32)), processing, tree_suffix(tree.tokens, tree.path)
+            )
+            if params.greedy:
+                path, token = accept_tree_greedy(Choices(rows), tree)
+            else:
+                path, token = accept_tree_sampled(rows, tree, params, rng)
+        elif params.greedy:
             path, token = accept_tree_greedy(np.array(mx.argmax(logits, axis=-1)).tolist(), tree)
         else:
             path, token = accept_tree_sampled(np.array(logits.astype(mx.float32)), tree, params, rng)
@@ -259,6 +287,8 @@ class Decoding:
         self.rng = np.random.default_rng([params.seed, VERIFY_STREAM])
         self.pending = int(prompt[-1])
         self.outcome: Outcome | None = None
+        self.processing: Processing | None = None  # the request's penalties and grammar, if any
+        self.stop_ids = target.eos_token_ids  # tokens that end the generation (none: a client's ignore_eos)
 
     def round(self) -> bool:
         """Run one round; False once the generation has ended (its result is then complete)."""
@@ -273,7 +303,7 @@ class Decoding:
         if block.tree is not None:  # no deeper than k: every accepted path fits in max_tokens
             block.tree.check(self.decoder.target.vocab_size, MAX_TREE_NODES, k_round)
         kept, token, rollback_ns = self.decoder._verify(
-            self.rollback, self.pending, block, self.params, self.rng
+            self.rollback, self.pending, block, self.params, self.rng, self.processing
         )
         return self.settle(k_round, block, kept, token, (t0, t1, time.perf_counter_ns()), rollback_ns)
 
@@ -307,12 +337,14 @@ class Decoding:
         t0, t1, t2 = times
         accepted = len(kept)
         emitted = [*kept, token]
-        stop = next((i for i, t in enumerate(emitted) if t in self.decoder.target.eos_token_ids), None)
+        stop = next((i for i, t in enumerate(emitted) if t in self.stop_ids), None)
         if stop is not None:
             emitted = emitted[:stop]
             result.finish_reason = "eos"
         result.tokens.extend(emitted)
         result.token_ns.extend([t2] * len(emitted))
+        if self.processing is not None:
+            self.processing.accept([*kept, token])
         record = RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block, rollback_ns)
         result.rounds.append(record)
         if policy is not None:

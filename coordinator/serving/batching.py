@@ -24,7 +24,7 @@ from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.provenance import drafted_by
 from coordinator.planning.planner import Planner
 from coordinator.runtime import Runtime
-from coordinator.serving.generation import Drafting, Generation
+from coordinator.serving.generation import Drafting, Generation, begin
 from specwire.drafting.prefix_cache import PrefixCache
 from specwire.models.loading import LoadedModel
 
@@ -108,22 +108,15 @@ class Batching:
 
     async def _join(self, generation: Generation, batch: DecodingBatch, k: int) -> None:
         """Begin ``generation`` with no draft source of its own, in ``batch``."""
-        request, deliver = generation.request, self._deliver(generation)
+        deliver = self._deliver(generation)
         decoder = SpeculativeDecoder(self.sources.target, None, prefix_cache=self._target_cache)
 
-        def begin() -> Decoding:
-            decoding = decoder.begin(
-                request.prompt,
-                max_tokens=request.max_tokens,
-                k=0,
-                params=request.params,
-                on_tokens=deliver,
-                halt=generation.halt,
-            )
+        def start() -> Decoding:
+            decoding = begin(decoder, generation, 0, deliver)
             batch.join(decoding, k)
             return decoding
 
-        generation.decoding = await self.runtime.compute.run(begin)
+        generation.decoding = await self.runtime.compute.run(start)
         self._batched(generation, k)
 
     async def _move(self, generation: Generation, batch: DecodingBatch) -> None:

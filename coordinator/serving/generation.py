@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from coordinator.decoding.engine import Decoding, GenerationResult
+from coordinator.decoding.engine import Decoding, GenerationResult, SpeculativeDecoder
 from coordinator.drafting.spec import DraftSpec
 from coordinator.serving.requests import CompletionRequest
 
@@ -38,6 +39,25 @@ class Generation:
     def queued_s(self) -> float:
         """Seconds spent waiting for the target."""
         return (self.started_ns - self.submitted_ns) / 1e9 if self.started_ns else float("nan")
+
+
+def begin(
+    decoder: SpeculativeDecoder, generation: Generation, k: int, deliver: Callable[[list[int]], None]
+) -> Decoding:
+    """Start ``generation``'s request on ``decoder`` with up to ``k`` drafts a round (compute thread)."""
+    request = generation.request
+    decoding = decoder.begin(
+        request.prompt,
+        max_tokens=request.max_tokens,
+        k=k,
+        params=request.params,
+        on_tokens=deliver,
+        halt=generation.halt,
+        processing=request.processing(),
+    )
+    if request.ignore_eos:
+        decoding.stop_ids = frozenset()
+    return decoding
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.serving.body import excerpt
+from specwire.drafting.processors import Penalties, Processing
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import (
     ContextLengthError,
@@ -28,21 +29,18 @@ from specwire.models.loading import LoadedModel
 
 CHAT, TEXT = "chat", "text"
 MAX_STOPS = 4
+MAX_LOGIT_BIAS = 300  # OpenAI's limit on tokens a logit_bias names
+MAX_REPETITION_PENALTY = 10.0
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default; send 0 for greedy output, token-identical to the target's
 
 # A parameter and the value that means "not used"; any other value is refused by name.
 UNSUPPORTED: dict[str, object] = {
     "n": 1,
     "best_of": 1,
-    "logprobs": None,
-    "top_logprobs": None,
     "tools": None,
     "tool_choice": None,
     "functions": None,
     "function_call": None,
-    "logit_bias": None,
-    "presence_penalty": 0,
-    "frequency_penalty": 0,
     "echo": False,
     "suffix": None,
     "audio": None,
@@ -62,6 +60,14 @@ class CompletionRequest:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool
+    penalties: Penalties = field(default_factory=Penalties)
+    ignore_eos: bool = False  # generate to max_tokens past the end-of-sequence token (vLLM's, llama.cpp's)
+
+    def processing(self) -> Processing | None:
+        """A fresh logits processing for one run of this request; None when it changes no logit."""
+        if not self.penalties.active:
+            return None
+        return Processing(self.penalties, self.prompt)
 
 
 def read_request(
@@ -87,6 +93,8 @@ def read_request(
         stop=_stops(body),
         stream=stream,
         include_usage=bool(options and options.get("include_usage")),
+        penalties=_penalties(body, target.vocab_size),
+        ignore_eos=_optional(body, "ignore_eos", bool, False),
     )
 
 
@@ -202,12 +210,56 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
     top_p = _optional(body, "top_p", float, 1.0)
     if not 0.0 < top_p <= 1.0:
         raise InvalidArgumentError(f"top_p must be within (0, 1], got {top_p}")
+    top_k = _optional(body, "top_k", int, 0)
+    if top_k < 0:
+        raise InvalidArgumentError(f"top_k must be >= 0 (0: off), got {top_k}")
+    min_p = _optional(body, "min_p", float, 0.0)
+    if not 0.0 <= min_p <= 1.0:
+        raise InvalidArgumentError(f"min_p must be within 0..1, got {min_p}")
     seed = _optional(body, "seed", int, None)
     if seed is None:
         seed = secrets.randbits(63)
     elif not 0 <= seed < 2**63:
         raise InvalidArgumentError(f"seed must be within 0..2**63 - 1, got {seed}")
-    return SamplingParams(temperature=temperature, top_p=top_p, seed=seed)
+    return SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, min_p=min_p)
+
+
+def _penalties(body: dict[str, Any], vocab_size: int) -> Penalties:
+    repetition = _optional(body, "repetition_penalty", float, 1.0)
+    if not 0.0 < repetition <= MAX_REPETITION_PENALTY:
+        raise InvalidArgumentError(
+            f"repetition_penalty must be within (0, {MAX_REPETITION_PENALTY}] (1: off), got {repetition}"
+        )
+    penalties = {}
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = penalties[name] = _optional(body, name, float, 0.0)
+        if not -2.0 <= value <= 2.0:
+            raise InvalidArgumentError(f"{name} must be within -2..2, got {value}")
+    return Penalties(
+        logit_bias=_logit_bias(body.get("logit_bias"), vocab_size),
+        repetition_penalty=repetition,
+        **penalties,
+    )
+
+
+def _logit_bias(value: object, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """OpenAI's ``{"token id": bias}``, each bias within -100..100."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"logit_bias must be an object of token id -> bias, got {excerpt(value)}")
+    if len(value) > MAX_LOGIT_BIAS:
+        raise InvalidArgumentError(f"logit_bias names {len(value)} tokens; at most {MAX_LOGIT_BIAS}")
+    out = []
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isdigit() and int(key) < vocab_size):
+            raise InvalidArgumentError(
+                f"logit_bias: {excerpt(key)} is not a token id of this model (0..{vocab_size - 1})"
+            )
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise InvalidArgumentError(f"logit_bias[{key}] must be a number within -100..100")
+        out.append((int(key), float(bias)))
+    return tuple(sorted(out))
 
 
 def _stops(body: dict[str, Any]) -> tuple[str, ...]:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import math
 import statistics
 import time
@@ -53,7 +52,7 @@ from coordinator.drafting.spec import DraftSpec
 from coordinator.planning.planner import Planner
 from coordinator.runtime import Runtime
 from coordinator.serving.batching import Batching
-from coordinator.serving.generation import Drafting, Generation
+from coordinator.serving.generation import Drafting, Generation, begin
 from coordinator.serving.requests import CompletionRequest
 from specwire.errors import CapacityError, NoWorkerError, QueueFullError, RemoteWorkerError
 
@@ -231,21 +230,10 @@ class Scheduler(Batching):
         deliver = self._deliver(generation)
         if isinstance(source, AutoDraftSource):
             self.planner = source.planner
-        request, drafting = generation.request, self.drafting
-        k = 0 if source is None else AUTO_K if isinstance(source, AutoDraftSource) else drafting.k
+        k = 0 if source is None else AUTO_K if isinstance(source, AutoDraftSource) else self.drafting.k
         generation.source["k"] = k
         decoder = SpeculativeDecoder(self.sources.target, source, prefix_cache=self._target_cache)
-        generation.decoding = await self.runtime.compute.run(
-            functools.partial(
-                decoder.begin,
-                request.prompt,
-                max_tokens=request.max_tokens,
-                k=k,
-                params=request.params,
-                on_tokens=deliver,
-                halt=generation.halt,
-            )
-        )
+        generation.decoding = await self.runtime.compute.run(begin, decoder, generation, k, deliver)
 
     async def _round(self, generation: Generation) -> None:
         decoding = generation.decoding

@@ -1,9 +1,11 @@
 """Sampling parameters and the two distributions speculative decoding compares.
 
 * The **target distribution** p is what the target alone would sample from:
-  softmax(logits / T), truncated by the user's top-k and top-p.
+  softmax(logits / T), truncated by the user's top-k, top-p and min-p (the
+  logits first processed by the request's penalties and grammar:
+  ``specwire.drafting.processors``).
 * The **draft distribution** q is the draft's softmax(logits / T), truncated
-  further to ``draft_top_k`` tokens (and the same top-p). q is therefore
+  further to ``draft_top_k`` tokens (and the same top-p and min-p). q is therefore
   exactly sparse: it travels as (ids, probs), and the verifier uses the very
   numbers the token was drawn from. Exact rejection sampling needs nothing
   else.
@@ -32,6 +34,7 @@ class SamplingParams:
     top_k: int = 0
     draft_top_k: int = DEFAULT_DRAFT_TOP_K
     seed: int = 0
+    min_p: float = 0.0  # keep tokens at least min_p times as probable as the most probable one
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0.0 and np.isfinite(self.temperature)):
@@ -40,6 +43,8 @@ class SamplingParams:
             raise InvalidArgumentError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise InvalidArgumentError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise InvalidArgumentError(f"min-p must be in [0, 1], got {self.min_p}")
         if self.draft_top_k < 1:
             raise InvalidArgumentError(f"draft top-k must be >= 1, got {self.draft_top_k}")
 
@@ -76,13 +81,16 @@ def softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
     return e / e.sum()
 
 
-def _keep_top(order: np.ndarray, probs: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
-    """Ids to keep, most probable first: at most ``top_k``, then the prefix reaching ``top_p``."""
+def _keep_top(order: np.ndarray, probs: np.ndarray, top_k: int, top_p: float, min_p: float) -> np.ndarray:
+    """Ids to keep, most probable first: at most ``top_k``, then the prefix reaching ``top_p``, then those
+    at least ``min_p`` times as probable as the first."""
     if top_k:
         order = order[:top_k]
     if top_p < 1.0:
         cumulative = np.cumsum(probs[order])
         order = order[: int(np.searchsorted(cumulative, top_p * cumulative[-1])) + 1]
+    if min_p > 0.0:
+        order = order[probs[order] >= min_p * probs[order[0]]]
     return order
 
 
@@ -98,8 +106,11 @@ def target_distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarra
     """Dense p over the vocabulary: the target's own sampling distribution."""
     probs = softmax(logits, params.temperature)
     if params.top_k == 0 and params.top_p >= 1.0:
-        return probs
-    keep = _keep_top(_descending(probs, params.top_k), probs, params.top_k, params.top_p)
+        if params.min_p == 0.0:
+            return probs
+        out = np.where(probs >= params.min_p * probs.max(), probs, 0.0)  # min-p alone: no ranking needed
+        return out / out.sum()
+    keep = _keep_top(_descending(probs, params.top_k), probs, params.top_k, params.top_p, params.min_p)
     out = np.zeros_like(probs)
     out[keep] = probs[keep]
     return out / out.sum()
@@ -109,7 +120,7 @@ def draft_distribution(logits: np.ndarray, params: SamplingParams) -> SparseDist
     """Sparse q: the draft's distribution, truncated to ``draft_top_k`` and ``top_p``."""
     probs = softmax(logits, params.temperature)
     limit = min(params.draft_top_k, params.top_k) if params.top_k else params.draft_top_k
-    keep = _keep_top(_descending(probs, limit), probs, limit, params.top_p)
+    keep = _keep_top(_descending(probs, limit), probs, limit, params.top_p, params.min_p)
     kept = probs[keep]
     return SparseDistribution(ids=keep.astype(np.int64), probs=kept / kept.sum())
 

@@ -23,6 +23,7 @@ tree) passes and fails the same checks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
@@ -38,6 +39,7 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
+from specwire.drafting.processors import Penalties, Processing
 from specwire.drafting.sampling import (
     SamplingParams,
     SparseDistribution,
@@ -65,22 +67,36 @@ def pair() -> tuple[LoadedModel, LoadedModel]:
     return as_loaded(target, args, "tiny-target"), as_loaded(draft, args, "tiny-draft")
 
 
-def exact_joint(target: LoadedModel, params: SamplingParams) -> np.ndarray:
-    """P(t1, t2 | prompt) under the target's own sampling distribution."""
+def p_next_of(
+    target: LoadedModel, params: SamplingParams, penalties: Penalties | None = None
+) -> Callable[[list[int]], np.ndarray]:
+    """The target's own next-token distribution after a context that begins with PROMPT."""
 
     def p_next(context: list[int]) -> np.ndarray:
-        return target_distribution(np.array(target.model(mx.array([context]))[0, -1]), params)
+        logits = np.array(target.model(mx.array([context]))[0, -1])
+        if penalties is not None:
+            logits = Processing(penalties, PROMPT).row(logits, context[len(PROMPT) :])
+        return target_distribution(logits, params)
 
+    return p_next
+
+
+def exact_joint(
+    target: LoadedModel, params: SamplingParams, penalties: Penalties | None = None
+) -> np.ndarray:
+    """P(t1, t2 | prompt) under the target's own sampling distribution (its logits processed by
+    ``penalties``, if given)."""
+    p_next = p_next_of(target, params, penalties)
     p1 = p_next(PROMPT)
     return np.stack([p1[a] * p_next([*PROMPT, a]) for a in range(p1.size)])
 
 
-def exact_joint_after(target: LoadedModel, params: SamplingParams, skip: int) -> np.ndarray:
+def exact_joint_after(
+    target: LoadedModel, params: SamplingParams, skip: int, penalties: Penalties | None = None
+) -> np.ndarray:
     """P(t[skip + 1], t[skip + 2] | prompt): the target's joint of two tokens after ``skip`` others,
     summed over those."""
-
-    def p_next(context: list[int]) -> np.ndarray:
-        return target_distribution(np.array(target.model(mx.array([context]))[0, -1]), params)
+    p_next = p_next_of(target, params, penalties)
 
     def joint(context: list[int], depth: int) -> np.ndarray:
         if depth == skip:
@@ -98,6 +114,7 @@ def sd_joint_counts(
     runs: int,
     tree: bool = False,
     worker: str = "",
+    penalties: Penalties | None = None,
     **sampling: float,
 ) -> np.ndarray:
     """(t1, t2) counts over ``runs`` seeds: local SD, local tree SD (``tree``), or a worker's cache
@@ -115,7 +132,8 @@ def sd_joint_counts(
     tokens = skip + (3 if tree else 2)
     for seed in range(runs):
         params = SamplingParams(seed=seed, **sampling)  # type: ignore[arg-type]
-        result = decoder.generate(PROMPT, max_tokens=tokens, k=k, params=params)
+        processing = Processing(penalties, PROMPT) if penalties is not None else None
+        result = decoder.generate(PROMPT, max_tokens=tokens, k=k, params=params, processing=processing)
         counts[result.tokens[skip], result.tokens[skip + 1]] += 1
     return counts
 

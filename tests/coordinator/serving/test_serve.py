@@ -302,6 +302,42 @@ def test_a_client_that_leaves_a_whole_completion_halts_it(local_server: ServerPr
     assert chat(local_server.client(), logprobs=False, tools=[]).choices[0].finish_reason == "length"  # type: ignore[attr-defined]
 
 
+def test_every_sampler_sent_is_honoured(local_server: ServerProcess, expected: dict[str, str]) -> None:
+    client = local_server.client()
+    text = lambda reply: reply.choices[0].message.content  # noqa: E731
+    top_1 = chat(client, temperature=1.5, seed=3, extra_body={"top_k": 1})
+    assert text(top_1) == expected["chat"]  # top-1 is greedy
+    assert text(chat(client, temperature=1.5, seed=3, extra_body={"min_p": 1.0})) == expected["chat"]
+    penalized = text(chat(client, extra_body={"repetition_penalty": 5.0}))
+    assert penalized != expected["chat"] and penalized == text(
+        chat(client, extra_body={"repetition_penalty": 5.0})
+    )
+    assert text(chat(client, frequency_penalty=2.0, presence_penalty=2.0)) != expected["chat"]
+    token = local_server.client().completions.create(model="tiny", prompt="x", max_tokens=1, temperature=0)
+    forced = int(token.model_extra["specwire"]["token_ids"][0]) + 1  # type: ignore[index]
+    reply = chat(client, logit_bias={str(forced): 100}, max_tokens=4)
+    assert reply.model_extra["specwire"]["token_ids"] == [forced] * 4  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"top_k": -1}, "top_k must be >= 0"),
+        ({"min_p": 1.5}, "min_p must be within 0..1"),
+        ({"repetition_penalty": 0}, "repetition_penalty must be within (0, 10.0]"),
+        ({"presence_penalty": 3}, "presence_penalty must be within -2..2"),
+        ({"logit_bias": {"999999": 1}}, "is not a token id of this model"),
+        ({"logit_bias": {"5": 101}}, "logit_bias[5] must be a number within -100..100"),
+        ({"ignore_eos": "yes"}, "ignore_eos must be a bool"),
+    ],
+)
+def test_a_sampler_out_of_range_is_refused_by_name(
+    local_server: ServerProcess, extra: dict, words: str
+) -> None:
+    code, reply = post(local_server.url + "/completions", json.dumps({"prompt": "x", **extra}).encode())
+    assert code == 400 and words in reply["error"]["message"], reply
+
+
 def test_unsupported_chat_features_are_named(local_server: ServerProcess) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     with pytest.raises(openai.BadRequestError) as refused:

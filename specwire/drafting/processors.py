@@ -1,0 +1,158 @@
+"""What a request does to the logits before they are sampled, beyond temperature and truncation.
+
+* ``logit_bias``: added to the named tokens' logits;
+* ``repetition_penalty``, ``presence_penalty`` and ``frequency_penalty``, as
+  mlx-lm (and so ``mlx_lm.server``) defines them: over the last
+  ``PENALTY_CONTEXT`` tokens of prompt and output, a repeated token's logit
+  is divided by the repetition penalty (multiplied when negative), lowered
+  by the presence penalty once, and by the frequency penalty once per time
+  it occurs;
+* a ``Constraint`` (a grammar: ``specwire.drafting.grammar``) that masks
+  every token the grammar does not allow next.
+
+Each is a function of the history a position follows. That keeps
+speculative decoding exact under them: the verifier processes each position
+of a pass with the history it would have if the drafts before it were
+accepted (a chain's earlier drafts, or a tree node's path), so the target's
+distribution at every position is exactly the one the target alone would
+sample from there, and the acceptance rules need nothing else.
+``ProcessedRows`` does that lazily, a row when the acceptance walk first
+reads it: rows past a rejected draft are never processed.
+
+Rows are NumPy float64, one vocabulary each; a masked token's logit is -inf.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+PENALTY_CONTEXT = 20  # tokens the penalties look back over (mlx-lm's default context size)
+
+
+class Constraint(Protocol):
+    """A grammar over the output: which tokens may come next after the accepted output and a suffix."""
+
+    def allowed(self, suffix: Sequence[int]) -> np.ndarray | None:
+        """Bool mask over the vocabulary after the accepted output and ``suffix``; None when ``suffix``
+        itself breaks the grammar (that position is never reached)."""
+        ...
+
+    def accept(self, tokens: Sequence[int]) -> None:
+        """Extend the accepted output by ``tokens`` (each allowed where it came)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Penalties:
+    """A request's logit bias and repetition penalties (all off by default)."""
+
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        """Whether any of them changes a logit."""
+        return (
+            bool(self.logit_bias)
+            or self.repetition_penalty != 1.0
+            or bool(self.presence_penalty or self.frequency_penalty)
+        )
+
+
+class Processing:
+    """One generation's logits processing: its penalties and constraint, and the history they read."""
+
+    def __init__(
+        self, penalties: Penalties, history: Sequence[int], constraint: Constraint | None = None
+    ) -> None:
+        self.penalties = penalties
+        self.constraint = constraint
+        self._recent = list(history[-PENALTY_CONTEXT:])
+        bias = penalties.logit_bias
+        self._bias_ids = np.array([t for t, _ in bias], dtype=np.int64)
+        self._bias = np.array([b for _, b in bias], dtype=np.float64)
+
+    def row(self, logits: np.ndarray, suffix: Sequence[int]) -> np.ndarray:
+        """``logits`` (one vocabulary, any float type) processed as after the history and ``suffix``."""
+        out = np.array(logits, dtype=np.float64)
+        p = self.penalties
+        if self._bias_ids.size:
+            np.add.at(out, self._bias_ids, self._bias)
+        window = [*self._recent, *suffix][-PENALTY_CONTEXT:]
+        if window and (p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty):
+            counts = Counter(window)
+            ids = np.fromiter(counts, dtype=np.int64, count=len(counts))
+            ids = ids[ids < out.size]
+            if p.repetition_penalty != 1.0:
+                seen = out[ids]
+                out[ids] = np.where(seen < 0, seen * p.repetition_penalty, seen / p.repetition_penalty)
+            if p.presence_penalty:
+                out[ids] -= p.presence_penalty
+            if p.frequency_penalty:
+                times = np.array([counts[int(t)] for t in ids], dtype=np.float64)
+                out[ids] -= p.frequency_penalty * times
+        if self.constraint is not None:
+            allowed = self.constraint.allowed(suffix)
+            if allowed is None:  # unreachable: a draft before this position breaks the grammar
+                allowed = np.zeros(out.size, dtype=bool)
+            out[: allowed.size][~allowed] = -np.inf
+            out[allowed.size :] = -np.inf
+        return out
+
+    def accept(self, tokens: Sequence[int]) -> None:
+        """The output grew by ``tokens``."""
+        self._recent = [*self._recent, *tokens][-PENALTY_CONTEXT:]
+        if self.constraint is not None:
+            self.constraint.accept(tokens)
+
+
+class ProcessedRows(Sequence[np.ndarray]):
+    """A verification pass's logits rows, each processed on first read with the suffix it follows."""
+
+    def __init__(
+        self, logits: np.ndarray, processing: Processing, suffix_of: Callable[[int], Sequence[int]]
+    ) -> None:
+        self._logits = logits
+        self._processing = processing
+        self._suffix_of = suffix_of
+        self._rows: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self._logits)
+
+    def __getitem__(self, i: int) -> np.ndarray:  # type: ignore[override]  # rows are read one at a time
+        i = i % len(self._logits)
+        row = self._rows.get(i)
+        if row is None:
+            row = self._rows[i] = self._processing.row(self._logits[i], self._suffix_of(i))
+        return row
+
+
+class Choices(Sequence[int]):
+    """The argmax of each processed row, on first read (greedy verdicts)."""
+
+    def __init__(self, rows: ProcessedRows) -> None:
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> int:  # type: ignore[override]  # read one at a time
+        return int(np.argmax(self._rows[i]))
+
+
+def chain_suffix(drafts: Sequence[int]) -> Callable[[int], Sequence[int]]:
+    """Row i of a chain's pass follows the first i drafts."""
+    return lambda i: drafts[:i]
+
+
+def tree_suffix(tokens: Sequence[int], path: Callable[[int], list[int]]) -> Callable[[int], Sequence[int]]:
+    """Row 0 of a tree's pass follows the verified prefix; row i + 1 follows node i's path."""
+    return lambda i: [tokens[n] for n in path(i - 1)] if i else ()

@@ -1,0 +1,141 @@
+"""A request's logit bias and penalties (``specwire.drafting.processors``) under speculative decoding.
+
+The penalties are mlx-lm's own (checked against its processors). Every
+verified position is processed with the history it follows, so at T = 0
+speculative decoding under penalties emits exactly what the target alone
+emits under them, and at T > 0 its output is distributed as the processed
+target's (chi-square, as in ``test_rejection_sampling``), in local SD, local
+tree SD, a worker's trees (its session run in-process) and serve's batch.
+The checks fail when verification ignores the processing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.sample_utils import make_logits_processors
+
+from coordinator.decoding.batch import DecodingBatch
+from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.drafting.local import LocalDraftSource
+from coordinator.drafting.local_tree import LocalTreeDraftSource
+from coordinator.drafting.remote_tree import RemoteTreeDraftSource
+from specwire.drafting.processors import PENALTY_CONTEXT, Penalties, Processing
+from specwire.drafting.sampling import SamplingParams
+from specwire.models.loading import LoadedModel
+from specwire.v1 import draft_pb2 as pb
+from tests.coordinator.decoding.test_rejection_sampling import (
+    FREE,
+    P_VALUE_FLOOR,
+    PROMPT,
+    RUNS,
+    TREE_RUNS,
+    chi_square_p,
+    exact_joint,
+    exact_joint_after,
+    sd_joint_counts,
+)
+from tests.support.session_source import SessionSource
+from tests.support.tiny_models import as_loaded, tiny_llama
+
+PENALTIES = Penalties(
+    logit_bias=((3, 1.5), (6, -2.0)), repetition_penalty=1.6, presence_penalty=0.4, frequency_penalty=0.3
+)
+SAMPLING = {"temperature": 1.0, "top_k": 6, "min_p": 0.02, "draft_top_k": 4}
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[LoadedModel, LoadedModel]:
+    target, args = tiny_llama(0)
+    draft, _ = tiny_llama(1)
+    return as_loaded(target, args, "tiny-target"), as_loaded(draft, args, "tiny-draft")
+
+
+def test_penalties_are_mlx_lms() -> None:
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 3, 64).astype(np.float32)
+    history = rng.integers(0, 64, 40).tolist()  # longer than the penalties' window, with repeats
+    suffix = [5, 5, 9]
+    theirs = make_logits_processors(
+        logit_bias=dict(PENALTIES.logit_bias),
+        repetition_penalty=PENALTIES.repetition_penalty,
+        presence_penalty=PENALTIES.presence_penalty,
+        frequency_penalty=PENALTIES.frequency_penalty,
+    )
+    expected = mx.array(logits)[None]
+    for processor in theirs:
+        expected = processor(mx.array([*history, *suffix]), expected)
+    ours = Processing(PENALTIES, history).row(logits, suffix)
+    np.testing.assert_allclose(ours, np.array(expected[0]), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(ours, logits)  # the penalties changed something
+    later = Processing(PENALTIES, history)
+    later.accept(suffix)  # accepting the suffix is the same as reading it
+    np.testing.assert_array_equal(later.row(logits, ()), ours)
+    assert PENALTY_CONTEXT == 20  # mlx-lm's default window
+
+
+def _source(kind: str, draft: LoadedModel) -> Any:
+    if kind == "local":
+        return LocalDraftSource(draft)
+    if kind == "local-tree":
+        return LocalTreeDraftSource(draft, None, nodes=6, width=3)
+    prespec = pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=3, fanout=3, budget=2)
+    return RemoteTreeDraftSource(SessionSource(draft, prespec, tree_nodes=6), draft, FREE, "ar")
+
+
+def _generate(target: LoadedModel, source: Any, k: int, penalties: Penalties | None) -> list[int]:
+    processing = Processing(penalties, PROMPT) if penalties else None
+    decoder = SpeculativeDecoder(target, source)
+    return decoder.generate(PROMPT, max_tokens=24, k=k, params=SamplingParams(), processing=processing).tokens
+
+
+@pytest.mark.parametrize("kind", ["local", "local-tree", "worker-tree"])
+def test_greedy_sd_under_penalties_equals_the_target_alone_under_them(
+    pair: tuple[LoadedModel, LoadedModel], kind: str
+) -> None:
+    target, draft = pair
+    alone = _generate(target, None, 0, PENALTIES)
+    assert alone != _generate(target, None, 0, None)  # the penalties change the output
+    assert _generate(target, _source(kind, draft), 3, PENALTIES) == alone
+
+
+def test_greedy_rows_of_a_batch_under_penalties_equal_each_alone(
+    pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    target, draft = pair
+    batch, decoder = DecodingBatch(target, draft), SpeculativeDecoder(target)
+    asked = [PENALTIES, None, Penalties(repetition_penalty=3.0)]
+    together = []
+    for penalties in asked:
+        processing = Processing(penalties, PROMPT) if penalties else None
+        decoding = decoder.begin(PROMPT, max_tokens=24, k=0, params=SamplingParams(), processing=processing)
+        batch.join(decoding, 2)
+        together.append(decoding)
+    while batch.rows:
+        batch.round()
+    assert [d.result.tokens for d in together] == [_generate(target, None, 0, p) for p in asked]
+
+
+@pytest.mark.parametrize("kind", ["local", "local-tree", "worker-tree"])
+def test_sampled_sd_under_penalties_is_distributed_as_the_processed_target(
+    pair: tuple[LoadedModel, LoadedModel], kind: str
+) -> None:
+    params = SamplingParams(**SAMPLING)  # type: ignore[arg-type]
+    if kind == "worker-tree":
+        counts = sd_joint_counts(pair, 1, TREE_RUNS, worker="ar", penalties=PENALTIES, **SAMPLING)
+        expected = exact_joint_after(pair[0], params, 2, PENALTIES)
+    else:
+        counts = sd_joint_counts(pair, 2, RUNS, tree=kind == "local-tree", penalties=PENALTIES, **SAMPLING)
+        expected = exact_joint(pair[0], params, PENALTIES)
+    assert chi_square_p(counts, expected) >= P_VALUE_FLOOR
+
+
+def test_the_check_fails_when_verification_ignores_the_penalties(
+    pair: tuple[LoadedModel, LoadedModel],
+) -> None:
+    counts = sd_joint_counts(pair, 2, RUNS // 2, **SAMPLING)
+    expected = exact_joint(pair[0], SamplingParams(**SAMPLING), PENALTIES)  # type: ignore[arg-type]
+    assert chi_square_p(counts, expected) < P_VALUE_FLOOR
