@@ -233,9 +233,15 @@ class DecodingBatch:
                 rows = ProcessedRows(rows, decoding.processing, chain_suffix(drafts))
             if decoding.params.greedy:
                 chosen = Choices(rows) if decoding.processing is not None else choices[b][: k + 1]
-                verdicts.append(accept_greedy(chosen, drafts))
+                verdict = accept_greedy(chosen, drafts)
             else:
-                verdicts.append(accept_sampled(rows, drafts, row.dists[:k], decoding.params, decoding.rng))
+                verdict = accept_sampled(rows, drafts, row.dists[:k], decoding.params, decoding.rng)
+            if decoding.processing is not None:
+                accepted, token = verdict
+                decoding.processing.record(
+                    [rows[i] for i in range(accepted + 1)], [*drafts[:accepted], token]
+                )
+            verdicts.append(verdict)
         self.target_layout.commit(width, [accepted + 1 for accepted, _ in verdicts])
         for i, layer in enumerate(self.target_cache):  # each row's state after its accepted tokens
             if isinstance(layer, RowStates):

@@ -210,6 +210,7 @@ class SpeculativeDecoder:
                 accepted, token = accept_greedy(Choices(rows), drafts)
             else:
                 accepted, token = accept_sampled(rows, drafts, block.dists or [], params, rng)
+            processing.record([rows[i] for i in range(accepted + 1)], [*drafts[:accepted], token])
         elif params.greedy:
             accepted, token = accept_greedy(np.array(mx.argmax(logits, axis=-1)).tolist(), drafts)
         else:
@@ -235,6 +236,8 @@ class SpeculativeDecoder:
                 path, token = accept_tree_greedy(Choices(rows), tree)
             else:
                 path, token = accept_tree_sampled(rows, tree, params, rng)
+            emitted = [*(tree.tokens[node] for node in path), token]
+            processing.record([rows[0], *(rows[node + 1] for node in path)], emitted)
         elif params.greedy:
             path, token = accept_tree_greedy(np.array(mx.argmax(logits, axis=-1)).tolist(), tree)
         else:

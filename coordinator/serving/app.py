@@ -198,7 +198,12 @@ class Api:
             return EventSourceResponse(self._events(asked, envelope, text))
         output = await self._whole(request, text)
         counts = responses.usage(len(asked.prompt), text.completion_tokens, text.cached_tokens)
-        return JSONResponse(envelope.completion(output, text.finish_reason, counts, text.stats()))
+        logprobs = responses.logprobs(kind, text.logprobs(), self._piece)
+        return JSONResponse(envelope.completion(output, text.finish_reason, counts, text.stats(), logprobs))
+
+    def _piece(self, token: int) -> str:
+        """One token's text, as log-probabilities name it."""
+        return str(self.served.target.tokenizer.decode([token]))
 
     async def _whole(self, request: Request, text: CompletionText) -> str:
         """All of a non-streamed completion's text; if its client leaves first, the generation halts."""
@@ -237,8 +242,11 @@ class Api:
             async with contextlib.aclosing(
                 text.pieces()
             ) as stream:  # closed (halting it) if the client leaves
+                sent = 0
                 async for piece in stream:
-                    yield _event(envelope.chunk(text=piece))
+                    logprobs = responses.logprobs(asked.kind, text.new_logprobs(), self._piece, sent)
+                    sent += len(piece)
+                    yield _event(envelope.chunk(text=piece, logprobs=logprobs))
         except Exception as err:  # the stream has started: the error is its last event
             yield _event(status_of(err)[1])
             return

@@ -14,6 +14,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from coordinator.decoding.engine import Decoding, GenerationResult, SpeculativeDecoder
 from coordinator.drafting.spec import DraftSpec
 from coordinator.serving.requests import CompletionRequest
+from specwire.drafting.processors import Processing
 
 
 @dataclass(eq=False)  # one per request: compared, and kept in sets, by identity
@@ -34,6 +35,7 @@ class Generation:
     decoding: Decoding | None = None  # while active
     batched: bool = False  # decoded in the scheduler's batch (from joining it to its end)
     send: MemoryObjectSendStream[list[int]] | None = None
+    processing: Processing | None = None  # its logits processing (and log-probabilities), once begun
 
     @property
     def queued_s(self) -> float:
@@ -46,6 +48,7 @@ def begin(
 ) -> Decoding:
     """Start ``generation``'s request on ``decoder`` with up to ``k`` drafts a round (compute thread)."""
     request = generation.request
+    generation.processing = processing = request.processing()
     decoding = decoder.begin(
         request.prompt,
         max_tokens=request.max_tokens,
@@ -53,7 +56,7 @@ def begin(
         params=request.params,
         on_tokens=deliver,
         halt=generation.halt,
-        processing=request.processing(),
+        processing=processing,
     )
     if request.ignore_eos:
         decoding.stop_ids = frozenset()

@@ -31,6 +31,8 @@ CHAT, TEXT = "chat", "text"
 MAX_STOPS = 4
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on tokens a logit_bias names
 MAX_REPETITION_PENALTY = 10.0
+MAX_TOP_LOGPROBS = 20  # OpenAI's bounds: top_logprobs in chat, logprobs in completions
+MAX_TEXT_LOGPROBS = 5
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default; send 0 for greedy output, token-identical to the target's
 
 # A parameter and the value that means "not used"; any other value is refused by name.
@@ -62,12 +64,14 @@ class CompletionRequest:
     include_usage: bool
     penalties: Penalties = field(default_factory=Penalties)
     ignore_eos: bool = False  # generate to max_tokens past the end-of-sequence token (vLLM's, llama.cpp's)
+    logprobs: int | None = None  # None: none; else each token's, and this many top alternatives
 
     def processing(self) -> Processing | None:
-        """A fresh logits processing for one run of this request; None when it changes no logit."""
-        if not self.penalties.active:
+        """A fresh logits processing for one run of this request; None when it neither changes a logit
+        nor reports log-probabilities."""
+        if not self.penalties.active and self.logprobs is None:
             return None
-        return Processing(self.penalties, self.prompt)
+        return Processing(self.penalties, self.prompt, logprobs=self.logprobs)
 
 
 def read_request(
@@ -95,6 +99,7 @@ def read_request(
         include_usage=bool(options and options.get("include_usage")),
         penalties=_penalties(body, target.vocab_size),
         ignore_eos=_optional(body, "ignore_eos", bool, False),
+        logprobs=_logprobs(body, kind),
     )
 
 
@@ -240,6 +245,24 @@ def _penalties(body: dict[str, Any], vocab_size: int) -> Penalties:
         repetition_penalty=repetition,
         **penalties,
     )
+
+
+def _logprobs(body: dict[str, Any], kind: str) -> int | None:
+    """Chat: ``logprobs`` true, with ``top_logprobs`` 0..20 alternatives; text: ``logprobs`` 0..5."""
+    if kind == CHAT:
+        wanted = _optional(body, "logprobs", bool, False)
+        top = _optional(body, "top_logprobs", int, None)
+        if top is not None and not wanted:
+            raise InvalidArgumentError("top_logprobs needs logprobs: true")
+        if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise InvalidArgumentError(f"top_logprobs must be within 0..{MAX_TOP_LOGPROBS}, got {top}")
+        return (top or 0) if wanted else None
+    if body.get("top_logprobs") is not None:
+        raise InvalidArgumentError("top_logprobs is a chat parameter; /v1/completions takes logprobs: N")
+    top = _optional(body, "logprobs", int, None)
+    if top is not None and not 0 <= top <= MAX_TEXT_LOGPROBS:
+        raise InvalidArgumentError(f"logprobs must be within 0..{MAX_TEXT_LOGPROBS}, got {top}")
+    return top
 
 
 def _logit_bias(value: object, vocab_size: int) -> tuple[tuple[int, float], ...]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.serving.requests import CHAT
+from specwire.drafting.processors import TokenLogprob
 
 EXTENSION = "specwire"
 
@@ -33,9 +35,16 @@ class Envelope:
             prefix, obj = "cmpl-", "text_completion"
         return {"id": prefix + self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def completion(self, text: str, finish_reason: str, usage: dict[str, Any], stats: dict[str, Any]) -> dict:
+    def completion(
+        self,
+        text: str,
+        finish_reason: str,
+        usage: dict[str, Any],
+        stats: dict[str, Any],
+        logprobs: dict[str, Any] | None = None,
+    ) -> dict:
         """A whole (non-streamed) completion."""
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": logprobs}
         if self.kind == CHAT:
             choice["message"] = {"role": "assistant", "content": text}
         else:
@@ -48,9 +57,10 @@ class Envelope:
         finish_reason: str | None = None,
         first: bool = False,
         stats: dict[str, Any] | None = None,
+        logprobs: dict[str, Any] | None = None,
     ) -> dict:
         """One streamed chunk: a piece of text, or the finish reason (with the figures)."""
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": logprobs}
         if self.kind == CHAT:
             delta: dict[str, Any] = {"role": "assistant"} if first else {}
             if text is not None:
@@ -66,6 +76,33 @@ class Envelope:
     def usage_chunk(self, usage: dict[str, Any], stats: dict[str, Any]) -> dict:
         """The chunk after the finish reason when usage is asked for: no choices, usage, the figures."""
         return {**self._head(True), "choices": [], "usage": usage, EXTENSION: stats}
+
+
+def logprobs(
+    kind: str, entries: list[TokenLogprob] | None, piece: Callable[[int], str], offset: int = 0
+) -> dict[str, Any] | None:
+    """Log-probabilities as OpenAI shapes them: chat's ``content`` list, or the legacy completions'
+    parallel lists (``text_offset`` counted from ``offset`` characters)."""
+    if entries is None:
+        return None
+    if kind == CHAT:
+        return {"content": [_chat_logprob(e, piece) for e in entries]}
+    tokens = [piece(e.token) for e in entries]
+    offsets = [offset + sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+    return {
+        "tokens": tokens,
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{piece(t): lp for t, lp in e.top} for e in entries],
+        "text_offset": offsets,
+    }
+
+
+def _chat_logprob(entry: TokenLogprob, piece: Callable[[int], str]) -> dict[str, Any]:
+    def one(token: int, logprob: float) -> dict[str, Any]:
+        text = piece(token)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    return {**one(entry.token, entry.logprob), "top_logprobs": [one(t, lp) for t, lp in entry.top]}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from coordinator.detokenizer import TextDecoder
 from coordinator.serving.generation import Generation
 from coordinator.serving.stops import StopMatcher
 from coordinator.strict_json import strict_json
+from specwire.drafting.processors import TokenLogprob
 
 
 class CompletionText:
@@ -26,6 +27,7 @@ class CompletionText:
         self._text = TextDecoder(tokenizer)
         self._stops = StopMatcher(generation.request.stop)
         self._used = 0  # tokens whose text went into the output, up to a stop match
+        self._reported = 0  # tokens whose log-probabilities were handed out (streamed)
 
     async def pieces(self) -> AsyncGenerator[str, None]:
         """Text as it is made; raises the generation's error, if it failed."""
@@ -73,6 +75,20 @@ class CompletionText:
         if self._stops.stopped or result is None:
             return self._used
         return len(result.tokens)
+
+    def logprobs(self, since: int = 0) -> list[TokenLogprob] | None:
+        """The output's tokens' log-probabilities from token ``since`` on (None: not asked for)."""
+        processing = self.generation.processing
+        if processing is None or processing.logprobs is None:
+            return None
+        return processing.logprobs_out[since : self.completion_tokens]
+
+    def new_logprobs(self) -> list[TokenLogprob] | None:
+        """Those of the tokens since the last call (streaming: a chunk's)."""
+        out = self.logprobs(self._reported)
+        if out is not None:
+            self._reported += len(out)
+        return out
 
     @property
     def cached_tokens(self) -> int:

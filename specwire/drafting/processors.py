@@ -66,14 +66,34 @@ class Penalties:
         )
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """An emitted token's log-probability under the target's processed logits (at temperature 1, before
+    truncation, as mlx_lm.server gives it), and the ``top`` most probable tokens' (id, logprob)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
 class Processing:
-    """One generation's logits processing: its penalties and constraint, and the history they read."""
+    """One generation's logits processing: its penalties and constraint, and the history they read.
+
+    With ``logprobs`` (the top alternatives to report, 0 for none), each emitted token's log-probability
+    is kept in ``logprobs_out`` as it is verified.
+    """
 
     def __init__(
-        self, penalties: Penalties, history: Sequence[int], constraint: Constraint | None = None
+        self,
+        penalties: Penalties,
+        history: Sequence[int],
+        constraint: Constraint | None = None,
+        logprobs: int | None = None,
     ) -> None:
         self.penalties = penalties
         self.constraint = constraint
+        self.logprobs = logprobs
+        self.logprobs_out: list[TokenLogprob] = []
         self._recent = list(history[-PENALTY_CONTEXT:])
         bias = penalties.logit_bias
         self._bias_ids = np.array([t for t, _ in bias], dtype=np.int64)
@@ -105,6 +125,20 @@ class Processing:
             out[: allowed.size][~allowed] = -np.inf
             out[allowed.size :] = -np.inf
         return out
+
+    def record(self, rows: Sequence[np.ndarray], emitted: Sequence[int]) -> None:
+        """Keep the log-probabilities of ``emitted``, each under its processed row (with ``logprobs``)."""
+        if self.logprobs is None:
+            return
+        for row, token in zip(rows, emitted, strict=True):
+            finite = row[np.isfinite(row)]
+            logz = float(finite.max() + np.log(np.exp(finite - finite.max()).sum()))
+            top: tuple[tuple[int, float], ...] = ()
+            if self.logprobs:
+                best = np.argpartition(-row, self.logprobs - 1)[: self.logprobs]
+                best = best[np.lexsort((best, -row[best]))]
+                top = tuple((int(t), float(row[t]) - logz) for t in best)
+            self.logprobs_out.append(TokenLogprob(int(token), float(row[token]) - logz, top))
 
     def accept(self, tokens: Sequence[int]) -> None:
         """The output grew by ``tokens``."""

@@ -20,6 +20,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 
 import anyio
+import mlx.core as mx
+import numpy as np
 import openai
 import pytest
 
@@ -228,7 +230,7 @@ def test_a_full_queue_answers_429_with_retry_after(local_server: ServerProcess) 
         ({"prompt": "x", "max_tokens": 17000}, 400, "context holds 16384"),
         ({"prompt": "hello " * 17000}, 400, "context holds 16384"),
         ({"prompt": "x", "n": 2}, 400, "n=2 is not supported"),
-        ({"prompt": "x", "logprobs": 3}, 400, "logprobs=3 is not supported"),
+        ({"prompt": "x", "logprobs": 6}, 400, "logprobs must be within 0..5"),
         ({"prompt": "x", "temperature": 7}, 400, "temperature must be within 0..2"),
         ({"prompt": "x", "stop": [""]}, 400, "stop must be"),
         ({"prompt": 17}, 400, "prompt must be"),
@@ -317,6 +319,32 @@ def test_every_sampler_sent_is_honoured(local_server: ServerProcess, expected: d
     forced = int(token.model_extra["specwire"]["token_ids"][0]) + 1  # type: ignore[index]
     reply = chat(client, logit_bias={str(forced): 100}, max_tokens=4)
     assert reply.model_extra["specwire"]["token_ids"] == [forced] * 4  # type: ignore[attr-defined]
+
+
+def test_logprobs_are_the_targets_own(local_server: ServerProcess, tiny: LoadedModel) -> None:
+    client = local_server.client()
+    reply = chat(client, logprobs=True, top_logprobs=3, max_tokens=6)
+    entries = reply.choices[0].logprobs.content  # type: ignore[attr-defined]
+    ids = reply.model_extra["specwire"]["token_ids"]  # type: ignore[attr-defined]
+    assert len(entries) == len(ids) == 6
+    context = encode_prompt(tiny, PROMPT, chat=True)
+    logits = tiny.model(mx.array([[*context, *ids[:-1]]]))[0, len(context) - 1 :].astype(mx.float32)
+    expected = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+    for i, (entry, token) in enumerate(zip(entries, ids, strict=True)):
+        assert entry.logprob == pytest.approx(float(expected[i, token]), abs=1e-4)
+        assert [t.logprob for t in entry.top_logprobs] == sorted(
+            (t.logprob for t in entry.top_logprobs), reverse=True
+        )
+        assert entry.top_logprobs[0].token == entry.token  # T = 0: the target's first choice
+    streamed = [
+        c.choices[0].logprobs.content
+        for c in chat(client, logprobs=True, max_tokens=6, stream=True)
+        if c.choices and c.choices[0].logprobs
+    ]  # type: ignore[attr-defined]
+    assert [e.logprob for chunk in streamed for e in chunk] == [e.logprob for e in entries]
+    text = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2)
+    assert len(text.choices[0].logprobs.token_logprobs) == 4  # type: ignore[union-attr,arg-type]
+    assert all(len(top) == 2 for top in text.choices[0].logprobs.top_logprobs)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
