@@ -58,6 +58,8 @@ from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.models.loading import LoadedModel
 from specwire.models.ragged_cache import LayerRow, RowStates, batchable, kv_rows, ragged_cache, row_of
 
+CATCH_UP = 8  # tokens a row's draft context may lag before it is prefilled on its own
+
 
 @dataclass(eq=False)
 class Row:
@@ -75,16 +77,16 @@ class DecodingBatch:
     """The generations decoded together on one target and one local draft model (module docstring)."""
 
     def __init__(
-        self, target: LoadedModel, draft: LoadedModel, draft_prompts: PrefixCache | None = None
+        self, target: LoadedModel, draft: LoadedModel | None, draft_prompts: PrefixCache | None = None
     ) -> None:
         self.target = target
-        self.draft = draft
+        self.draft = draft  # None: every row decodes with the target alone (k = 0)
         self.draft_prompts = draft_prompts
         refused = batch_refusal(target, draft)
         if refused:
             raise UnsupportedModelError(refused)
         self.target_layout, self.target_cache = ragged_cache(target.model)
-        self.draft_layout, self.draft_cache = ragged_cache(draft.model)
+        self.draft_layout, self.draft_cache = ragged_cache((draft or target).model)
         self.rows: list[Row] = []
         self._draft_states: list[list[LayerRow]] = []  # each recurrent draft layer's states after each pass
         self.rounds = 0
@@ -97,12 +99,12 @@ class DecodingBatch:
         cache = decoding.rollback.cache
         if any(isinstance(layer, KVCache) and layer.offset != len(tokens) - 1 for layer in cache):
             raise InvalidArgumentError("a generation joins the batch with its target cache at its context")
+        if k and self.draft is None:
+            raise InvalidArgumentError("a batch without a draft model decodes with the target alone (k = 0)")
         decoding.detach_source()
-        draft_cache = make_prompt_cache(self.draft.model)
-        prefill_cached(self.draft.model, draft_cache, tokens[:-1], self.draft_prompts)
         self.target_layout.add(kv_rows(cache))
-        try:
-            self.draft_layout.add(kv_rows(draft_cache))
+        try:  # a row that drafts nothing has no draft context until it does (_catch_up)
+            self.draft_layout.add(self._draft_context(tokens) if k else None)
         except BaseException:
             self.target_layout.remove(self.target_layout.rows - 1)
             raise
@@ -163,14 +165,33 @@ class DecodingBatch:
         self.target_layout.remove(b)
         self.draft_layout.remove(b)
 
+    def _draft_context(self, tokens: list[int]) -> list[LayerRow] | None:
+        """The draft's cache rows after ``tokens`` but the last, prefilled (from its prompt cache)."""
+        assert self.draft is not None
+        draft_cache = make_prompt_cache(self.draft.model)
+        prefill_cached(self.draft.model, draft_cache, tokens[:-1], self.draft_prompts)
+        return kv_rows(draft_cache)
+
+    def _catch_up(self) -> None:
+        """Prefill, each alone, the draft context of rows more than ``CATCH_UP`` tokens behind (those that
+        drafted nothing so far): one batched pass would pad every row to the longest gap."""
+        held = self.draft_layout.lengths()
+        behind = [b for b, row in enumerate(self.rows) if len(row.tokens) - held[b] > CATCH_UP]
+        if behind:
+            rows = [self.draft_layout.row(b) for b in range(len(self.rows))]
+            for b in behind:
+                rows[b] = self._draft_context(self.rows[b].tokens)
+            self.draft_layout.rebuild(rows)
+
     def _draft(self, k: int) -> int:
         """Draft ``k`` tokens for every row (``row.drafts``, and ``row.dists`` when it samples); returns
         the passes run. The draft cache then holds each row's tokens and its drafts but the last."""
         for row in self.rows:
             row.drafts, row.dists = [], []
         self._draft_states = []
-        if k == 0:
+        if k == 0 or self.draft is None:
             return 0
+        self._catch_up()
         held = self.draft_layout.lengths()
         feeds = [row.tokens[n:] for row, n in zip(self.rows, held, strict=True)]
         recurrent = self.draft_layout.recurrent
@@ -261,9 +282,10 @@ class DecodingBatch:
         return verdicts
 
 
-def batch_refusal(target: LoadedModel, draft: LoadedModel) -> str | None:
-    """Why ``target`` and ``draft`` cannot decode a batch, in one line; None when they can."""
-    for model in (target, draft):
+def batch_refusal(target: LoadedModel, draft: LoadedModel | None) -> str | None:
+    """Why ``target`` and ``draft`` (None: the target alone) cannot decode a batch, in one line; None when
+    they can."""
+    for model in (target, draft) if draft is not None else (target,):
         if not batchable(model.model):
             return (
                 f"{model.spec} has a layer that is neither a KV cache nor a dense Qwen3.5 Gated DeltaNet "

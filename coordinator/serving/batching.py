@@ -82,29 +82,32 @@ class Batching:
         target = self.sources.target
         if self.concurrency < 2:
             self.batch_note = "--decode-concurrency 1: one request at a time"
-        elif spec.kind not in ("auto", "local") or not spec.local:
-            self.batch_note = f"--draft {spec.kind}: a batch drafts with a local draft model (auto or local)"
+        elif spec.kind not in ("auto", "local", "none"):
+            self.batch_note = f"--draft {spec.kind}: requests a worker drafts for take their rounds in turn"
         else:
-            draft = await self.sources.local_model(spec.local)
+            draft = await self.sources.local_model(spec.local) if spec.local and spec.kind != "none" else None
             self.batch_note = batch_refusal(target, draft)
             if self.batch_note is None:
                 caches = self.sources.caches
-                prompts = caches.of(f"draft:{draft.spec}") if caches is not None else None
+                prompts = caches.of(f"draft:{draft.spec}") if caches is not None and draft else None
                 self._batch_draft = draft
                 self._batch = DecodingBatch(target, draft, prompts)
         return self._batch
 
     async def _batch_k(self, generation: Generation) -> int | None:
-        """The drafts a round for ``generation`` in the batch: ``local``'s k, or the planner's best local
-        chain at its temperature (auto); None if the planner has no local chain for it."""
+        """The drafts a round for ``generation`` in the batch: ``local``'s k, 0 with no draft model, or
+        the planner's best set-up at its temperature among the target alone and local chains (auto: 0
+        where the target alone is fastest); None if the planner ranks neither."""
         spec = self.drafting.spec
+        if self._batch_draft is None:
+            return 0
         if spec.kind == "local":
             return self.drafting.k
         if self.planner is None:
             self.planner, _ = await self.sources.auto(spec)
         temperature = generation.request.params.temperature
         ranking = self.planner.ranking(temperature, self.planner.prior(temperature))
-        return next((p.setup.k for p in ranking if p.setup.mode == "local" and p.setup.k > 0), None)
+        return next((p.setup.k for p in ranking if p.setup.mode in ("ar", "local")), None)
 
     async def _join(self, generation: Generation, batch: DecodingBatch, k: int) -> None:
         """Begin ``generation`` with no draft source of its own, in ``batch``."""
@@ -135,8 +138,8 @@ class Batching:
     def _batched(self, generation: Generation, k: int) -> None:
         generation.batched = True
         draft = self._batch_draft
-        assert draft is not None
-        generation.source.update({"draft": f"local:{draft.spec}", "batched": True, "k": k})
+        described = f"local:{draft.spec}" if draft is not None and k else "none"
+        generation.source.update({"draft": described, "batched": True, "k": k})
 
     async def _batch_round(self, batch: DecodingBatch) -> None:
         """A round of the batch (more, in one compute job, while nothing else runs or waits); then the

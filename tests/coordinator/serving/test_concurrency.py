@@ -81,3 +81,27 @@ def test_a_short_request_behind_a_long_one_is_answered_while_the_long_one_runs(s
     while status(server)["requests"] and time.monotonic() < deadline:  # its client left: its slot frees
         time.sleep(0.1)
     assert status(server)["requests"] == []
+
+
+@pytest.mark.skipif(mx.default_device() != mx.cpu, reason="as above: a GPU may round a batch's row apart")
+def test_requests_with_no_draft_are_decoded_together_each_as_alone() -> None:
+    # --draft none: the target alone, one pass a token for every request at once.
+    args = [a for a in TINY if a not in ("--draft", "local:tiny-draft")]
+    with running_server(*args, "--draft", "none") as server:
+        solo = [ids(server, p, SHORT, temperature=0) for p in PROMPTS]
+        replies: list[dict] = [{}] * len(PROMPTS)
+
+        def run(i: int) -> None:
+            reply = server.client().completions.create(
+                model="tiny", prompt=PROMPTS[i], max_tokens=SHORT, temperature=0
+            )
+            replies[i] = dict(reply.model_extra["specwire"])  # type: ignore[index]
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PROMPTS))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert [r["token_ids"] for r in replies] == solo
+        assert any(r.get("batched") for r in replies)
+        assert status(server)["batching"]["widest"] >= 2
