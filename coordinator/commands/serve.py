@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import anyio
 import uvicorn
@@ -42,6 +43,7 @@ from coordinator.pacing import CoordinatorPace
 from coordinator.runtime import coordinator_runtime
 from coordinator.serving.app import Api, ServedModel, created_now
 from coordinator.serving.body import DEFAULT_MAX_BODY
+from coordinator.serving.chat import ChatTemplate
 from coordinator.serving.drafting_status import DraftingStatus
 from coordinator.serving.generation import Drafting
 from coordinator.serving.scheduler import DEFAULT_CONCURRENCY, Scheduler
@@ -91,6 +93,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="largest request body in bytes; a larger one gets HTTP 413 before it is read whole",
     )
     p.add_argument("--json", action="store_true", help="print the ready line as JSON")
+    chat = p.add_argument_group("chat")
+    chat.add_argument(
+        "--chat-template", type=Path, help="a Jinja chat template file to use instead of the model's own"
+    )
+    chat.add_argument(
+        "--chat-template-args",
+        type=json.loads,
+        default={},
+        help="JSON of template options every request gets (e.g. '{\"enable_thinking\": false}'); "
+        "a request's chat_template_kwargs override them",
+    )
+    chat.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        help="a browser origin allowed to call the API (http://localhost:3000, or * for any); repeatable",
+    )
     add_prompt_cache_arguments(
         p.add_argument_group("prompt cache (each model's, and each worker's for this server)")
     )
@@ -122,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(
             f"--max-queue must be >= 0, --default-max-tokens >= 1, --max-body >= 1 and --k within 0..{MAX_K}"
         )
+    if args.chat_template is not None and not args.chat_template.is_file():
+        raise InvalidArgumentError(f"--chat-template {args.chat_template}: no such file")
     # Checked before the model loads.
     drafting = Drafting(draft_spec(args), args.k)
     return anyio.run(_serve, args, drafting, worker_access(args), pace_of(args))
@@ -157,10 +178,19 @@ async def _serve(
             status = DraftingStatus(scheduler, live)
             for line in await status.lines(access.discover_timeout):
                 print(f"serve: {line}", file=sys.stderr, flush=True)
+            template = ChatTemplate.of(target.tokenizer, args.chat_template)
+            if not isinstance(args.chat_template_args, dict):
+                raise InvalidArgumentError("--chat-template-args must be a JSON object")
+            template = dataclasses.replace(template, defaults=args.chat_template_args)
             served = ServedModel(
-                args.model_name or args.target, target, args.default_max_tokens, created_now(), args.max_body
+                args.model_name or args.target,
+                target,
+                args.default_max_tokens,
+                created_now(),
+                args.max_body,
+                template,
             )
-            app = Api(served, scheduler, args.api_key, status).app()
+            app = Api(served, scheduler, args.api_key, status, cors=args.cors_origin).app()
             config = uvicorn.Config(app, lifespan="off", log_level=args.log_level, access_log=False)
             server = uvicorn.Server(config)
             sock = _listen(args.host, args.port)

@@ -18,7 +18,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,8 @@ import anyio
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -33,11 +35,13 @@ from starlette.routing import Route
 from coordinator.pacing import CoordinatorPace
 from coordinator.serving import responses
 from coordinator.serving.body import DEFAULT_MAX_BODY, excerpt, parse_json, read_body
+from coordinator.serving.chat import ChatTemplate
 from coordinator.serving.drafting_status import DraftingStatus
 from coordinator.serving.requests import CHAT, TEXT, CompletionRequest, read_request
 from coordinator.serving.responses import Envelope
 from coordinator.serving.scheduler import Scheduler
 from coordinator.serving.text import CompletionText
+from coordinator.serving.tools import CallSplitter, openai_call
 from specwire.emulation.pace import headroom_quantile
 from specwire.errors import (
     ApiKeyError,
@@ -96,6 +100,7 @@ class ServedModel:
     default_max_tokens: int
     created: int
     max_body: int = DEFAULT_MAX_BODY
+    template: ChatTemplate | None = None  # the chat template and its tool format (None: the model's own)
 
 
 class Api:
@@ -107,11 +112,13 @@ class Api:
         scheduler: Scheduler,
         api_key: str | None,
         status: DraftingStatus | None = None,
+        cors: Sequence[str] = (),
     ) -> None:
         self.served = served
         self.scheduler = scheduler
         self.api_key = api_key
         self.status = status
+        self.cors = list(cors)
 
     def app(self) -> Starlette:
         """The Starlette application."""
@@ -125,7 +132,11 @@ class Api:
         ]
         # SpecwireError: answered here; any other Exception: answered, and logged with its traceback.
         handlers = {HTTPException: self._http_error, SpecwireError: self._error, Exception: self._error}
-        return Starlette(routes=routes, exception_handlers=handlers)
+        middleware = []
+        if self.cors:  # browser clients (Open WebUI, ...): their preflight and the headers they may read
+            options = {"allow_origins": self.cors, "allow_methods": ["GET", "POST"], "allow_headers": ["*"]}
+            middleware.append(Middleware(CORSMiddleware, **options))  # type: ignore[arg-type]
+        return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
 
     # Routes.
 
@@ -189,17 +200,29 @@ class Api:
         # loop, and with it every remote round in flight: a worker thread does them.
         asked = await anyio.to_thread.run_sync(
             lambda: read_request(
-                parse_json(data), kind, served.name, served.target, served.default_max_tokens
+                parse_json(data), kind, served.name, served.target, served.default_max_tokens, served.template
             )
         )
         envelope = Envelope(kind, served.name)
         text = CompletionText(self.scheduler.submit(asked), served.target.tokenizer)
+        calls = _call_splitter(asked)
         if asked.stream:
-            return EventSourceResponse(self._events(asked, envelope, text))
+            return EventSourceResponse(self._events(asked, envelope, text, calls))
         output = await self._whole(request, text)
         counts = responses.usage(len(asked.prompt), text.completion_tokens, text.cached_tokens)
         logprobs = responses.logprobs(kind, text.logprobs(), self._piece)
-        return JSONResponse(envelope.completion(output, text.finish_reason, counts, text.stats(), logprobs))
+        finish = text.finish_reason
+        found: list[dict[str, Any]] = []
+        if calls is not None:
+            content, found = calls.feed(output)
+            output = content + calls.finish()
+            finish = "tool_calls" if found and finish == "stop" else finish
+        body = envelope.completion(output, finish, counts, text.stats(), logprobs)
+        if found:
+            message = body["choices"][0]["message"]
+            message["tool_calls"] = [openai_call(call) for call in found]
+            message["content"] = output or None
+        return JSONResponse(body)
 
     def _piece(self, token: int) -> str:
         """One token's text, as log-probabilities name it."""
@@ -233,9 +256,14 @@ class Api:
         return "".join(pieces)
 
     async def _events(
-        self, asked: CompletionRequest, envelope: Envelope, text: CompletionText
+        self,
+        asked: CompletionRequest,
+        envelope: Envelope,
+        text: CompletionText,
+        calls: CallSplitter | None,
     ) -> AsyncIterator[dict[str, str]]:
-        """The server-sent events of one streamed completion."""
+        """The server-sent events of one streamed completion (a tool call as one ``delta.tool_calls``
+        chunk once it is whole)."""
         try:
             if asked.kind == CHAT:
                 yield _event(envelope.chunk(text="", first=True))
@@ -246,16 +274,40 @@ class Api:
                 async for piece in stream:
                     logprobs = responses.logprobs(asked.kind, text.new_logprobs(), self._piece, sent)
                     sent += len(piece)
-                    yield _event(envelope.chunk(text=piece, logprobs=logprobs))
+                    for event in self._chunks(envelope, piece, logprobs, calls):
+                        yield event
+            if calls is not None and (rest := calls.finish()):
+                yield _event(envelope.chunk(text=rest))
         except Exception as err:  # the stream has started: the error is its last event
             yield _event(status_of(err)[1])
             return
         stats = text.stats()
-        yield _event(envelope.chunk(finish_reason=text.finish_reason, stats=stats))
+        finish = text.finish_reason
+        if calls is not None and calls.calls and finish == "stop":
+            finish = "tool_calls"
+        yield _event(envelope.chunk(finish_reason=finish, stats=stats))
         if asked.include_usage:
             counts = responses.usage(len(asked.prompt), text.completion_tokens, text.cached_tokens)
             yield _event(envelope.usage_chunk(counts, stats))
         yield {"data": "[DONE]"}
+
+    def _chunks(
+        self,
+        envelope: Envelope,
+        piece: str,
+        logprobs: dict[str, Any] | None,
+        calls: CallSplitter | None,
+    ) -> Iterator[dict[str, str]]:
+        """The chunks of one piece of output: its text, and the tool calls it completes."""
+        if calls is None:
+            yield _event(envelope.chunk(text=piece, logprobs=logprobs))
+            return
+        before = len(calls.calls)
+        content, found = calls.feed(piece)
+        if content or logprobs:
+            yield _event(envelope.chunk(text=content, logprobs=logprobs))
+        for i, call in enumerate(found):
+            yield _event(envelope.chunk(tool_calls=[openai_call(call, before + i)]))
 
     # Access and errors.
 
@@ -309,6 +361,13 @@ class RefusedBody(JSONResponse):
                 if message["type"] == "http.disconnect" or not message.get("more_body"):
                     break
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _call_splitter(asked: CompletionRequest) -> CallSplitter | None:
+    """What reads tool calls out of the output: tools offered (not ``none``) and a format to read them."""
+    if asked.tools is None or asked.tool_format is None:
+        return None
+    return CallSplitter(asked.tool_format, asked.tools.functions)
 
 
 def _event(body: dict[str, Any]) -> dict[str, str]:

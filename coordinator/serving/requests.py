@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.serving.body import excerpt
+from coordinator.serving.chat import ChatTemplate, chat_prompt
+from coordinator.serving.tools import ToolChoice, ToolFormat, forced_grammar, read_tools
+from specwire.drafting.grammar import GrammarSpec, grammar_tokenizer, json_schema_grammar
 from specwire.drafting.processors import Penalties, Processing
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import (
@@ -39,8 +42,6 @@ DEFAULT_TEMPERATURE = 1.0  # OpenAI's default; send 0 for greedy output, token-i
 UNSUPPORTED: dict[str, object] = {
     "n": 1,
     "best_of": 1,
-    "tools": None,
-    "tool_choice": None,
     "functions": None,
     "function_call": None,
     "echo": False,
@@ -48,7 +49,6 @@ UNSUPPORTED: dict[str, object] = {
     "audio": None,
     "prediction": None,
 }
-ROLES = ("system", "user", "assistant")
 
 
 @dataclass(frozen=True)
@@ -65,26 +65,49 @@ class CompletionRequest:
     penalties: Penalties = field(default_factory=Penalties)
     ignore_eos: bool = False  # generate to max_tokens past the end-of-sequence token (vLLM's, llama.cpp's)
     logprobs: int | None = None  # None: none; else each token's, and this many top alternatives
+    grammar: GrammarSpec | None = None  # response_format's or a forced tool call's
+    tools: ToolChoice | None = None  # the tools whose calls are read back from the output
+    tool_format: ToolFormat | None = None  # how the model writes them
 
     def processing(self) -> Processing | None:
         """A fresh logits processing for one run of this request; None when it neither changes a logit
         nor reports log-probabilities."""
-        if not self.penalties.active and self.logprobs is None:
+        if not self.penalties.active and self.logprobs is None and self.grammar is None:
             return None
-        return Processing(self.penalties, self.prompt, logprobs=self.logprobs)
+        constraint = self.grammar.matcher() if self.grammar is not None else None
+        return Processing(self.penalties, self.prompt, constraint, self.logprobs)
 
 
 def read_request(
-    body: object, kind: str, served: str, target: LoadedModel, default_max_tokens: int
+    body: object,
+    kind: str,
+    served: str,
+    target: LoadedModel,
+    default_max_tokens: int,
+    template: ChatTemplate | None = None,
 ) -> CompletionRequest:
-    """The request ``body`` asks for, or a ``SpecwireError`` naming what is wrong with it."""
+    """The request ``body`` asks for, or a ``SpecwireError`` naming what is wrong with it. ``template``:
+    the chat template served (default: the model's own)."""
     if not isinstance(body, dict):
         raise InvalidArgumentError("the request body must be a JSON object")
     model = body.get("model")
     if model is not None and model != served:
         raise UnknownModelError(f"model {excerpt(model)} is not served here; this server serves {served!r}")
     _refuse_unsupported(body)
-    prompt = _chat_prompt(body, target) if kind == CHAT else _text_prompt(body, target)
+    template = template or ChatTemplate.of(target.tokenizer)
+    if kind == CHAT:
+        tools = read_tools(body)
+        if tools is not None and template.tools is None:
+            raise UnsupportedParameterError(
+                "tools: this model's chat template writes no tool calls that can be read back "
+                "(serve it with --chat-template FILE, a template that takes tools)",
+                "tools",
+            )
+        prompt = chat_prompt(body, target.tokenizer, template, tools)
+    else:
+        _no_tools(body)
+        tools, prompt = None, _text_prompt(body, target)
+    grammar = _grammar(body, target, tools, template)
     stream = _optional(body, "stream", bool, False)
     options = body.get("stream_options")
     if options is not None and not (stream and isinstance(options, dict)):
@@ -100,6 +123,9 @@ def read_request(
         penalties=_penalties(body, target.vocab_size),
         ignore_eos=_optional(body, "ignore_eos", bool, False),
         logprobs=_logprobs(body, kind),
+        grammar=grammar,
+        tools=tools if tools is not None and tools.mode != "none" else None,
+        tool_format=template.tools,
     )
 
 
@@ -109,9 +135,6 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
         if value is None or value == unused or (unused is None and value in ({}, [], False, 0)):
             continue  # absent, or a client's way of saying "not used"
         raise UnsupportedParameterError(f"{name}={excerpt(value)} is not supported by this server", name)
-    response_format = body.get("response_format")
-    if response_format is not None and response_format != {"type": "text"}:
-        raise UnsupportedParameterError("response_format other than text is not supported", "response_format")
 
 
 def _optional(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -127,43 +150,6 @@ def _optional(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     if kind in (bool, str) and not isinstance(value, kind):
         raise InvalidArgumentError(f"{name} must be a {kind.__name__}, got {excerpt(value)}")
     return kind(value)
-
-
-def _text_of(content: object, where: str) -> str:
-    """A message's text: a string, or a list of text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not (
-                isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-            ):
-                raise UnsupportedParameterError(f"{where}: only text content parts are supported", "messages")
-            parts.append(part["text"])
-        return "".join(parts)
-    raise InvalidArgumentError(f"{where}: content must be a string or a list of text parts")
-
-
-def _chat_prompt(body: dict[str, Any], target: LoadedModel) -> list[int]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidArgumentError("messages must be a non-empty list of {role, content} objects")
-    plain = []
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise InvalidArgumentError(f"{where} must be an object with role and content")
-        role = message.get("role")
-        if role not in ROLES:
-            raise UnsupportedParameterError(
-                f"{where}: role {excerpt(role)} is not supported (use {ROLES})", "messages"
-            )
-        plain.append({"role": role, "content": _text_of(message.get("content"), where)})
-    tokenizer = target.tokenizer
-    if not tokenizer.has_chat_template:
-        raise InvalidArgumentError(f"{target.spec} has no chat template; use /v1/completions")
-    return list(tokenizer.apply_chat_template(plain, add_generation_prompt=True))
 
 
 def _text_prompt(body: dict[str, Any], target: LoadedModel) -> list[int]:
@@ -244,6 +230,43 @@ def _penalties(body: dict[str, Any], vocab_size: int) -> Penalties:
         logit_bias=_logit_bias(body.get("logit_bias"), vocab_size),
         repetition_penalty=repetition,
         **penalties,
+    )
+
+
+def _no_tools(body: dict[str, Any]) -> None:
+    if body.get("tools") or body.get("tool_choice") not in (None, "none", "auto"):
+        raise InvalidArgumentError("tools are a chat parameter; use /v1/chat/completions")
+
+
+def _grammar(
+    body: dict[str, Any], target: LoadedModel, tools: ToolChoice | None, template: ChatTemplate
+) -> GrammarSpec | None:
+    """The grammar the output must follow: ``response_format``'s, or a forced tool call's."""
+    response_format = body.get("response_format")
+    kind = response_format.get("type") if isinstance(response_format, dict) else response_format
+    forced = tools is not None and tools.mode == "required"
+    if kind in (None, "text") and not forced:
+        return None
+    if body.get("ignore_eos"):
+        raise InvalidArgumentError("ignore_eos cannot be combined with a grammar: the output ends with it")
+    lltokenizer = grammar_tokenizer(target.tokenizer, target.vocab_size, sorted(target.eos_token_ids))
+    if forced:
+        if kind not in (None, "text"):
+            raise InvalidArgumentError("response_format cannot be combined with a forced tool call")
+        assert tools is not None
+        return forced_grammar(tools, template.tools, lltokenizer)
+    assert isinstance(response_format, dict)
+    if kind == "json_object":
+        return json_schema_grammar({"type": "object"}, "response_format", lltokenizer)
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise InvalidArgumentError("response_format.json_schema must be {name, schema, strict}")
+        schema = spec.get("schema", {})
+        return json_schema_grammar(schema, "response_format.json_schema.schema", lltokenizer)
+    raise UnsupportedParameterError(
+        f"response_format type {excerpt(kind)} is not supported (text, json_object, json_schema)",
+        "response_format",
     )
 
 

@@ -58,13 +58,16 @@ class Envelope:
         first: bool = False,
         stats: dict[str, Any] | None = None,
         logprobs: dict[str, Any] | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
     ) -> dict:
-        """One streamed chunk: a piece of text, or the finish reason (with the figures)."""
+        """One streamed chunk: a piece of text, tool calls, or the finish reason (with the figures)."""
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": logprobs}
         if self.kind == CHAT:
             delta: dict[str, Any] = {"role": "assistant"} if first else {}
             if text is not None:
                 delta["content"] = text
+            if tool_calls is not None:
+                delta["tool_calls"] = tool_calls
             choice["delta"] = delta
         else:
             choice["text"] = text or ""

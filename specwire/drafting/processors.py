@@ -31,6 +31,8 @@ from typing import Protocol
 
 import numpy as np
 
+from specwire.errors import UnsupportedModelError
+
 PENALTY_CONTEXT = 20  # tokens the penalties look back over (mlx-lm's default context size)
 
 
@@ -122,8 +124,13 @@ class Processing:
             allowed = self.constraint.allowed(suffix)
             if allowed is None:  # unreachable: a draft before this position breaks the grammar
                 allowed = np.zeros(out.size, dtype=bool)
-            out[: allowed.size][~allowed] = -np.inf
+            out[: allowed.size][~allowed[: out.size]] = -np.inf
             out[allowed.size :] = -np.inf
+            if allowed.any() and not np.isfinite(out).any():
+                raise UnsupportedModelError(
+                    "the grammar allows only tokens this model never emits (its output covers "
+                    f"{out.size} of {allowed.size} ids)"
+                )
         return out
 
     def record(self, rows: Sequence[np.ndarray], emitted: Sequence[int]) -> None:
