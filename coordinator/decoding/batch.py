@@ -207,7 +207,8 @@ class DecodingBatch:
             logits = _call(self.draft.model, inputs, self.draft_cache, defer=True)
             last = logits[mx.arange(len(feeds)), mx.array([len(feed) - 1 for feed in feeds])]
             choices = mx.argmax(last, axis=-1)
-            rows = last.astype(mx.float32) if any(sampled) else None
+            on_host = any(sampled) or any(row.decoding.processing for row in self.rows)
+            rows = last.astype(mx.float32) if on_host else None
             _settle(self.draft.model, choices, *([rows] if rows is not None else []))
             self.draft_layout.commit(width, [len(feed) for feed in feeds])
             for layer in recurrent:
@@ -217,11 +218,13 @@ class DecodingBatch:
             greedy = np.array(choices).tolist()
             host = np.array(rows) if rows is not None else None
             for b, row in enumerate(self.rows):
-                if sampled[b]:
+                processing = row.decoding.processing
+                if sampled[b] or processing is not None:  # as the verdict will be: processed on the host
                     assert host is not None
-                    token, dist = choose_draft_token(host[b], row.decoding.params, rngs[b])
-                    assert dist is not None
-                    row.dists.append(dist)
+                    scores = processing.row(host[b], row.drafts) if processing is not None else host[b]
+                    token, dist = choose_draft_token(scores, row.decoding.params, rngs[b])
+                    if dist is not None:
+                        row.dists.append(dist)
                 else:
                     token = int(greedy[b])
                 row.drafts.append(token)

@@ -155,6 +155,8 @@ class SpeculativeDecoder:
         try:
             if source is not None:
                 source.start(prompt, params, min(k, max_tokens - 1))
+                if processing is not None and hasattr(source, "use_processing"):
+                    source.use_processing(processing)  # its drafts processed as the verdict will be
             decoding = Decoding(self, prompt, max_tokens, k, params, source, start, on_tokens, halt)
             decoding.processing = processing
             return decoding
@@ -347,7 +349,7 @@ class Decoding:
         result.tokens.extend(emitted)
         result.token_ns.extend([t2] * len(emitted))
         if self.processing is not None:
-            self.processing.accept([*kept, token])
+            self.processing.accept(emitted)
         record = RoundRecord(k_round, accepted, emitted, t1 - t0, t2 - t1, t2, block, rollback_ns)
         result.rounds.append(record)
         if policy is not None:

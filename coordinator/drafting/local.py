@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from coordinator.drafting.base import Outcome
 from specwire.drafting.drafter import DraftBlock, Drafter
 from specwire.drafting.prefix_cache import PrefixCache
+from specwire.drafting.processors import Processing
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models.loading import LoadedModel
@@ -25,6 +26,11 @@ class LocalDraftSource:
         """Prefill the prompt into a fresh draft cache (from the prompt cache, when one is kept)."""
         self._drafter = Drafter(self.draft.model, params)
         self._drafter.start(prompt, self.prefix_cache)
+
+    def use_processing(self, processing: Processing) -> None:
+        """Draft under the request's penalties and grammar too (after ``start``)."""
+        if self._drafter is not None:
+            self._drafter.processing = processing
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Apply the last outcome, then draft ``k`` tokens."""

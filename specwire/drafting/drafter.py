@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mlx.core as mx
 import numpy as np
@@ -45,6 +45,9 @@ from specwire.drafting.sampling import (
     skip_draws,
 )
 from specwire.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from specwire.drafting.processors import Processing
 
 PREFILL_STEP = 512
 # Seeds are (seed, stream, ...): the verifier draws from stream 1, draft blocks from stream 2,
@@ -158,10 +161,11 @@ class Drafting:
             return
         self.batch = None  # drafted on from the drafter's own cache from here
         t0 = time.perf_counter_ns()
-        if self.drafter.params.greedy:
-            self.drafter.greedy_passes(self, n)
+        drafter = self.drafter
+        if drafter.params.greedy and (drafter.processing is None or self.alternatives):
+            drafter.greedy_passes(self, n)
         else:
-            self.drafter.sampled_passes(self, n)
+            drafter.sampled_passes(self, n)
         self.forward_passes += n
         self.compute_ns += time.perf_counter_ns() - t0
 
@@ -187,6 +191,9 @@ class Drafter:
         self.forward_passes = 0
         self._adopted: Drafting | None = None  # a branch drafted in a batch, its cache not yet taken
         self.reuse = Reuse()  # what the prompt cache gave the last start
+        # The request's penalties and grammar, applied to each draft as the target applies them to its
+        # verdict (the drafts stay acceptable); drafts are then chosen on the host, a pass at a time.
+        self.processing: Processing | None = None
 
     def block_rng(self, index: int) -> np.random.Generator:
         """The generator of block ``index``: fresh, and the same wherever that block is drafted."""
@@ -398,16 +405,20 @@ class Drafter:
         return tokens
 
     def sampled_passes(self, block: Drafting, n: int) -> None:
-        """Extend ``block`` by ``n`` drafts sampled from the truncated q with the block's generator."""
+        """Extend ``block`` by ``n`` drafts sampled from the truncated q with the block's generator (or,
+        greedy with ``processing``, the processed argmax), a pass and a host read each."""
         for _ in range(n):
             sequence = block.prefix + block.tokens
             row = self._forward(sequence).astype(mx.float32)
             self._settle(row)
-            token, dist = choose_draft_token(np.array(row), self.params, block.rng)
-            assert dist is not None
-            block.dists.append(dist)
-            if block.alternatives:
-                block.candidates.append(dist)
+            logits = np.array(row)
+            if self.processing is not None:
+                logits = self.processing.row(logits, block.tokens)
+            token, dist = choose_draft_token(logits, self.params, block.rng)
+            if dist is not None:
+                block.dists.append(dist)
+                if block.alternatives:
+                    block.candidates.append(dist)
             # The token goes last: a reader on another thread may take every token it sees.
             block.tokens.append(token)
         # The last draft is never fed: the cache holds everything before it.

@@ -53,7 +53,10 @@ TOOLS = [
             },
         },
     },
-    {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}},
+    {
+        "type": "function",
+        "function": {"name": "now", "parameters": {"type": "object", "additionalProperties": False}},
+    },
 ]
 SCHEMAS = {
     "nested": {
@@ -253,3 +256,24 @@ def test_sampled_sd_under_a_grammar_is_distributed_as_the_masked_target(
         ).tokens
         counts[cells.index((tokens[0], tokens[1]))] += 1
     assert chi_square_p(counts, np.array([expected[c] for c in cells])) >= P_VALUE_FLOOR
+
+
+def test_local_drafts_follow_the_grammar_too(loaded: tuple[LoadedModel, LoadedModel]) -> None:
+    # The draft is processed as the verdict will be, so no draft is rejected for breaking the grammar.
+    target, draft = loaded
+    prompt = list(target.tokenizer.encode("Describe a person as JSON."))
+    schema = SCHEMAS["nested"]
+    result = SpeculativeDecoder(target, LocalDraftSource(draft)).generate(
+        prompt, max_tokens=40, k=3, params=SamplingParams(), processing=_processing(target, prompt, schema)
+    )
+    out: list[int] = []
+    for record in result.rounds:
+        check = _processing(target, prompt, schema).constraint
+        assert check is not None
+        check.accept(out)
+        drafts = record.draft.tokens
+        ends = [i for i, t in enumerate(drafts) if t in target.eos_token_ids]
+        drafts = drafts[: ends[0] + 1] if ends else drafts  # nothing after the end is ever emitted
+        assert all(check.allowed(drafts[:i]) is not None for i in range(len(drafts) + 1)), drafts
+        out.extend(record.tokens)
+    assert result.drafted > 0
