@@ -36,12 +36,13 @@ from coordinator.pacing import CoordinatorPace
 from coordinator.serving import responses
 from coordinator.serving.body import DEFAULT_MAX_BODY, excerpt, parse_json, read_body
 from coordinator.serving.chat import ChatTemplate
+from coordinator.serving.chat_output import ChatOutput, Split, splits
 from coordinator.serving.drafting_status import DraftingStatus
 from coordinator.serving.requests import CHAT, TEXT, CompletionRequest, read_request
 from coordinator.serving.responses import Envelope
 from coordinator.serving.scheduler import Scheduler
 from coordinator.serving.text import CompletionText
-from coordinator.serving.tools import CallSplitter, openai_call
+from coordinator.serving.tools import openai_call
 from specwire.emulation.pace import headroom_quantile
 from specwire.errors import (
     ApiKeyError,
@@ -205,23 +206,24 @@ class Api:
         )
         envelope = Envelope(kind, served.name)
         text = CompletionText(self.scheduler.submit(asked), served.target.tokenizer)
-        calls = _call_splitter(asked)
+        split = ChatOutput(asked) if splits(asked) else None
         if asked.stream:
-            return EventSourceResponse(self._events(asked, envelope, text, calls))
+            return EventSourceResponse(self._events(asked, envelope, text, split))
         output = await self._whole(request, text)
         counts = responses.usage(len(asked.prompt), text.completion_tokens, text.cached_tokens)
         logprobs = responses.logprobs(kind, text.logprobs(), self._piece)
         finish = text.finish_reason
-        found: list[dict[str, Any]] = []
-        if calls is not None:
-            content, found = calls.feed(output)
-            output = content + calls.finish()
-            finish = "tool_calls" if found and finish == "stop" else finish
-        body = envelope.completion(output, finish, counts, text.stats(), logprobs)
-        if found:
-            message = body["choices"][0]["message"]
-            message["tool_calls"] = [openai_call(call) for call in found]
-            message["content"] = output or None
+        if split is None:
+            return JSONResponse(envelope.completion(output, finish, counts, text.stats(), logprobs))
+        whole, rest = split.feed(output), split.finish()
+        content = whole.content + rest.content
+        body = envelope.completion(content, _finish(finish, split), counts, text.stats(), logprobs)
+        message = body["choices"][0]["message"]
+        if whole.reasoning or rest.reasoning:
+            message["reasoning_content"] = whole.reasoning + rest.reasoning
+        if split.called:
+            message["tool_calls"] = [openai_call(call) for call in whole.calls]
+            message["content"] = content or None
         return JSONResponse(body)
 
     def _piece(self, token: int) -> str:
@@ -260,10 +262,11 @@ class Api:
         asked: CompletionRequest,
         envelope: Envelope,
         text: CompletionText,
-        calls: CallSplitter | None,
+        split: ChatOutput | None,
     ) -> AsyncIterator[dict[str, str]]:
         """The server-sent events of one streamed completion (a tool call as one ``delta.tool_calls``
         chunk once it is whole)."""
+        calls = 0
         try:
             if asked.kind == CHAT:
                 yield _event(envelope.chunk(text="", first=True))
@@ -274,40 +277,25 @@ class Api:
                 async for piece in stream:
                     logprobs = responses.logprobs(asked.kind, text.new_logprobs(), self._piece, sent)
                     sent += len(piece)
-                    for event in self._chunks(envelope, piece, logprobs, calls):
+                    if split is None:
+                        yield _event(envelope.chunk(text=piece, logprobs=logprobs))
+                        continue
+                    for event in _split_chunks(envelope, split.feed(piece), logprobs, calls):
                         yield event
-            if calls is not None and (rest := calls.finish()):
-                yield _event(envelope.chunk(text=rest))
+                    calls = len(split.calls.calls) if split.calls else 0
+            if split is not None:
+                for event in _split_chunks(envelope, split.finish(), None, calls):
+                    yield event
         except Exception as err:  # the stream has started: the error is its last event
             yield _event(status_of(err)[1])
             return
         stats = text.stats()
-        finish = text.finish_reason
-        if calls is not None and calls.calls and finish == "stop":
-            finish = "tool_calls"
+        finish = _finish(text.finish_reason, split) if split is not None else text.finish_reason
         yield _event(envelope.chunk(finish_reason=finish, stats=stats))
         if asked.include_usage:
             counts = responses.usage(len(asked.prompt), text.completion_tokens, text.cached_tokens)
             yield _event(envelope.usage_chunk(counts, stats))
         yield {"data": "[DONE]"}
-
-    def _chunks(
-        self,
-        envelope: Envelope,
-        piece: str,
-        logprobs: dict[str, Any] | None,
-        calls: CallSplitter | None,
-    ) -> Iterator[dict[str, str]]:
-        """The chunks of one piece of output: its text, and the tool calls it completes."""
-        if calls is None:
-            yield _event(envelope.chunk(text=piece, logprobs=logprobs))
-            return
-        before = len(calls.calls)
-        content, found = calls.feed(piece)
-        if content or logprobs:
-            yield _event(envelope.chunk(text=content, logprobs=logprobs))
-        for i, call in enumerate(found):
-            yield _event(envelope.chunk(tool_calls=[openai_call(call, before + i)]))
 
     # Access and errors.
 
@@ -363,11 +351,22 @@ class RefusedBody(JSONResponse):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def _call_splitter(asked: CompletionRequest) -> CallSplitter | None:
-    """What reads tool calls out of the output: tools offered (not ``none``) and a format to read them."""
-    if asked.tools is None or asked.tool_format is None:
-        return None
-    return CallSplitter(asked.tool_format, asked.tools.functions)
+def _split_chunks(
+    envelope: Envelope, split: Split, logprobs: dict[str, Any] | None, called: int
+) -> Iterator[dict[str, str]]:
+    """The chunks of one split piece: its reasoning, its text, and each tool call it completes (numbered
+    after the ``called`` before it)."""
+    if split.reasoning:
+        yield _event(envelope.chunk(reasoning=split.reasoning))
+    if split.content or logprobs:
+        yield _event(envelope.chunk(text=split.content, logprobs=logprobs))
+    for i, call in enumerate(split.calls):
+        yield _event(envelope.chunk(tool_calls=[openai_call(call, called + i)]))
+
+
+def _finish(reason: str, split: ChatOutput) -> str:
+    """``tool_calls`` when the model stopped after writing calls."""
+    return "tool_calls" if split.called and reason == "stop" else reason
 
 
 def _event(body: dict[str, Any]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from coordinator.serving.body import excerpt
 from coordinator.serving.chat import ChatTemplate, chat_prompt
+from coordinator.serving.reasoning import ThinkMarkers, opens_thinking, think_markers
 from coordinator.serving.tools import ToolChoice, ToolFormat, forced_grammar, read_tools
 from specwire.drafting.grammar import GrammarSpec, grammar_tokenizer, json_schema_grammar
 from specwire.drafting.processors import Penalties, Processing
@@ -36,6 +37,7 @@ MAX_LOGIT_BIAS = 300  # OpenAI's limit on tokens a logit_bias names
 MAX_REPETITION_PENALTY = 10.0
 MAX_TOP_LOGPROBS = 20  # OpenAI's bounds: top_logprobs in chat, logprobs in completions
 MAX_TEXT_LOGPROBS = 5
+THINK_TAIL = 64  # prompt tokens read for an opened thinking (a template opens it at the very end)
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default; send 0 for greedy output, token-identical to the target's
 
 # A parameter and the value that means "not used"; any other value is refused by name.
@@ -68,6 +70,8 @@ class CompletionRequest:
     grammar: GrammarSpec | None = None  # response_format's or a forced tool call's
     tools: ToolChoice | None = None  # the tools whose calls are read back from the output
     tool_format: ToolFormat | None = None  # how the model writes them
+    think: ThinkMarkers | None = None  # a thinking model's markers (chat): its reasoning is split off
+    thinking: bool = False  # the prompt leaves the model inside its thinking
 
     def processing(self) -> Processing | None:
         """A fresh logits processing for one run of this request; None when it neither changes a logit
@@ -126,6 +130,7 @@ def read_request(
         grammar=grammar,
         tools=tools if tools is not None and tools.mode != "none" else None,
         tool_format=template.tools,
+        **_thinking(kind, prompt, target.tokenizer),
     )
 
 
@@ -231,6 +236,15 @@ def _penalties(body: dict[str, Any], vocab_size: int) -> Penalties:
         repetition_penalty=repetition,
         **penalties,
     )
+
+
+def _thinking(kind: str, prompt: list[int], tokenizer: Any) -> dict[str, Any]:
+    """A chat request's thinking markers, and whether its prompt opens the thinking."""
+    markers = think_markers(tokenizer) if kind == CHAT else None
+    if markers is None:
+        return {}
+    tail = tokenizer.decode(prompt[-THINK_TAIL:])
+    return {"think": markers, "thinking": opens_thinking(tail, markers)}
 
 
 def _no_tools(body: dict[str, Any]) -> None:

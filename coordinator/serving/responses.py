@@ -59,6 +59,7 @@ class Envelope:
         stats: dict[str, Any] | None = None,
         logprobs: dict[str, Any] | None = None,
         tool_calls: list[dict[str, Any]] | None = None,
+        reasoning: str | None = None,
     ) -> dict:
         """One streamed chunk: a piece of text, tool calls, or the finish reason (with the figures)."""
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": logprobs}
@@ -68,6 +69,8 @@ class Envelope:
                 delta["content"] = text
             if tool_calls is not None:
                 delta["tool_calls"] = tool_calls
+            if reasoning is not None:
+                delta["reasoning_content"] = reasoning
             choice["delta"] = delta
         else:
             choice["text"] = text or ""

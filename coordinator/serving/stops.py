@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class StopMatcher:
     """Finds the first stop sequence in text that arrives in pieces.
@@ -16,7 +18,6 @@ class StopMatcher:
         self.stops = stops
         self.stopped = False
         self._held = ""
-        self._longest = max((len(s) for s in stops), default=0)
 
     def feed(self, text: str) -> str:
         """The part of ``text`` (after what was held) that is sure to be output."""
@@ -29,7 +30,7 @@ class StopMatcher:
         if starts:
             self.stopped, self._held = True, ""
             return text[: min(starts)]
-        keep = self._partial_tail(text)
+        keep = partial_tail(text, self.stops)
         self._held = text[len(text) - keep :]
         return text[: len(text) - keep]
 
@@ -38,11 +39,13 @@ class StopMatcher:
         held, self._held = self._held, ""
         return held
 
-    def _partial_tail(self, text: str) -> int:
-        """Length of the longest tail of ``text`` that is a proper prefix of a stop sequence."""
-        longest = min(len(text), self._longest - 1)
-        for n in range(longest, 0, -1):
-            tail = text[-n:]
-            if any(s.startswith(tail) for s in self.stops):
-                return n
-        return 0
+
+def partial_tail(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest tail of ``text`` that is a proper prefix of one of ``markers`` (a marker may
+    be arriving: hold that much back)."""
+    longest = min(len(text), max((len(m) for m in markers), default=0) - 1)
+    for n in range(longest, 0, -1):
+        tail = text[-n:]
+        if any(m.startswith(tail) for m in markers):
+            return n
+    return 0

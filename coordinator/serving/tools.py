@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.serving.body import excerpt
+from coordinator.serving.stops import partial_tail
 from specwire.drafting.grammar import JSON_LAYOUT, GrammarSpec, lark_grammar
 from specwire.errors import InvalidArgumentError, UnsupportedParameterError
 
@@ -219,7 +220,7 @@ class CallSplitter:
         while True:
             at = self._held.find(start)
             if at < 0:
-                keep = _partial_suffix(self._held, start)  # a marker may be arriving
+                keep = partial_tail(self._held, (start,))  # a marker may be arriving
                 text.append(self._held[: len(self._held) - keep])
                 self._held = self._held[len(self._held) - keep :]
                 break
@@ -248,11 +249,3 @@ class CallSplitter:
             return None
         found = parsed if isinstance(parsed, list) else [parsed]
         return [c for c in found if isinstance(c, dict)] or None
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """The length of the longest end of ``text`` that begins ``marker``."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
