@@ -14,12 +14,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Literal
 
 import jsonschema
 import mlx.core as mx
 import numpy as np
 import openai
 import pytest
+from pydantic import BaseModel, Field
+from pydantic_ai import Agent
+from pydantic_ai.messages import ToolReturnPart
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
 
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
@@ -196,6 +202,43 @@ def test_bad_formats_and_tools_are_refused_by_name(server: ServerProcess, extra:
     with pytest.raises(openai.BadRequestError) as refused:
         ask(server, **extra)
     assert words in refused.value.message
+
+
+class Weather(BaseModel):
+    """The agent's answer (bounded, as a schema for a random model must be)."""
+
+    city: str = Field(max_length=16)
+    unit: Literal["celsius", "fahrenheit"]
+    degrees: int = Field(ge=-50, le=60)
+
+
+def weather_agent(model: OpenAIChatModel, seed: int) -> tuple[Agent[None, Weather], list[str]]:
+    """An agent with a function tool and a structured answer; the cities its tool was asked about."""
+    agent = Agent(model, output_type=Weather, model_settings={"seed": seed, "max_tokens": 400})
+    asked: list[str] = []
+
+    @agent.tool_plain
+    def temperature(city: Annotated[str, Field(max_length=16)]) -> int:
+        """The temperature in a city, in degrees Celsius."""
+        asked.append(city)
+        return 18
+
+    return agent, asked
+
+
+def test_an_agent_framework_runs_a_tool_using_task_unmodified(server: ServerProcess) -> None:
+    # pydantic-ai as its users run it: a function tool, a structured answer (its final_result tool, which
+    # it forces with tool_choice "required"), the tool's results sent back until the answer comes.
+    model = OpenAIChatModel("m", provider=OpenAIProvider(base_url=server.url, api_key="unused"))
+    for seed in range(8):  # a random model: the first seed whose run calls the function tool
+        agent, asked = weather_agent(model, seed)
+        result = agent.run_sync("What is the weather in Paris?")
+        assert isinstance(result.output, Weather)
+        if asked:
+            returns = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+            assert [r.content for r in returns if r.tool_name == "temperature"] == [18] * len(asked)
+            return
+    pytest.fail("in 8 runs the agent never called its function tool")
 
 
 # In process: lossless under a grammar.
