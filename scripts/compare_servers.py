@@ -201,8 +201,9 @@ def main() -> int:
 def measure(servers: dict[str, str], levels: list[int], args: argparse.Namespace) -> dict[str, Any]:
     """Every server at every level, taking turns within each repeat; then the second request's TTFT."""
     names = list(servers)
-    for url in servers.values():  # warm each: its first request pays compilation and allocation
-        at_once(url, PROMPTS[:2], 4)
+    for url in servers.values():  # warm each at every level: a batch's first rounds of a size pay
+        for level in levels:  # compilation and allocation
+            at_once(url, [PROMPTS[i % len(PROMPTS)] for i in range(level)], 8)
     tok_s: dict[str, dict[int, list[float]]] = {n: {c: [] for c in levels} for n in names}
     texts: dict[str, dict[int, list[str]]] = {n: {} for n in names}
     differ = []
