@@ -115,4 +115,7 @@ class CompletionText:
             )
             if result.cache_note:
                 stats["prompt_cache_note"] = result.cache_note
+            processing = generation.processing
+            if processing is not None:  # penalties and grammar: rows processed, and what they cost
+                stats.update(processed_rows=processing.rows, processing_s=processing.ns / 1e9)
         return strict_json(stats)

@@ -24,6 +24,7 @@ Rows are NumPy float64, one vocabulary each; a masked token's logit is -inf.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -96,6 +97,8 @@ class Processing:
         self.constraint = constraint
         self.logprobs = logprobs
         self.logprobs_out: list[TokenLogprob] = []
+        self.ns = 0  # time spent processing rows (drafts' and verdicts'), and how many
+        self.rows = 0
         self._recent = list(history[-PENALTY_CONTEXT:])
         bias = penalties.logit_bias
         self._bias_ids = np.array([t for t, _ in bias], dtype=np.int64)
@@ -103,6 +106,14 @@ class Processing:
 
     def row(self, logits: np.ndarray, suffix: Sequence[int]) -> np.ndarray:
         """``logits`` (one vocabulary, any float type) processed as after the history and ``suffix``."""
+        started = time.perf_counter_ns()
+        try:
+            return self._row(logits, suffix)
+        finally:
+            self.ns += time.perf_counter_ns() - started
+            self.rows += 1
+
+    def _row(self, logits: np.ndarray, suffix: Sequence[int]) -> np.ndarray:
         out = np.array(logits, dtype=np.float64)
         p = self.penalties
         if self._bias_ids.size:
