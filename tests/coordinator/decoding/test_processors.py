@@ -6,7 +6,8 @@ speculative decoding under penalties emits exactly what the target alone
 emits under them, and at T > 0 its output is distributed as the processed
 target's (chi-square, as in ``test_rejection_sampling``), in local SD, local
 tree SD, a worker's trees (its session run in-process) and serve's batch.
-The checks fail when verification ignores the processing.
+The checks fail when verification ignores the processing (at the same 400
+runs each check takes).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from tests.coordinator.decoding.test_rejection_sampling import (
     P_VALUE_FLOOR,
     PROMPT,
     RUNS,
-    TREE_RUNS,
     chi_square_p,
     exact_joint,
     exact_joint_after,
@@ -125,10 +125,12 @@ def test_sampled_sd_under_penalties_is_distributed_as_the_processed_target(
 ) -> None:
     params = SamplingParams(**SAMPLING)  # type: ignore[arg-type]
     if kind == "worker-tree":
-        counts = sd_joint_counts(pair, 1, TREE_RUNS, worker="ar", penalties=PENALTIES, **SAMPLING)
+        counts = sd_joint_counts(pair, 1, RUNS // 2, worker="ar", penalties=PENALTIES, **SAMPLING)
         expected = exact_joint_after(pair[0], params, 2, PENALTIES)
     else:
-        counts = sd_joint_counts(pair, 2, RUNS, tree=kind == "local-tree", penalties=PENALTIES, **SAMPLING)
+        counts = sd_joint_counts(
+            pair, 2, RUNS // 2, tree=kind == "local-tree", penalties=PENALTIES, **SAMPLING
+        )
         expected = exact_joint(pair[0], params, PENALTIES)
     assert chi_square_p(counts, expected) >= P_VALUE_FLOOR
 
