@@ -54,7 +54,8 @@ from specwire.drafting.choices import top_choices
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.drafter import prefill, prefill_cached
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.sampling import SamplingParams
+from specwire.drafting.processors import Processing
+from specwire.drafting.sampling import SamplingParams, softmax
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
@@ -151,6 +152,7 @@ class LocalTreeDraftSource:
         self._root: dict[int, tuple[mx.array, mx.array]] = {}  # recurrent states after the context
         self._states: dict[int, dict[int, tuple[mx.array, mx.array]]] = {}  # ... after each node fed
         self.sizes: list[int] = []  # nodes sent each round
+        self.processing: Processing | None = None  # the request's penalties and grammar, on every node
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Prefill the prompt (all but its last token) into a fresh draft cache."""
@@ -167,6 +169,11 @@ class LocalTreeDraftSource:
         prefill_cached(self.draft.model, self._cache, fed, self.prefix_cache)
         self._context = list(prompt)
         self._nodes, self._fed, self._sent, self._grown_at = [], {}, None, None
+
+    def use_processing(self, processing: Processing) -> None:
+        """Draft under the request's penalties and grammar too: each node's children chosen from its
+        processed logits (its path the suffix), as the verdict will be."""
+        self.processing = processing
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Apply the last verdict, then draft a tree at most ``k`` deep."""
@@ -291,13 +298,42 @@ class LocalTreeDraftSource:
         return bool(best > now)
 
     def _add_children(self, parents: list[int], rows: mx.array) -> None:
-        ids, probs = top_choices(rows, self.width)
-        mx.eval(ids, probs)
-        for parent, tokens, ps in zip(parents, np.array(ids).tolist(), np.array(probs).tolist(), strict=True):
+        if self.processing is not None:
+            ids, probs = self._processed_choices(parents, np.array(rows.astype(mx.float32)))
+        else:
+            lazy = top_choices(rows, self.width)
+            mx.eval(*lazy)
+            ids, probs = np.array(lazy[0]).tolist(), np.array(lazy[1]).tolist()
+        for parent, tokens, ps in zip(parents, ids, probs, strict=True):
             base = self._nodes[parent].score if parent >= 0 else 1.0
             depth = self._nodes[parent].depth + 1 if parent >= 0 else 1
             for token, p in zip(tokens, ps, strict=True):
                 self._nodes.append(_Node(int(token), parent, base * float(p), depth))
+
+    def _processed_choices(
+        self, parents: list[int], rows: np.ndarray
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Each parent's likeliest children under the request's penalties and grammar (its path the
+        suffix they read), the tokens they rule out left out."""
+        assert self.processing is not None
+        ids: list[list[int]] = []
+        probs: list[list[float]] = []
+        for parent, row in zip(parents, rows, strict=True):
+            path = []
+            while parent >= 0:
+                path.append(self._nodes[parent].token)
+                parent = self._nodes[parent].parent
+            scores = self.processing.row(row, path[::-1])
+            if not np.isfinite(scores).any():  # past the grammar's end: nothing follows
+                ids.append([])
+                probs.append([])
+                continue
+            p = softmax(scores, 1.0)
+            best = np.argsort(-p, kind="stable")[: self.width]
+            best = best[p[best] > 0]
+            ids.append(best.tolist())
+            probs.append(p[best].tolist())
+        return ids, probs
 
     def _bar(self) -> float:
         """The ``nodes``-th best score so far: nothing below it can make the tree."""

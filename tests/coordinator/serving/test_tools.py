@@ -301,12 +301,14 @@ def test_sampled_sd_under_a_grammar_is_distributed_as_the_masked_target(
     assert chi_square_p(counts, np.array([expected[c] for c in cells])) >= P_VALUE_FLOOR
 
 
-def test_local_drafts_follow_the_grammar_too(loaded: tuple[LoadedModel, LoadedModel]) -> None:
+@pytest.mark.parametrize("tree", [False, True], ids=["local", "local-tree"])
+def test_local_drafts_follow_the_grammar_too(loaded: tuple[LoadedModel, LoadedModel], tree: bool) -> None:
     # The draft is processed as the verdict will be, so no draft is rejected for breaking the grammar.
     target, draft = loaded
     prompt = list(target.tokenizer.encode("Describe a person as JSON."))
     schema = SCHEMAS["nested"]
-    result = SpeculativeDecoder(target, LocalDraftSource(draft)).generate(
+    source = LocalTreeDraftSource(draft, None, nodes=6, width=3) if tree else LocalDraftSource(draft)
+    result = SpeculativeDecoder(target, source).generate(
         prompt, max_tokens=40, k=3, params=SamplingParams(), processing=_processing(target, prompt, schema)
     )
     out: list[int] = []
@@ -314,9 +316,14 @@ def test_local_drafts_follow_the_grammar_too(loaded: tuple[LoadedModel, LoadedMo
         check = _processing(target, prompt, schema).constraint
         assert check is not None
         check.accept(out)
-        drafts = record.draft.tokens
-        ends = [i for i, t in enumerate(drafts) if t in target.eos_token_ids]
-        drafts = drafts[: ends[0] + 1] if ends else drafts  # nothing after the end is ever emitted
-        assert all(check.allowed(drafts[:i]) is not None for i in range(len(drafts) + 1)), drafts
+        block = record.draft
+        paths = (
+            [block.tree.path(n) for n in range(len(block.tree))] if block.tree else [range(len(block.tokens))]
+        )
+        for path in paths:
+            drafts = [block.tokens[n] for n in path]
+            ends = [i for i, t in enumerate(drafts) if t in target.eos_token_ids]
+            drafts = drafts[: ends[0] + 1] if ends else drafts  # nothing after the end is ever emitted
+            assert all(check.allowed(drafts[:i]) is not None for i in range(len(drafts) + 1)), drafts
         out.extend(record.tokens)
     assert result.drafted > 0
