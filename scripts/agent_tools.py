@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -40,7 +39,7 @@ import anyio
 import jsonschema
 import openai
 from agent_session import start
-from concurrent_requests import held, pinned, worker_pace
+from concurrent_requests import held, pinned, start_workers, worker_pace
 
 from tests.support.tool_models import TOOLS_TEMPLATE, write_tool_pair
 
@@ -181,14 +180,7 @@ def main() -> int:
     processes: list[Any] = []
     rows: dict[str, Any] = {}
     try:
-        addresses = []
-        for machine in ("m1-max", "m2-pro"):
-            command = [sys.executable, "-m", "worker.cli", "serve", "--model", str(draft), "--port", "0"]
-            command += ["--echo-port", "0", "--name", f"{machine}-{os.getpid()}", "--no-advertise", "--json"]
-            command += ["--pace", f"paper:{machine}"] if args.paced else []
-            worker, ready = start(pinned(command, 1))
-            processes.append(worker)
-            addresses.append(f"127.0.0.1:{ready['port']}")
+        addresses = start_workers(str(draft), args.paced, processes)
         for mode in args.modes.split(","):
             rows[mode] = serve_conversation(args, mode, target, draft, addresses)
         workers = anyio.run(worker_pace, addresses) if args.paced else {}

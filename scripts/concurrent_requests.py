@@ -103,14 +103,7 @@ def main() -> int:
     target, draft = PAIRS[args.family]
     processes: list[Any] = []
     try:
-        addresses = []
-        for machine in ("m1-max", "m2-pro"):
-            command = [sys.executable, "-m", "worker.cli", "serve", "--model", draft, "--port", "0"]
-            command += ["--echo-port", "0", "--name", f"{machine}-{os.getpid()}", "--no-advertise", "--json"]
-            command += ["--pace", f"paper:{machine}"] if args.paced else []
-            worker, ready = start(pinned(command, 1))
-            processes.append(worker)
-            addresses.append(f"127.0.0.1:{ready['port']}")
+        addresses = start_workers(draft, args.paced, processes)
         command = [
             sys.executable,
             "-m",
@@ -170,6 +163,20 @@ def main() -> int:
         record = {"settings": {k: str(v) for k, v in vars(args).items()}, **figures, "drafted": drafted}
         args.json.write_text(json.dumps(record))
     return 0 if all(same) and figures["pace_held"] is not False else 1
+
+
+def start_workers(draft: str, paced: bool, processes: list[Any]) -> list[str]:
+    """Two workers serving ``draft`` on 127.0.0.1, paced (when ``paced``) as the paper's M1 Max and M2 Pro,
+    on the second CPU; each is appended to ``processes``. Returns their addresses."""
+    addresses = []
+    for machine in ("m1-max", "m2-pro"):
+        command = [sys.executable, "-m", "worker.cli", "serve", "--model", draft, "--port", "0"]
+        command += ["--echo-port", "0", "--name", f"{machine}-{os.getpid()}", "--no-advertise", "--json"]
+        command += ["--pace", f"paper:{machine}"] if paced else []
+        worker, ready = start(pinned(command, 1))
+        processes.append(worker)
+        addresses.append(f"127.0.0.1:{ready['port']}")
+    return addresses
 
 
 def pinned(command: list[str], cpu: int) -> list[str]:

@@ -55,18 +55,24 @@ def _save(hub: Path, repo_id: str, model: nn.Module, args: dict[str, Any], token
     return snapshot
 
 
+def random_pair(args: dict[str, Any], seed: int, noise: float) -> tuple[nn.Module, nn.Module]:
+    """A random Qwen3 target drawn from ``seed``, and a draft that is the target with every weight
+    perturbed by normal noise of scale ``noise``."""
+    mx.random.seed(seed)
+    target = qwen3.Model(qwen3.ModelArgs.from_dict(args))
+    mx.eval(target.parameters())
+    draft = qwen3.Model(qwen3.ModelArgs.from_dict(args))
+    noisy = [(k, v + noise * mx.random.normal(v.shape)) for k, v in tree_flatten(target.parameters())]
+    draft.update(tree_unflatten(noisy))
+    mx.eval(draft.parameters())
+    return target, draft
+
+
 def write_readme_pair(hf_home: Path, seed: int = 0) -> dict[str, Path]:
     """Write the target and the draft into ``hf_home``'s hub cache; returns each id's snapshot."""
     tokenizer = load_tokenizer("default")
     args = qwen3_args(len(tokenizer))
-    mx.random.seed(seed)
-    target = qwen3.Model(qwen3.ModelArgs.from_dict(args))
-    mx.eval(target.parameters())
-    weights = tree_flatten(target.parameters())
-    draft = qwen3.Model(qwen3.ModelArgs.from_dict(args))
-    noisy = [(k, v + DRAFT_NOISE * mx.random.normal(v.shape)) for k, v in weights]
-    draft.update(tree_unflatten(noisy))
-    mx.eval(draft.parameters())
+    target, draft = random_pair(args, seed, DRAFT_NOISE)
     hub = hf_home / "hub"
     return {
         TARGET_ID: _save(hub, TARGET_ID, target, args, tokenizer),
