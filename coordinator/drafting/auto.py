@@ -50,6 +50,7 @@ from coordinator.planning.setups import (
     Setup,
 )
 from specwire.drafting.drafter import DraftBlock
+from specwire.drafting.processors import Processing
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError, SpecwireError
 
@@ -140,12 +141,14 @@ class AutoDraftSource:
         self._ranked: tuple[float, frozenset[str], list[Predicted]] | None = None
         self._lost: set[str] = set()
         self._started = time.perf_counter()
+        self._processing: Processing | None = None  # the request's penalties and grammar (use_processing)
 
     # The engine's side: a draft source that also says each round's k.
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Choose the set-up for this generation and open it with the prompt."""
         self._params, self._temperature = params, 0.0 if params.greedy else params.temperature
+        self._processing = None
         self._context, self._last, self._round = list(prompt), [], 0
         self.switches, self.segments, self._share, self._lost, self._slow = [], [], {}, set(), {}
         self._bias, self._ranked = 1.0, None
@@ -161,6 +164,12 @@ class AutoDraftSource:
         )
         self.current, self.source = Setup("ar"), None
         self._enter(first.setup, "predicted fastest" if first is ranking[0] else "predicted as fast, simpler")
+
+    def use_processing(self, processing: Processing) -> None:
+        """Draft under the request's penalties and grammar too, in every set-up that drafts locally."""
+        self._processing = processing
+        if self.source is not None and hasattr(self.source, "use_processing"):
+            self.source.use_processing(processing)
 
     def k_now(self) -> int:
         """Drafts this round asks for (0: an autoregressive round)."""
@@ -292,6 +301,8 @@ class AutoDraftSource:
                 source = self.build(setup)
                 if source is not None:
                     source.start(self._context, self._params, setup.k)
+                    if self._processing is not None and hasattr(source, "use_processing"):
+                        source.use_processing(self._processing)
             except RemoteWorkerError as err:
                 segment.lost, segment.source = True, source
                 abandon(source)
