@@ -1,9 +1,11 @@
 """Reading OpenAI-style request bodies into what the engine takes, or a clear error naming the field.
 
 ``read_request`` checks a ``/v1/chat/completions`` or ``/v1/completions``
-body against the served target: the model's name, the messages (through the
-model's own chat template) or the prompt, the token budget against the
-context, the sampling parameters, and stop sequences. Parameters this server
+body against the served target: the model's name, the messages and tools
+(through the chat template: ``coordinator.serving.chat``) or the prompt, the
+token budget against the context, the sampling parameters and penalties,
+``logprobs``, the grammar of ``response_format`` or a forced tool call, and
+stop sequences. Parameters this server
 does not implement are refused by name rather than silently ignored; fields
 it has no use for that change nothing about the output (``user``,
 ``metadata``) are accepted.
