@@ -12,6 +12,8 @@ distributed as the masked target at T = 1 (chi-square).
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Literal
@@ -105,6 +107,7 @@ SCHEMAS = {
     },
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+ORIGIN = "http://localhost:3000"  # a browser client's (Open WebUI's) origin, allowed by --cors-origin
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +119,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def server(pair: tuple[Path, Path]) -> Iterator[ServerProcess]:
     target, draft = pair
     args = ["--target", str(target), "--draft", f"local:{draft}", "--k", "3", "--model-name", "m"]
-    with running_server(*args, "--chat-template", str(TOOLS_TEMPLATE), "--interface", "127.0.0.1") as s:
+    template = ["--chat-template", str(TOOLS_TEMPLATE), "--cors-origin", ORIGIN]
+    with running_server(*args, *template, "--interface", "127.0.0.1") as s:
         yield s
 
 
@@ -171,6 +175,23 @@ def test_a_history_of_calls_and_results_goes_through_the_template(server: Server
     assert reply.usage.prompt_tokens > 100  # type: ignore[attr-defined]  # the tools and the call are in it
     none = ask(server, tools=TOOLS, tool_choice="none", max_tokens=8).choices[0]  # type: ignore[attr-defined]
     assert none.message.tool_calls is None and isinstance(none.message.content, str)
+
+
+def test_a_browser_client_allowed_by_cors_origin_may_call_the_api(server: ServerProcess) -> None:
+    def preflight(origin: str) -> dict[str, str]:
+        headers = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+        headers["Access-Control-Request-Headers"] = "authorization,content-type"
+        request = urllib.request.Request(server.url + "/chat/completions", method="OPTIONS", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                return dict(reply.headers)
+        except urllib.error.HTTPError as err:  # a preflight from an origin not allowed: 400
+            return dict(err.headers)
+
+    allowed = preflight(ORIGIN)
+    assert allowed.get("access-control-allow-origin") == ORIGIN
+    assert "POST" in allowed.get("access-control-allow-methods", "")
+    assert "access-control-allow-origin" not in preflight("http://elsewhere.example")
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
