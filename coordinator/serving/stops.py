@@ -26,18 +26,27 @@ class StopMatcher:
         if not self.stops:
             return text
         text = self._held + text
-        starts = [i for i in (text.find(s) for s in self.stops) if i >= 0]
-        if starts:
+        first = self._first(text)
+        held_from = len(text) - partial_tail(text, self.stops)  # where a stop may still be arriving
+        if first is not None and first <= held_from:
             self.stopped, self._held = True, ""
-            return text[: min(starts)]
-        keep = partial_tail(text, self.stops)
-        self._held = text[len(text) - keep :]
-        return text[: len(text) - keep]
+            return text[:first]
+        # No match yet, or one after an earlier start that may still grow into a longer stop: hold that.
+        self._held = text[held_from:]
+        return text[:held_from]
 
     def flush(self) -> str:
-        """What was held back, once no more text will come."""
+        """What was held back, once no more text will come (cut at a stop it holds)."""
         held, self._held = self._held, ""
+        first = self._first(held)
+        if first is not None:
+            self.stopped = True
+            return held[:first]
         return held
+
+    def _first(self, text: str) -> int | None:
+        """Where the first stop sequence in ``text`` begins (None: none does)."""
+        return min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=None)
 
 
 def partial_tail(text: str, markers: Sequence[str]) -> int:
