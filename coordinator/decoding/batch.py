@@ -51,10 +51,10 @@ from coordinator.decoding.engine import Decoding
 from coordinator.decoding.recurrent_pass import forward_keeping_states, keeps_states
 from specwire.drafting.drafter import DRAFT_STREAM, DraftBlock, prefill_cached
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.processors import Choices, ProcessedRows, chain_suffix
 from specwire.drafting.sampling import SparseDistribution, choose_draft_token
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
+from specwire.logits.processors import Choices, ProcessedRows, chain_suffix
 from specwire.models.loading import LoadedModel
 from specwire.models.ragged_cache import LayerRow, RowStates, batchable, kv_rows, ragged_cache, row_of
 

@@ -51,11 +51,11 @@ from coordinator.decoding.rollback import Rollback, warm_states
 from coordinator.drafting.base import DraftSource, Outcome
 from specwire.drafting.drafter import DraftBlock, prefill_cached
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.processors import Choices, ProcessedRows, Processing, chain_suffix, tree_suffix
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.drafting.warmup import warm_drafter, warm_target
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
+from specwire.logits.processors import Choices, ProcessedRows, Processing, chain_suffix, tree_suffix
 from specwire.models.loading import LoadedModel
 from specwire.wire.protocol import MAX_TREE_NODES
 
@@ -146,7 +146,7 @@ class SpeculativeDecoder:
 
         The caller runs ``round()`` until it returns False, then ``close()``s it whatever happened: ``serve``
         interleaves the rounds of several generations this way. ``processing`` (a request's penalties and
-        grammar: ``specwire.drafting.processors``) shapes the target's distribution at every position.
+        grammar: ``specwire.logits.processors``) shapes the target's distribution at every position.
         """
         self._check(prompt, k)
         max_tokens = min(max_tokens, self.target.context_length - len(prompt))

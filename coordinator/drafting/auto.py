@@ -50,9 +50,9 @@ from coordinator.planning.setups import (
     Setup,
 )
 from specwire.drafting.drafter import DraftBlock
-from specwire.drafting.processors import Processing
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError, SpecwireError
+from specwire.logits.processors import Processing
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from coordinator.drafting.base import Outcome
 from specwire.drafting.drafter import DraftBlock, Drafter
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.processors import Processing
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
+from specwire.logits.processors import Processing
 from specwire.models.loading import LoadedModel
 
 

@@ -54,11 +54,11 @@ from specwire.drafting.choices import top_choices
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.drafter import prefill, prefill_cached
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.processors import Processing
 from specwire.drafting.sampling import SamplingParams, softmax
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
+from specwire.logits.processors import Processing
 from specwire.models.loading import LoadedModel
 from specwire.models.node_pass import forward_nodes_keeping_states, stacked
 from specwire.models.tree_pass import check_tree_support, forward_at, keep_positions

@@ -14,7 +14,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from coordinator.decoding.engine import Decoding, GenerationResult, SpeculativeDecoder
 from coordinator.drafting.spec import DraftSpec
 from coordinator.serving.requests import CompletionRequest
-from specwire.drafting.processors import Processing
+from specwire.logits.processors import Processing
 
 
 @dataclass(eq=False)  # one per request: compared, and kept in sets, by identity

@@ -22,8 +22,6 @@ from coordinator.serving.body import excerpt
 from coordinator.serving.chat import ChatTemplate, chat_prompt
 from coordinator.serving.reasoning import ThinkMarkers, opens_thinking, think_markers
 from coordinator.serving.tools import ToolChoice, ToolFormat, forced_grammar, read_tools
-from specwire.drafting.grammar import GrammarSpec, grammar_tokenizer, json_schema_grammar
-from specwire.drafting.processors import Penalties, Processing
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import (
     ContextLengthError,
@@ -31,6 +29,8 @@ from specwire.errors import (
     UnknownModelError,
     UnsupportedParameterError,
 )
+from specwire.logits.grammar import GrammarSpec, grammar_tokenizer, json_schema_grammar
+from specwire.logits.processors import Penalties, Processing
 from specwire.models.loading import LoadedModel
 
 CHAT, TEXT = "chat", "text"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.serving.requests import CHAT
-from specwire.drafting.processors import TokenLogprob
+from specwire.logits.processors import TokenLogprob
 
 EXTENSION = "specwire"
 

@@ -9,7 +9,7 @@ from coordinator.detokenizer import TextDecoder
 from coordinator.serving.generation import Generation
 from coordinator.serving.stops import StopMatcher
 from coordinator.strict_json import strict_json
-from specwire.drafting.processors import TokenLogprob
+from specwire.logits.processors import TokenLogprob
 
 
 class CompletionText:

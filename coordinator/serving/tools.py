@@ -31,8 +31,8 @@ from typing import Any
 
 from coordinator.serving.body import excerpt
 from coordinator.serving.stops import partial_tail
-from specwire.drafting.grammar import JSON_LAYOUT, GrammarSpec, lark_grammar
 from specwire.errors import InvalidArgumentError, UnsupportedParameterError
+from specwire.logits.grammar import JSON_LAYOUT, GrammarSpec, lark_grammar
 
 FORCEABLE = "json_tools"  # the format forced_grammar writes
 

@@ -47,7 +47,7 @@ from specwire.drafting.sampling import (
 from specwire.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from specwire.drafting.processors import Processing
+    from specwire.logits.processors import Processing
 
 PREFILL_STEP = 512
 # Seeds are (seed, stream, ...): the verifier draws from stream 1, draft blocks from stream 2,

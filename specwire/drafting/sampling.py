@@ -3,7 +3,7 @@
 * The **target distribution** p is what the target alone would sample from:
   softmax(logits / T), truncated by the user's top-k, top-p and min-p (the
   logits first processed by the request's penalties and grammar:
-  ``specwire.drafting.processors``).
+  ``specwire.logits.processors``).
 * The **draft distribution** q is the draft's softmax(logits / T), truncated
   further to ``draft_top_k`` tokens (and the same top-p and min-p). q is therefore
   exactly sparse: it travels as (ids, probs), and the verifier uses the very

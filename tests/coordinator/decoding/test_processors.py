@@ -1,4 +1,4 @@
-"""A request's logit bias and penalties (``specwire.drafting.processors``) under speculative decoding.
+"""A request's logit bias and penalties (``specwire.logits.processors``) under speculative decoding.
 
 The penalties are mlx-lm's own (checked against its processors). Every
 verified position is processed with the history it follows, so at T = 0
@@ -26,8 +26,8 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
-from specwire.drafting.processors import PENALTY_CONTEXT, Penalties, Processing
 from specwire.drafting.sampling import SamplingParams
+from specwire.logits.processors import PENALTY_CONTEXT, Penalties, Processing
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from tests.coordinator.decoding.test_rejection_sampling import (

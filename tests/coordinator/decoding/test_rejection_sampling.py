@@ -39,13 +39,13 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
-from specwire.drafting.processors import Penalties, Processing
 from specwire.drafting.sampling import (
     SamplingParams,
     SparseDistribution,
     draft_distribution,
     target_distribution,
 )
+from specwire.logits.processors import Penalties, Processing
 from specwire.models.loading import LoadedModel
 from specwire.models.tiny_hybrid import build_tiny_hybrid
 from specwire.v1 import draft_pb2 as pb

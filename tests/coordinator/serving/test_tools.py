@@ -4,7 +4,7 @@ A random-weight Qwen3 pair on disk (``tests.support.tool_models``) served
 with a chat template that takes tools: a forced call (``required``, a named
 function) and ``response_format`` come out valid for their schemas even
 from random weights, because the output is constrained by their grammar
-(``specwire.drafting.grammar``). In process, speculative decoding under a
+(``specwire.logits.grammar``). In process, speculative decoding under a
 grammar is lossless: token for token the constrained target's at T = 0, and
 distributed as the masked target at T = 1 (chi-square).
 """
@@ -32,9 +32,9 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource
-from specwire.drafting.grammar import grammar_tokenizer, json_schema_grammar
-from specwire.drafting.processors import Penalties, Processing
 from specwire.drafting.sampling import SamplingParams, target_distribution
+from specwire.logits.grammar import grammar_tokenizer, json_schema_grammar
+from specwire.logits.processors import Penalties, Processing
 from specwire.models.loading import LoadedModel, load_model
 from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p
 from tests.support.servers import ServerProcess, running_server

@@ -7,7 +7,7 @@
   is divided by the repetition penalty (multiplied when negative), lowered
   by the presence penalty once, and by the frequency penalty once per time
   it occurs;
-* a ``Constraint`` (a grammar: ``specwire.drafting.grammar``) that masks
+* a ``Constraint`` (a grammar: ``specwire.logits.grammar``) that masks
   every token the grammar does not allow next.
 
 Each is a function of the history a position follows. That keeps

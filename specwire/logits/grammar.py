@@ -4,7 +4,7 @@ A request's ``response_format`` (``json_object``, ``json_schema``) or a
 forced tool call (``tool_choice`` ``required`` or a named function) becomes
 a grammar here, checked when the request is read (a bad schema is refused
 then, with llguidance's reason). Each run of the request gets a
-``Grammar``, the ``Constraint`` that ``specwire.drafting.processors``
+``Grammar``, the ``Constraint`` that ``specwire.logits.processors``
 applies: the mask of the tokens the grammar allows after the accepted output
 and any suffix (a chain's drafts, a tree node's path), the matcher rolled
 back and forward as the suffixes change, so a verification pass costs about
@@ -90,7 +90,7 @@ def _checked(grammar: str, what: str, lltokenizer: Any) -> GrammarSpec:
 
 
 class Grammar:
-    """One run's matcher: the ``Constraint`` of ``specwire.drafting.processors``."""
+    """One run's matcher: the ``Constraint`` of ``specwire.logits.processors``."""
 
     def __init__(self, spec: GrammarSpec) -> None:
         import llguidance.numpy as lln
