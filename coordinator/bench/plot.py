@@ -63,7 +63,12 @@ def write_plot(rows: list[RowSummary], path: Path) -> None:
     ax_time.set_title("Where drafting time goes")
     ax_time.set_yscale("log" if max(bottom, default=1) / max(min(bottom, default=1), 1e-9) > 50 else "linear")
     ax_time.legend()
-    ax_tps.bar([s.spec.label for s in rows], [s.decode_tps for s in rows], color="#8172b2")
+    shown = [s for s in rows if s.measured]  # a row a worker failed has no figure (summary.measured_share)
+    ax_tps.bar([s.spec.label for s in shown], [s.decode_tps for s in shown], color="#8172b2")
+    for s in rows:
+        if not s.measured:
+            ax_tps.bar([s.spec.label], [0.0])
+            ax_tps.annotate("not measured", (s.spec.label, 0.0), rotation=90, ha="center", va="bottom")
     ax_tps.set_ylabel("decode tok/s")
     ax_tps.set_title("Throughput")
     for ax in (ax_time, ax_tps):

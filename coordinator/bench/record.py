@@ -91,7 +91,11 @@ def row_record(s: RowSummary) -> dict[str, Any]:
         "prespec": s.spec.prespec,
         "fill": s.spec.fill,
         "tree": s.spec.tree,
-        "decode_tok_s": s.decode_tps,
+        "decode_tok_s": s.decode_tps if s.measured else None,  # no figure for a row a worker failed
+        "measured": s.measured,
+        "measured_share": s.measured_share,
+        "not_measured": s.not_measured or None,
+        "decode_tok_s_as_run": s.decode_tps,  # what the row made, fallback included: not its set-up's
         "tok_s_by_category": s.tps_by_category,
         "delta_vs_ar": s.delta_vs_ar,
         "delta_vs_local": s.delta_vs_local,
@@ -116,7 +120,7 @@ def row_record(s: RowSummary) -> dict[str, Any]:
     }
 
 
-def worker_record(worker: RemoteWorker, peak_rss: int) -> dict[str, Any]:
+def worker_record(worker: RemoteWorker, peak_rss: int | None) -> dict[str, Any]:
     """What a worker said about itself, and the probe of the path to it."""
     hello = worker.connection.hello
     return {
@@ -177,7 +181,7 @@ def bench_record(
                 "platform": platform.platform(),
                 "peak_rss_bytes": coordinator_rss,
             },
-            "workers": [worker_record(w, worker_rss.get(w.name, 0)) for w in workers],
+            "workers": [worker_record(w, worker_rss.get(w.name)) for w in workers],
             "rows": [row_record(s) for s in rows],
             "skipped": [asdict(s) for s in skipped],
             "runs": [run_record(r) for r in runs],

@@ -34,6 +34,23 @@ def _lossless(s: RowSummary) -> str:
     return {True: "yes", False: "NO", None: "n/a (T>0)"}[s.lossless]
 
 
+def _tps(s: RowSummary) -> str:
+    """A row's decode tok/s, or what it is instead when a worker was lost or refused (no figure)."""
+    if s.measured:
+        return f"{s.decode_tps:.2f}"
+    return "NOT MEASURED" if s.measured_share == 0 else f"PARTLY ({s.measured_share:.0%})"
+
+
+def not_measured_lines(rows: Sequence[RowSummary]) -> list[str]:
+    """Why each row without a figure has none: its workers were lost or refused for part of its run."""
+    return [
+        f"{s.spec.label}: {s.measured_share:.0%} of its tokens decoded as set up; {s.not_measured}. "
+        "No figure, ratio or comparison uses this row, and Tables 2-4 leave it out."
+        for s in rows
+        if not s.measured
+    ]
+
+
 def throughput_table(rows: Sequence[RowSummary]) -> Table:
     """The paper's Table 11 layout, extended (with a Pace column when any row is paced)."""
     head = [
@@ -51,16 +68,16 @@ def throughput_table(rows: Sequence[RowSummary]) -> Table:
     body = [
         [
             s.spec.label,
-            f"{s.decode_tps:.2f}",
+            _tps(s),
             _pct(s.delta_vs_ar),
             _pct(s.delta_vs_local)
             if s.spec.kind in ("remote", "auto", "local-tree")
             else ("baseline" if s.spec.kind == "local" else "–"),
-            _num(s.effective_draft_tps),
+            _num(s.effective_draft_tps if s.measured else None),
             _num(s.local_draft_tps),
             "–" if s.acceptance_rate is None else f"{s.acceptance_rate:.1%}",
             _num(s.mean_accepted),
-            f"{s.ttft_s:.2f}",
+            f"{s.ttft_s:.2f}" if s.measured else "–",
             _lossless(s),
         ]
         for s in rows
@@ -97,6 +114,8 @@ def proof_lines(rows: Sequence[RowSummary]) -> list[str]:
             verdict += "; paced " + ", ".join(f"{n}: {t.text()}" for n, t in s.pace.workers.items())
         if s.worker_losses:
             verdict += f"; {s.worker_losses} worker loss(es), see the JSON"
+        if not s.measured:
+            verdict += f"; NOT MEASURED ({s.measured_share:.0%} of its tokens as set up)"
         if s.spec.kind == "auto":
             workers = ", ".join(ident.get("workers", [])) or "none (it drafted here)"
             lines.append(
@@ -205,24 +224,30 @@ def report_sections(
         f"{settings['repeats']} repeats (decode tok/s: median over repeats, mean over prompts)"
     )
     answer = headline(rows)
+    shown = [s for s in rows if s.measured]  # Tables 2-4: a row a worker failed has no figures
     return [
         *([(answer, [])] if answer else []),
         (title, throughput_table(rows)),
         ("† effective draft tok/s including transport (drafts over the engine's wait for them)", []),
+        *(
+            [("Rows not measured (a worker lost or refused)", missing)]
+            if (missing := not_measured_lines(rows))
+            else []
+        ),
         ("Proof of remote execution", proof_lines(rows)),
         *_pace_section(rows, settings),
         (
             "Table 2. Where drafting time goes, per draft token (and per generated token)",
-            attribution_table(rows),
+            attribution_table(shown),
         ),
-        ("Table 3. Latency and memory", latency_table(rows, coordinator_rss, worker_rss)),
+        ("Table 3. Latency and memory", latency_table(shown, coordinator_rss, worker_rss)),
         (
             "Table 4. Drafting on the critical path, per round, and pre-speculation "
             "(hit: drafts served from a branch drafted ahead)",
-            critical_path_table(rows),
+            critical_path_table(shown),
         ),
         *auto_section(rows),
-        *rollback_section(rows),
+        *rollback_section(shown),
     ]
 
 
@@ -290,6 +315,8 @@ def headline(rows: Sequence[RowSummary]) -> str | None:
     auto = next((s for s in rows if s.spec.kind == "auto"), None)
     if auto is None:
         return None
+    if not auto.measured:
+        return f"auto was not measured: {auto.not_measured}."
     by_setup = auto.counters.get("rounds_by_setup", {})
     chosen = max(by_setup, key=by_setup.get) if by_setup else "?"
     ar = next(s for s in rows if s.spec.kind == "ar")

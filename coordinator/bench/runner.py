@@ -86,8 +86,8 @@ def verify(
         if source.losses:
             inner = source.current
             rounds = [r for r in result.rounds if r.end_ns > source.losses[-1].at_ns]
-            if inner is None:
-                return True, {"worker_losses": len(source.losses)}, {}
+            if inner is None:  # no worker drafted to the end: nothing to check, nothing measured
+                return False, {"worker_losses": len(source.losses)}, {}
             ok, counters, identity = verify(inner, _served(rounds))
             return ok, {**counters, "worker_losses": len(source.losses)}, identity
         return verify(source.current, result)

@@ -9,7 +9,11 @@
   emitted tokens (tokens of one round arrive together, so gaps of zero count);
 * effective draft tok/s: drafts over the time the engine waited for them,
   transport included, next to the drafter's own speed without transport;
-* lossless (T = 0): every output equals AR's for the same prompt.
+* lossless (T = 0): every output equals AR's for the same prompt;
+* measured share (rows drafted on workers): the share of the row's tokens
+  decoded before any of its workers was lost, refused a call or fell back.
+  A row below 1 is not a measurement of its set-up: the tables print no
+  figure for it, and it enters no ratio, no comparison and no planner check.
 """
 
 from __future__ import annotations
@@ -52,6 +56,13 @@ class RowSummary:
     drafting: DraftingFigures | None = None
     pace: PaceFigures | None = None
     rollback: RollbackFigures | None = None
+    measured_share: float = 1.0  # of the row's tokens, decoded before a worker was lost or refused
+    not_measured: str = ""  # why the row's figure is not its set-up's (empty: it is)
+
+    @property
+    def measured(self) -> bool:
+        """The row's figure is what its set-up did, start to end (module docstring)."""
+        return not self.not_measured
 
 
 @dataclass(frozen=True)
@@ -265,7 +276,38 @@ def summarize_row(
             draft_tokens=sum(r.drafted for r in attributed_rounds),
             generated_tokens=sum(len(run.result.tokens) for run in runs),
         )
+    if spec.kind in ("remote", "auto"):
+        summary.measured_share, summary.not_measured = measured_share(runs, summary)
     return summary
+
+
+def measured_share(runs: list[Run], summary: RowSummary) -> tuple[float, str]:
+    """The share of a worker row's tokens decoded before its first worker loss, and why it is below 1.
+
+    A loss is any failure the row's failover handled: the worker died,
+    stalled, restarted, or refused a call (the per-op walk diverging, no
+    session free). What came after it (another worker, local drafts, the
+    target alone) is not the row's set-up. A row whose counters or identity
+    do not match the client's measured nothing that can be shown either.
+    """
+    total = sum(len(run.result.tokens) for run in runs)
+    before = 0
+    first_error = ""
+    for run in runs:
+        if not run.worker_losses:
+            before += len(run.result.tokens)
+            continue
+        first = min(run.worker_losses, key=lambda loss: loss["at_ns"])
+        first_error = first_error or f"{first['worker']}: {first['error']} ({first['action']})"
+        before += sum(len(r.tokens) for r in run.result.rounds if r.end_ns <= first["at_ns"])
+    if first_error:
+        losses = summary.worker_losses
+        return before / total if total else 0.0, (
+            f"{losses} worker loss{'es' if losses > 1 else ''}, the first {first_error}"
+        )
+    if summary.verified is False or not summary.identity.get("session_identities_match", True):
+        return 0.0, "the worker's counters or identity do not match the client's"
+    return 1.0, ""
 
 
 def _same_process(runs: list[Run], workers: dict[str, RemoteWorker]) -> bool:
@@ -300,6 +342,8 @@ def summarize(
     ar_tps = out[ar_index].decode_tps
     local = next((s for s in out if s.spec.kind == "local"), None)  # the first: at the bench's k
     for s in out:
+        if not s.measured:
+            continue
         s.delta_vs_ar = s.decode_tps / ar_tps - 1 if s.spec.kind != "ar" else None
         if local is not None and s.spec.kind in ("remote", "auto", "local-tree"):
             s.delta_vs_local = s.decode_tps / local.decode_tps - 1

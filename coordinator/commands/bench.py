@@ -4,7 +4,8 @@ One run measures AR with the target alone, local SD, and remote SD over each
 chosen backend and worker, interleaved on the same prompts; prints the
 paper's Table 11 layout, the attribution of drafting time to network,
 protocol and compute, and latency and memory; and fails (exit 1) when an
-output differs from AR at T = 0 or a worker's counters do not match.
+output differs from AR at T = 0, a worker's counters do not match, or a row
+was not measured as set up (a worker lost or refused: the row prints no figure).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from coordinator.workers.connection import refresh_hello
 from coordinator.workers.selection import find_addresses
 from specwire.drafting.prespec_config import MAX_BATCH, TREE_ROWS
 from specwire.drafting.sampling import SamplingParams
-from specwire.errors import BenchFailure, InvalidArgumentError
+from specwire.errors import BenchFailure, InvalidArgumentError, SpecwireError
 from specwire.models.loading import load_model
 from specwire.process.memory import peak_rss_bytes
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
@@ -260,9 +261,7 @@ async def measure(
             if params.greedy:
                 ar_row = next(i for i, r in enumerate(rows) if r.kind == "ar")
                 await runtime.compute.run(excuse_ties, target, runs, prompts, ar_row)
-            worker_rss = {
-                w.name: (await refresh_hello(w.connection)).counters.peak_rss_bytes for w in workers
-            }
+            worker_rss = await _peak_rss(workers)
     summaries = summarize(rows, runs, params.greedy, by_name)
     settings = _settings(args, backends, granularities, prompts)
     settings["chat_template"] = settings["chat_template"] and raw_prompt is None
@@ -307,6 +306,18 @@ def _write(args: argparse.Namespace, measured: Measured) -> None:
         write_plot(measured.summaries, args.plot)
 
 
+async def _peak_rss(workers: list[RemoteWorker]) -> dict[str, int]:
+    """Each worker's peak memory, asked once the rows are done; a worker gone by then is left out (its
+    rows say so already), so the measured rows are still reported."""
+    rss = {}
+    for w in workers:
+        try:
+            rss[w.name] = (await refresh_hello(w.connection)).counters.peak_rss_bytes
+        except SpecwireError as err:
+            print(f"bench: {w.name}'s peak memory is unknown: {err}", file=sys.stderr)
+    return rss
+
+
 def _verdict(summaries: list[RowSummary], allow_overruns: bool = False) -> int:
     """Exit code: a lossless mismatch, an unverified remote row or (unless allowed) a pace not held."""
     broken = [s for s in summaries if s.lossless is False]
@@ -314,10 +325,12 @@ def _verdict(summaries: list[RowSummary], allow_overruns: bool = False) -> int:
         s
         for s in summaries
         if s.spec.kind in ("remote", "auto")
+        and s.measured  # a row not measured says why below
         and not (s.verified and s.identity.get("session_identities_match"))
     ]
     problems = [f"{s.spec.label}: output differs from AR ({'; '.join(s.mismatches[:3])})" for s in broken]
     problems += [f"{s.spec.label}: worker counters or identity do not match the client's" for s in unverified]
+    problems += [f"{s.spec.label}: not measured, {s.not_measured}" for s in summaries if s.not_measured]
     if not allow_overruns:
         problems += [
             f"{s.spec.label}: pace not held, {s.pace.why_not_held()} (this machine computes more slowly "

@@ -64,6 +64,8 @@ def check_rows(profile: Profile, bench: dict[str, Any]) -> list[ProfileCheck]:
     prespec = bench["settings"].get("prespec", {})
     checks = []
     for row in bench["rows"]:
+        if row.get("measured") is False:  # a worker failed it: no figure to check (bench.summary)
+            continue
         predicted = _row(profile, row, workers, target, acceptance, link, k, prespec)
         if predicted is None:
             continue

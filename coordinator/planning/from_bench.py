@@ -230,7 +230,7 @@ def calibrate(bench: dict[str, Any]) -> Calibration:
     floors = worker_floors(bench)
     rows = []
     for i, row in enumerate(bench["rows"]):
-        if not by_row[i] or unmodelled(row):
+        if not by_row[i] or unmodelled(row) or row.get("measured") is False:  # no figure: a worker failed
             continue
         inputs = None
         if row["kind"] != "ar":

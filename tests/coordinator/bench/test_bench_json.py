@@ -25,6 +25,10 @@ ROW_FIELDS = {
     "granularity": str,
     "worker": str,
     "decode_tok_s": float,
+    "measured": bool,
+    "measured_share": float,
+    "not_measured": type(None),
+    "decode_tok_s_as_run": float,
     "tok_s_by_category": dict,
     "delta_vs_ar": (float, type(None)),
     "delta_vs_local": (float, type(None)),
@@ -173,6 +177,7 @@ def test_lossless_for_both_backends_and_counters_match(
     assert {r["backend"] for r in remote} == {"stream", "ggml-rpc"}
     for row in remote:
         assert row["lossless"] is True and row["verified"] is True
+        assert row["measured"] is True and row["measured_share"] == 1.0 and row["decode_tok_s"] > 0
         assert row["acceptance_rate"] == 1.0  # the fast pair drafts for itself: every draft is the target's
         assert row["identity"]["pid"] == worker.pid and row["identity"]["session_identities_match"] is True
         c = row["counters"]
