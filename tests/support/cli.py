@@ -1,23 +1,18 @@
-"""Running the project's command lines as real subprocesses."""
+"""Running the project's command lines as real processes (forked from the test zygote where they can be)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+from tests.support import zygote
+
 
 def run_cli(
     role: str, *args: str, timeout: float = 300, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m <role>.cli ARGS`` and capture its output."""
-    return subprocess.run(
-        [sys.executable, "-m", f"{role}.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        input=stdin,
-        check=False,
-    )
+    return zygote.run([sys.executable, "-m", f"{role}.cli", *args], input=stdin, timeout=timeout)
 
 
 def one_error_line(stderr: str) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import openai
 
+from tests.support import zygote
 from tests.support.workers import read_ready
 
 
@@ -52,7 +53,7 @@ def running_server(*args: str) -> Iterator[ServerProcess]:
     """Start ``coordinator serve`` with ``args``; stop it with SIGTERM (it must exit 0)."""
     env = {**os.environ, "SPECWIRE_MDNS_INTERFACES": "127.0.0.1"}
     command = [sys.executable, "-m", "coordinator.cli", "serve", "--port", "0", "--json", *args]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = zygote.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     server = ServerProcess(process, read_ready(process, "server"))
     try:
         yield server

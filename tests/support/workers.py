@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from tests.support import zygote
+
 READY_TIMEOUT_S = 120.0
 
 
@@ -82,7 +84,7 @@ def running_worker(*args: str) -> Iterator[WorkerProcess]:
     env = {**os.environ, "SPECWIRE_MDNS_INTERFACES": "127.0.0.1"}
     command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
     command += ["--interface", "127.0.0.1", "--json", "--warmup-tokens", "4", *args]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = zygote.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     worker = WorkerProcess(process, read_ready(process))
     try:
         yield worker
