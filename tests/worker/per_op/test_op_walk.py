@@ -23,7 +23,7 @@ from specwire.emulation import paper
 from specwire.errors import UnsupportedModelError
 from tests.support.tiny_models import as_loaded
 from tests.support.walks import ops, walked
-from worker.op_walk import trace
+from worker.per_op.op_walk import trace
 
 VOCAB = 64
 BASE = {

@@ -1,6 +1,6 @@
 """The per-op baseline's executor: one session's cache and the forward pass it is walking.
 
-The pass is the model's own (``worker.op_walk``): SET_TENSOR (or ARGMAX, for
+The pass is the model's own (``worker.per_op.op_walk``): SET_TENSOR (or ARGMAX, for
 a chained greedy pass) starts it, each STEP runs the operation it names and
 the elementwise work up to the next one, and GET_TENSOR returns the last
 position's logits once the pass has ended. Every operation is checked before
@@ -32,7 +32,7 @@ from specwire.emulation.pace import ROUND_POSITIONS, Pacer, headroom_bucket
 from specwire.errors import InvalidArgumentError
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
-from worker.op_walk import PassRun, Walk, hook_cache
+from worker.per_op.op_walk import PassRun, Walk, hook_cache
 
 MAX_KEPT = 2 * ROUND_POSITIONS  # recurrent states kept: enough to roll back any draft round
 UNSPOKEN = -1e30  # the logit of an id an emulation model does not speak, in a row GET_TENSOR ships

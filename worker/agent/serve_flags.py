@@ -19,7 +19,7 @@ from pathlib import Path
 from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL
 from specwire.process.command_line import subcommand_parser
-from worker import serve
+from worker.server import serve
 
 
 @dataclass(frozen=True)

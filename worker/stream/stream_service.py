@@ -1,6 +1,6 @@
 """The stream protocol, worker side: ``DraftWorker.Hello`` and ``DraftWorker.Draft``.
 
-One Draft stream is one session (hosted by ``worker.hosting``). Each message
+One Draft stream is one session (hosted by ``worker.server.hosting``). Each message
 is parsed here, the drafter runs on the worker's compute thread, and the reply is
 encoded here with the worker's own durations (parse, queueing, compute, hop
 back to the event loop, encode, previous send) and the session's counters.
@@ -13,7 +13,7 @@ in-flight pass ends, and the round is drafted (finishing a branch under way
 when there is one, or serving it whole if that pass finished it). In fill
 mode every Round is answered at once with what is ready, and the rest of the
 block is drafted after the reply, as the first background passes
-(``worker.session``).
+(``worker.stream.session``).
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from specwire.process.memory import current_rss_bytes, peak_rss_bytes
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.auth import worker_proof
 from specwire.wire.protocol import BACKEND_STREAM, PROTOCOL_VERSION, SERVICE_NAME, drafts_to_pb, pace_to_pb
-from worker.auth import caller_proof_of
-from worker.computed import Computed
-from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
-from worker.session import DraftSession
-from worker.status import status_for
-from worker.window import LATE_S
+from worker.server.auth import caller_proof_of
+from worker.server.hosting import SessionHost, StreamLoop, encode_timed, server_timing
+from worker.server.status import status_for
+from worker.stream.computed import Computed
+from worker.stream.session import DraftSession
+from worker.stream.window import LATE_S
 
 
 class DraftService:

@@ -22,8 +22,8 @@ from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request
 from tests.support.tiny_models import disagreeing_pair
 from tests.support.workers import WorkerProcess
-from worker.hosting import WorkerCounters
-from worker.session import DraftSession
+from worker.server.hosting import WorkerCounters
+from worker.stream.session import DraftSession
 
 PROMPT = [2, 5, 1]
 K = 3

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from specwire.errors import InvalidArgumentError
-from worker import agent_control
-from worker.agent import add_agent_arguments, agent
+from worker.agent import agent_control
+from worker.agent.agent import add_agent_arguments, agent
 
 NAME = "uninstall"
 HELP = "Stop and remove the worker agent that `worker install` made."

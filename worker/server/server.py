@@ -41,14 +41,14 @@ from specwire.wire.protocol import (
     SERVICE_NAME,
     TENSOR_SERVICE_NAME,
 )
-from worker.advertise import Advertiser, advertised_addresses
-from worker.auth import AuthInterceptor
-from worker.echo import EchoServer
-from worker.hosting import SessionHost, WorkerCounters, WorkerInfo
-from worker.op_walk import Walk
-from worker.speed import draft_speed, pass_curve
-from worker.stream_service import DraftService
-from worker.tensor_service import TensorService, walk_of
+from worker.per_op.op_walk import Walk
+from worker.per_op.tensor_service import TensorService, walk_of
+from worker.server.advertise import Advertiser, advertised_addresses
+from worker.server.auth import AuthInterceptor
+from worker.server.echo import EchoServer
+from worker.server.hosting import SessionHost, WorkerCounters, WorkerInfo
+from worker.server.speed import draft_speed, pass_curve
+from worker.stream.stream_service import DraftService
 
 SHUTDOWN_GRACE_S = 2.0
 MAX_RECEIVE_BYTES = 16 << 20  # the largest request: a round-granularity graph of 32 passes

@@ -41,10 +41,10 @@ from specwire.errors import InvalidArgumentError
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import MAX_TREE_NODES, sampling_from_pb
-from worker.checks import check_open, check_round, check_tree, prespec_config
-from worker.computed import Computed, Ready
-from worker.hosting import WorkerCounters
-from worker.window import VerdictClock
+from worker.server.hosting import WorkerCounters
+from worker.stream.checks import check_open, check_round, check_tree, prespec_config
+from worker.stream.computed import Computed, Ready
+from worker.stream.window import VerdictClock
 
 F = TypeVar("F", bound=Callable[..., Any])
 

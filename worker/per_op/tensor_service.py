@@ -1,9 +1,9 @@
 """The per-op baseline, worker side: ``TensorWorker.Execute``, a GGML_RPC-style tensor executor.
 
-One Execute stream is one session (hosted by ``worker.hosting``, like the
+One Execute stream is one session (hosted by ``worker.server.hosting``, like the
 stream protocol's sessions, so both backends share admission, shutdown and
 error handling). The first message opens the session and gets the model's
-walk (``worker.op_walk``: its operations' names and handles, in pass order);
+walk (``worker.per_op.op_walk``: its operations' names and handles, in pass order);
 every later message is a Graph of operations, executed where the worker
 computes and answered by one GraphResult carrying the requested tensors, the
 worker's durations and the session's counters.
@@ -27,10 +27,10 @@ from specwire.models.loading import LoadedModel
 from specwire.process.compute import ComputeThread
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import TENSOR_SERVICE_NAME
-from worker.checks import check_peer
-from worker.hosting import SessionHost, StreamLoop, encode_timed, server_timing
-from worker.op_walk import Walk, trace
-from worker.tensor_session import TensorSession
+from worker.per_op.op_walk import Walk, trace
+from worker.per_op.tensor_session import TensorSession
+from worker.server.hosting import SessionHost, StreamLoop, encode_timed, server_timing
+from worker.stream.checks import check_peer
 
 
 def walk_of(model: LoadedModel) -> tuple[Walk | None, str]:

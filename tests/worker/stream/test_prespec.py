@@ -33,8 +33,8 @@ from tests.support.rounding import first_divergence, rounding_gap, top2_gap
 from tests.support.session_source import SessionSource
 from tests.support.tiny_models import disagreeing_pair, hybrid_pair
 from tests.support.workers import WorkerProcess
-from worker.hosting import WorkerCounters
-from worker.session import DraftSession
+from worker.server.hosting import WorkerCounters
+from worker.stream.session import DraftSession
 
 PROMPT = [2, 5, 1]
 PRESPEC = pb.PreSpeculation(enabled=True)

@@ -20,9 +20,9 @@ from specwire.errors import InvalidArgumentError
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import PROTOCOL_VERSION, sampling_to_pb
 from tests.support.tiny_models import disagreeing_pair
-from worker.hosting import WorkerCounters
-from worker.session import DraftSession
-from worker.window import MIN_WINDOWS
+from worker.server.hosting import WorkerCounters
+from worker.stream.session import DraftSession
+from worker.stream.window import MIN_WINDOWS
 
 PROMPT = [2, 5, 1]
 

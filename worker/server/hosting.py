@@ -34,7 +34,7 @@ from google.protobuf.message import Message
 
 from specwire.errors import CapacityError, SessionIdleError, SpecwireError, WorkerFault
 from specwire.v1 import draft_pb2 as pb
-from worker.status import status_for
+from worker.server.status import status_for
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,10 @@ class WorkerInfo:
     draft_tps: float
     max_sessions: int
     echo_port: int = 0
-    pass_curve: tuple[tuple[int, float], ...] = ()  # (rows, seconds) of a tree pass (worker.speed)
-    walked_ops: int = 0  # operations of one pass in the per-op baseline (worker.op_walk); 0: not offered
+    pass_curve: tuple[tuple[int, float], ...] = ()  # (rows, seconds) of a tree pass (worker.server.speed)
+    walked_ops: int = (
+        0  # operations of one pass in the per-op baseline (worker.per_op.op_walk); 0: not offered
+    )
     unwalked: str = ""  # why the per-op baseline cannot split the model's pass, when it cannot
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)

@@ -1,5 +1,5 @@
 """``worker serve --log-file``: the worker's own log, rotated, with what it prints in it
-(``worker.log_file``), and the agent's output file kept small.
+(``worker.server.log_file``), and the agent's output file kept small.
 
 Each test runs a real process, since the log takes over the process's
 logging, stdout and stderr.
@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 from tests.support.cli import run_cli
-from worker.log_file import trim_output
+from worker.server.log_file import trim_output
 
 WRITER = """
 import logging, sys
 from pathlib import Path
-from worker.log_file import log_to_file
+from worker.server.log_file import log_to_file
 
 log_to_file(Path(sys.argv[1]), max_bytes=4096, backups=2)
 logging.getLogger().setLevel(logging.INFO)

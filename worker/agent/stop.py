@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from specwire.errors import InvalidArgumentError
-from worker import agent_control
-from worker.agent import add_agent_arguments, agent, serve_args_of
+from worker.agent import agent_control
+from worker.agent.agent import add_agent_arguments, agent, serve_args_of
 
 NAME = "stop"
 HELP = (

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specwire.errors import InvalidArgumentError
-from worker.agent import LABEL, UNIT, Agent
-from worker.port_holder import port_holder
+from worker.agent.agent import LABEL, UNIT, Agent
+from worker.agent.port_holder import port_holder
 
 MANAGER_TIMEOUT_S = 60
 PORT_FREE_TIMEOUT_S = 15.0

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from specwire.errors import InvalidArgumentError
-from worker import agent_control, serve_flags
-from worker.agent import Agent, add_agent_arguments, agent, serve_args_of
+from worker.agent import agent_control, serve_flags
+from worker.agent.agent import Agent, add_agent_arguments, agent, serve_args_of
 
 NAME = "status"
 HELP = (

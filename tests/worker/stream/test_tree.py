@@ -31,9 +31,9 @@ from tests.support.credentials import channel as worker_channel
 from tests.support.messages import fields_of, open_request
 from tests.support.tiny_models import disagreeing_pair, hybrid_pair
 from tests.support.workers import WorkerProcess
-from worker.checks import check_tree, prespec_config
-from worker.hosting import WorkerCounters
-from worker.session import DraftSession
+from worker.server.hosting import WorkerCounters
+from worker.stream.checks import check_tree, prespec_config
+from worker.stream.session import DraftSession
 
 PROMPT = [2, 5, 1]
 GPU_RTOL = 1e-2  # a hybrid node's state on a GPU, against the largest entry of a plain pass's
@@ -168,7 +168,7 @@ def _assert_state_of(
             a, b = np.array(got.astype(mx.float32)), np.array(want.astype(mx.float32))
             if mx.default_device() == mx.cpu:
                 assert np.array_equal(a, b), f"layer {layer} after {path}"
-            else:  # a GPU rounds a batch of rows apart from one row (tests/worker/test_prespec.py)
+            else:  # a GPU rounds a batch of rows apart from one row (tests/worker/stream/test_prespec.py)
                 gap = float(np.abs(a - b).max())
                 assert gap <= GPU_RTOL * float(np.abs(b).max()), f"layer {layer} after {path}: {gap}"
 

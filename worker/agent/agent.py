@@ -1,12 +1,12 @@
 """The file that keeps ``worker serve`` running: a launchd agent (macOS) or a systemd user unit (Linux).
 
 The agent runs this very Python (``sys.executable -m worker.cli serve``) with
-the serve flags given to ``worker install`` (``worker.serve_flags``: checked,
+the serve flags given to ``worker install`` (``worker.agent.serve_flags``: checked,
 relative paths made absolute) and ``--log-file``, in the directory install
 ran in (launchd would start it in ``/``). It starts at login (a reboot
 included) and is restarted after a crash, not after a clean stop.
 
-Logs: the worker writes its own log, rotated (``worker.log_file``), to
+Logs: the worker writes its own log, rotated (``worker.server.log_file``), to
 ``~/Library/Logs/specwire/worker.log`` on macOS and
 ``~/.local/state/specwire/worker.log`` on Linux; what it prints before that
 log starts, or a crash below Python, goes to ``worker-output.log`` beside it.
@@ -18,7 +18,7 @@ each start, so a later ``worker token set`` reaches it at the next
 ``worker stop`` / ``worker start``.
 
 ``--dir`` writes the file elsewhere than the service manager's place (for a
-look at it, and for the tests); ``worker.agent_control`` loads, starts and
+look at it, and for the tests); ``worker.agent.agent_control`` loads, starts and
 stops it.
 """
 

@@ -1,8 +1,8 @@
 """``worker install``: keep ``worker serve`` running on this machine, at login and after a crash
-(``worker.agent`` writes the file, ``worker.agent_control`` loads it).
+(``worker.agent.agent`` writes the file, ``worker.agent.agent_control`` loads it).
 
 The serve flags are checked by serve's own parser and their paths made
-absolute (``worker.serve_flags``); the agent is refused while its ports are
+absolute (``worker.agent.serve_flags``); the agent is refused while its ports are
 taken, naming what holds them (the agent's own worker, being replaced, aside).
 The token is never written into the agent: it reads the token file at each
 start, and install says so when ``$SPECWIRE_TOKEN`` holds another one.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from specwire.errors import AuthenticationError, InvalidArgumentError
 from specwire.wire.auth import TOKEN_ENV, default_token_path, read_token
-from worker import agent_control, serve_flags
-from worker.agent import Agent, add_agent_arguments, agent, write
-from worker.serve_flags import ServeFlags
+from worker.agent import agent_control, serve_flags
+from worker.agent.agent import Agent, add_agent_arguments, agent, write
+from worker.agent.serve_flags import ServeFlags
 
 NAME = "install"
 HELP = "Keep a worker running on this machine: a launchd agent (macOS) or a systemd user unit (Linux)."

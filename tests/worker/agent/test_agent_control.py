@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import one_error_line, run_cli
-from worker import agent_control
-from worker.agent import agent, default_kind
+from worker.agent import agent_control
+from worker.agent.agent import agent, default_kind
 
 KINDS = ["launchd", "systemd"]
 

@@ -1,4 +1,5 @@
-"""``worker serve``: load a draft model, serve it over gRPC, announce it over Bonjour (``worker.server``).
+"""``worker serve``: load a draft model, serve it over gRPC, announce it over Bonjour
+(``worker.server.server``).
 
 This module holds the command's flags, which ``worker install``, ``start`` and ``status`` read too; the
 server itself, with mlx-lm and gRPC, loads only when the command runs.
@@ -14,7 +15,7 @@ from specwire.drafting.prompt_cache_flags import add_prompt_cache_arguments
 from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
-from worker.log_file import log_to_file
+from worker.server.log_file import log_to_file
 
 NAME = "serve"
 HELP = "Serve a draft model over gRPC and announce it over Bonjour."
@@ -124,7 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``worker serve`` until SIGINT or SIGTERM: the flags are checked here, then the server
-    (``worker.server``) loads mlx-lm and gRPC, about a second that the agent commands reading these
+    (``worker.server.server``) loads mlx-lm and gRPC, about a second that the agent commands reading these
     flags skip."""
     if args.log_file is not None:
         log_to_file(args.log_file)
@@ -136,6 +137,6 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--max-sessions must be at least 1")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InvalidArgumentError("--tls-cert and --tls-key go together")
-    from worker import server
+    from worker.server import server
 
     return server.run(args, backends)

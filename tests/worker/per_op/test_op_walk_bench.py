@@ -6,7 +6,7 @@ real worker, and benched per op (one call per operation) against itself as
 the target, so every draft is accepted and the row's output must equal AR's.
 llama's per-op rows are benched in ``tests/coordinator/bench/test_bench_json.py``
 (Mistral is llama's class in mlx-lm, and Qwen2 llama's blocks with biases,
-walked bit-exact in ``tests/worker/test_op_walk.py``), Qwen3.5's in
+walked bit-exact in ``tests/worker/per_op/test_op_walk.py``), Qwen3.5's in
 ``tests/coordinator/commands/test_hybrid_paths.py`` and the README's Qwen3
 pair in ``tests/test_readme.py``.
 """
@@ -24,7 +24,7 @@ from mlx_lm.utils import save_config, save_model
 from specwire.models.loading import LoadedModel
 from tests.support.cli import run_cli
 from tests.support.workers import running_worker, unique_name
-from tests.worker.test_op_walk import ARCHITECTURES, build
+from tests.worker.per_op.test_op_walk import ARCHITECTURES, build
 
 
 @pytest.mark.parametrize("architecture", ["gemma3", "phi3"])
