@@ -12,7 +12,7 @@ Messages are read between handling them, not by a reader task of their own:
 both protocols send one message and wait for its reply, and passing each
 message from a reader task to the session cost about 0.1 ms per round on a
 2-core machine (two more event-loop iterations, and the next read's set-up
-ahead of the round; ``scripts/round_breakdown.py``).
+ahead of the round; ``scripts/measure/round_breakdown.py``).
 
 Messages are raw bytes: each backend parses and encodes its own, and reports
 those durations in its replies.

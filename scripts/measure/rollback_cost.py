@@ -15,9 +15,11 @@ way: the verification pass (median ms), the rollback of a round that
 rejected drafts (median ms), their sum per round on average over a, and
 the memory a round takes beyond what was live before it (peak, MiB).
 
-    python scripts/rollback_cost.py                      # Qwen3.5-0.8B's shape, float32 (the CPU)
-    python scripts/rollback_cost.py --shape qwen3.5-9b --dtype bfloat16   # the paper's target (a GPU)
-    python scripts/rollback_cost.py --shape tiny --rounds 60 --json out.json
+    python scripts/measure/rollback_cost.py              # Qwen3.5-0.8B's shape, float32 (the CPU)
+    python scripts/measure/rollback_cost.py --shape qwen3.5-9b --dtype bfloat16   # the paper's target (a GPU)
+    python scripts/measure/rollback_cost.py --shape tiny --rounds 60 --json out.json
+
+Its figures are in ``docs/hybrid-models.md#what-rolling-back-costs``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import llama, qwen3_5
 from mlx_lm.models.cache import make_prompt_cache
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coordinator.decoding.rollback import Rollback
 from specwire.drafting.drafter import prefill

@@ -6,7 +6,9 @@ and decoding + reading the values back on the receiving side, and reports the
 median over many repetitions and the encoded size. docs/protocol.md records
 the figures that decided the hot-path encoding.
 
-    python scripts/payload_bench.py [--repeats N] [--json]
+    python scripts/measure/payload_bench.py [--repeats N] [--json]
+
+Its figures are in ``docs/protocol.md#why-protobuf``.
 """
 
 from __future__ import annotations

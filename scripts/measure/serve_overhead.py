@@ -15,7 +15,9 @@ the machine falls on both alike. Reported, as medians:
 
 Each request's output is checked against ``generate``'s (T = 0).
 
-    python scripts/serve_overhead.py [--target tiny] [--draft local:tiny] [--reps 7] [--json FILE]
+    python scripts/measure/serve_overhead.py [--target tiny] [--draft local:tiny] [--reps 7] [--json FILE]
+
+Its figures are in ``docs/measurements.md#other-figures-that-still-stand``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How well a draft model agrees with its target: drafts accepted per round, and top-k agreement.
 
-    python scripts/pair_agreement.py                          # tiny and tiny-draft (the emulation's pair)
-    python scripts/pair_agreement.py --target default@float32 --draft default --max-tokens 32
+    python scripts/measure/pair_agreement.py                  # tiny and tiny-draft (the emulation's pair)
+    python scripts/measure/pair_agreement.py --target default@float32 --draft default --max-tokens 32
 
 On the built-in prompts (chat template), at T = 0: the mean number of drafts
 accepted per round at ``--k`` (the bench's "Mean acc": every drafting round,
@@ -11,6 +11,8 @@ output, how often the target's next token is the draft's first choice, within
 its two and within its four most likely tokens. Pre-speculation guesses the
 target's verdicts from the draft's top choices, so these decide how many of
 its branches can hit. Published figures for real pairs are printed beside.
+
+Its figures are in ``docs/emulation.md#the-emulations-model-pair``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coordinator.planning.pair import agreement, mean_accepted
 from specwire.emulation import paper

@@ -17,7 +17,9 @@ first), at T = 0: every response must equal the target alone's, token for
 token. Each row says who drafted (the worker's name when a worker did), and
 whether every paced side held.
 
-    python scripts/agent_tools.py --json docs/runs/agent-tools-DATE.json
+    python scripts/measure/agent_tools.py --json docs/runs/agent-tools-DATE.json
+
+Its figures are in ``docs/serving.md#measured-an-agent-loop-and-serve-beside-mlx_lmserver``.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import anyio
 import jsonschema

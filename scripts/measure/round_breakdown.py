@@ -31,11 +31,14 @@ here beside them) are measured in one run, generation by generation in turn, so
 their tables compare: a worker started from an older checkout against this
 one is a before/after of the same run.
 
-    python scripts/round_breakdown.py                         # a local tiny worker, k = 4
-    python scripts/round_breakdown.py --worker 127.0.0.1:PORT --local   # an older checkout's worker beside
-    python scripts/round_breakdown.py --rounds 1000 --json breakdown.json
+    python scripts/measure/round_breakdown.py                 # a local tiny worker, k = 4
+    python scripts/measure/round_breakdown.py --worker 127.0.0.1:PORT --local   # an older checkout's
+                                                                                # worker beside
+    python scripts/measure/round_breakdown.py --rounds 1000 --json breakdown.json
     sudo .venv/bin/python scripts/lan_testbed exec m2-ultra -- \\
-        .venv/bin/python scripts/round_breakdown.py --worker 198.18.77.2:PORT
+        .venv/bin/python scripts/measure/round_breakdown.py --worker 198.18.77.2:PORT
+
+Its figures are in ``docs/protocol.md#one-round-part-by-part``.
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ cache: for each model, the median time of a pass over B rows of n new
 positions after ``--context`` cached positions each, beside one row of
 B x n positions.
 
-    python scripts/batch_curve.py --models default,qwen3-8b --json batch-curve.json
+    python scripts/measure/batch_curve.py --models default,qwen3-8b --json batch-curve.json
 
 ``qwen3-8b`` and ``qwen3-0.6b`` are random weights in those models' shapes
 (bfloat16): their speed is the real model's, their tokens are not.
+
+Its figures are in ``docs/serving.md#several-requests-at-once``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from specwire.models.loading import load_model
 from specwire.models.ragged_cache import ragged_cache

@@ -1,4 +1,4 @@
-"""scripts/round_breakdown.py against a real tiny-model worker on loopback."""
+"""scripts/measure/round_breakdown.py against a real tiny-model worker on loopback."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from tests.support.workers import WorkerProcess
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "round_breakdown.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "measure" / "round_breakdown.py"
 PATH_PARTS = (
     "hop in",
     "encode",

@@ -15,8 +15,11 @@ hits each alike. Per model and way: the pass (median ms), the rollback
 (median ms), and the memory a round takes beyond what was live before it
 (peak, MiB).
 
-    python scripts/tree_verify_cost.py                       # Qwen3.5-0.8B's shape, float32 (the CPU)
-    python scripts/tree_verify_cost.py --shape qwen3.5-9b --dtype bfloat16   # the paper's target (a GPU)
+    python scripts/measure/tree_verify_cost.py               # Qwen3.5-0.8B's shape, float32 (the CPU)
+    python scripts/measure/tree_verify_cost.py --shape qwen3.5-9b --dtype bfloat16   # the paper's
+                                                                                   # target (a GPU)
+
+Its figures are in ``docs/hybrid-models.md#what-works``.
 """
 
 from __future__ import annotations
@@ -34,10 +37,10 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coordinator.decoding.rollback import Rollback
-from scripts.rollback_cost import SHAPES, add_shape_arguments, build, parameters
+from scripts.measure.rollback_cost import SHAPES, add_shape_arguments, build, parameters
 from specwire.drafting.drafter import prefill
 from specwire.drafting.token_tree import TokenTree
 

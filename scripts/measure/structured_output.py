@@ -7,7 +7,9 @@ grammar leaves them, so the grammar alone makes each output valid. Prints
 how many validated, and the share of each generation spent processing the
 logits (the grammar's masks, drafts' and verdicts').
 
-    python scripts/structured_output.py --prompts 20
+    python scripts/measure/structured_output.py --prompts 20
+
+Its figures are in ``docs/serving.md#measured-an-agent-loop-and-serve-beside-mlx_lmserver``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jsonschema
 

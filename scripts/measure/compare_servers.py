@@ -17,7 +17,9 @@ Medians over ``--repeats``; the ratio column is the set-up's over
 mlx_lm.server's. Each request's text must be the same from both servers (the
 target's greedy output); the run says where it is not.
 
-    python scripts/compare_servers.py --json docs/runs/compare-servers-cpu-DATE.json
+    python scripts/measure/compare_servers.py --json docs/runs/compare-servers-cpu-DATE.json
+
+Its figures are in ``docs/serving.md#measured-an-agent-loop-and-serve-beside-mlx_lmserver``.
 """
 
 from __future__ import annotations

@@ -10,9 +10,11 @@ the prefilled cache took (MLX's active memory), and the peak. Then the same
 under ``--bound-mib`` (the worker's ``--tree-memory``, which charges each node
 its recurrent states and its K/V position): the tree must stop growing at the bound.
 
-    python scripts/tree_memory.py                                  # Qwen3.5-0.8B's shape, float32 (the CPU)
-    python scripts/tree_memory.py --dtype bfloat16 --passes 16     # a GPU
-    python scripts/tree_memory.py --shape tiny --json out.json
+    python scripts/measure/tree_memory.py                          # Qwen3.5-0.8B's shape, float32 (the CPU)
+    python scripts/measure/tree_memory.py --dtype bfloat16 --passes 16     # a GPU
+    python scripts/measure/tree_memory.py --shape tiny --json out.json
+
+Its figures are in ``docs/hybrid-models.md#what-works``.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models import qwen3_5
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from scripts.rollback_cost import COMMON, SHAPES, add_shape_arguments, parameters
+from scripts.measure.rollback_cost import COMMON, SHAPES, add_shape_arguments, parameters
 from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.prespec_config import DEFAULT_FANOUT, PrespecConfig
