@@ -34,10 +34,10 @@ from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.spec import FILLED, TREE_VERIFY, DraftSpec, prespec_for
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
+from coordinator.planning.ahead.tree_verify import REMOTE_HOST_S, miss_shape
 from coordinator.planning.measured import MeasuredSetup, measure_here, titled
 from coordinator.planning.planner import Planner
 from coordinator.planning.setups import Setup
-from coordinator.planning.tree_verify import REMOTE_HOST_S, miss_shape
 from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
 from coordinator.workers.credentials import Credentials

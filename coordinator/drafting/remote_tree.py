@@ -18,7 +18,7 @@ When the worker has nothing ready under the verdict, the round verifies the
 verdict's token alone (``miss`` "ar"), which a worker that makes two passes
 in such a round turns into an entry for the next verdict; a slower worker
 has a tree drafted here instead ("tree": ``LocalTreeDraftSource``, which sees
-every verdict, so its context stays the target's). ``planning.tree_verify``
+every verdict, so its context stays the target's). ``planning.ahead.tree_verify``
 says which.
 
 At every temperature the target verifies a tree by its own draws: a node

@@ -1,7 +1,7 @@
 """Tree verification, predicted from a hardware profile: local tree SD, and workers' trees verified in
 one target pass.
 
-The pair is taken as the ceiling takes it (``planning.ceiling``): at each
+The pair is taken as the ceiling takes it (``planning.ahead.ceiling``): at each
 position the target's token is the draft's j-th choice with the pair's
 agreement (``shares``: alpha for the first choice, then the corrections),
 independently of other positions, so a node lies on the target's path with
@@ -20,7 +20,7 @@ Both add the coordinator's own time a tree round costs beyond a chain round's
 * A worker's tree (``coordinator.drafting.remote_tree``): a seeded Monte
   Carlo over rounds. The workers expand the likeliest nodes of one tree,
   ``rows`` a pass, back to back, at most ``budget`` passes after a verdict
-  (``planning.ceiling``'s tree, with several workers sharing it and no node
+  (``planning.ahead.ceiling``'s tree, with several workers sharing it and no node
   expanded twice); each round the target
   verifies the best nodes the workers have expanded under the verdict, as
   many as pay on its curve; where they have none, a local tree as above. The
@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.planning import profile as planned
-from coordinator.planning.ceiling import RankNode, RankTree, Worker, rank_shares, target_rank
-from coordinator.planning.prespec import Outcomes
+from coordinator.planning.ahead.ceiling import RankNode, RankTree, Worker, rank_shares, target_rank
+from coordinator.planning.ahead.prespec import Outcomes
 from specwire.drafting.draft_tree import DEFAULT_PASSES
 from specwire.emulation.profile import Machine, Profile
 

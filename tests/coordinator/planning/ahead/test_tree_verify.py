@@ -1,4 +1,4 @@
-"""Tree verification, predicted (``coordinator/planning/tree_verify.py``), at its limits."""
+"""Tree verification, predicted (``coordinator/planning/ahead/tree_verify.py``), at its limits."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from coordinator.planning import profile as planned
+from coordinator.planning.ahead.tree_verify import best_size, local_tree, remote_tree
 from coordinator.planning.setups import Setup, predict_setup
-from coordinator.planning.tree_verify import best_size, local_tree, remote_tree
 from specwire.emulation.paper import load_profile
 from specwire.emulation.profile import Machine, PassCurve, Profile
 

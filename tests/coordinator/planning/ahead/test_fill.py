@@ -6,8 +6,8 @@ import pytest
 
 import coordinator.planning.profile as planned
 from coordinator.commands.plan import project_profile
+from coordinator.planning.ahead.prespec import Outcomes, _branches, fill_schedule
 from coordinator.planning.model import Transport, predict
-from coordinator.planning.prespec import Outcomes, _branches, fill_schedule
 from specwire.emulation.paper import profile
 
 OUTCOMES = Outcomes(0.7, {"top1": 0.66, "top2": 0.77, "top4": 0.84})

@@ -2,7 +2,7 @@
 ahead, as deep as their passes allow, with the target verifying one chain of drafts a round.
 
 This is a bound on what drafting off the critical path can reach, not a model
-of what is built (``planning.prespec`` models that: one round ahead). It is a
+of what is built (``planning.ahead.prespec`` models that: one round ahead). It is a
 seeded Monte Carlo over rounds, so a figure is reproducible:
 
 * the target's path: at each position the target's token is the draft's first
@@ -37,7 +37,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from coordinator.planning.prespec import Outcomes
+from coordinator.planning.ahead.prespec import Outcomes
 
 GUESSED = 4  # choices a worker drafts after at a position: the pair's agreement goes to top-4
 

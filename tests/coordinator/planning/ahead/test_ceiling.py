@@ -1,4 +1,4 @@
-"""The ceiling of drafting off the critical path (``coordinator/planning/ceiling.py``) at its limits."""
+"""The ceiling of drafting off the critical path (``coordinator/planning/ahead/ceiling.py``) at its limits."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from coordinator.commands.plan import project_profile
 from coordinator.planning import profile as planned
-from coordinator.planning.ceiling import Worker, ceiling
-from coordinator.planning.prespec import Outcomes
+from coordinator.planning.ahead.ceiling import Worker, ceiling
+from coordinator.planning.ahead.prespec import Outcomes
 from specwire.emulation.paper import load_profile
 
 ALPHA = 0.7

@@ -10,9 +10,9 @@ model's structure (operations per walked pass, vocabulary size), which set
 the per-op baseline's calls and bytes.
 
 Each row: AR; local SD with the target machine's draft curve; the stream
-protocol; pre-speculation (``planning.prespec``: which branches the worker
+protocol; pre-speculation (``planning.ahead.prespec``: which branches the worker
 drafts before the verdict; the tree, ``planning.profile.tree``); tree
-verification (local tree SD and a worker's tree, ``planning.tree_verify``);
+verification (local tree SD and a worker's tree, ``planning.ahead.tree_verify``);
 the per-op baseline at op granularity (a call
 per operation) and token granularity (a call per pass, carrying the logits
 row); several workers racing (the fastest machine's prediction: each round
@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.planning import profile as planned
+from coordinator.planning.ahead.tree_verify import local_tree, remote_tree
 from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, predict
 from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, TREE_DEPTH, candidates, ranked
-from coordinator.planning.tree_verify import local_tree, remote_tree
 from specwire.drafting.prespec_config import TREE_ROWS
 from specwire.emulation import paper
 from specwire.emulation.profile import Profile
 from specwire.errors import InvalidArgumentError
 
 LOGIT_BYTES = 4  # float32
-TREE_ROUNDS = 4000  # the tree's Monte Carlo (planning.ceiling), seeded: the same figure every time
+TREE_ROUNDS = 4000  # the tree's Monte Carlo (planning.ahead.ceiling), seeded: the same figure every time
 
 
 @dataclass(frozen=True)
