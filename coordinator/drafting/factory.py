@@ -44,8 +44,8 @@ from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
 from coordinator.workers.speed import pass_seconds, worker_speed
+from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.drafting.prefix_cache import PrefixCache, PromptCaches
-from specwire.drafting.prespec_config import TREE_ROWS
 from specwire.emulation.profile import STREAM_PER_ROUND_S
 from specwire.errors import (
     BackendUnavailableError,

@@ -2,7 +2,7 @@
 
 A worker in a tree session (``PreSpeculation`` tree and fill) keeps a tree of
 the draft model's likeliest continuations and expands it best first while
-the target verifies (``specwire.drafting.draft_tree``): a cache keyed on the
+the target verifies (``specwire.drafting.ahead.draft_tree``): a cache keyed on the
 verification's outcome, since a node's chance of lying on the target's path
 is also the chance that the verdict ends there (its parent accepted, it the
 target's token), whatever the target verifies. Each Round here asks for the

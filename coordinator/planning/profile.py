@@ -12,7 +12,7 @@ from dataclasses import replace
 from coordinator.planning.ahead.ceiling import Ceiling, Worker, ceiling
 from coordinator.planning.ahead.prespec import Outcomes, fill_schedule, schedule
 from coordinator.planning.model import Acceptance, Link, Target, Transport
-from specwire.drafting.prespec_config import DEFAULT_FANOUT
+from specwire.drafting.ahead.prespec_config import DEFAULT_FANOUT
 from specwire.emulation.profile import Machine, PassCurve, Profile
 
 
@@ -122,10 +122,10 @@ def fill(
 
 
 def tree(profile: Profile, machine: Machine, k: int, batch: int, rounds: int, seed: int = 0) -> Ceiling:
-    """Tree pre-speculation as built (``specwire.drafting.draft_tree``): ``machine`` expands the likeliest
-    nodes of one tree, ``batch`` a pass, at any depth; each round verifies k drafts, the target machine's
-    own draft model drafting those not ready; a worker learns a draft only by expanding the node before
-    it. The ceiling's Monte Carlo with those two restrictions (``planning.ahead.ceiling``)."""
+    """Tree pre-speculation as built (``specwire.drafting.ahead.draft_tree``): ``machine`` expands the
+    likeliest nodes of one tree, ``batch`` a pass, at any depth; each round verifies k drafts, the target
+    machine's own draft model drafting those not ready; a worker learns a draft only by expanding the node
+    before it. The ceiling's Monte Carlo with those two restrictions (``planning.ahead.ceiling``)."""
     if profile.local_draft is None:
         raise ValueError(f"profile {profile.name} gives the target machine no draft model to fill with")
     return ceiling(

@@ -16,7 +16,7 @@ from coordinator.planning.ahead.tree_verify import local_tree, remote_tree
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
 from coordinator.planning.setups import TREE_DEPTH
 from coordinator.planning.validation import paper
-from specwire.drafting.prespec_config import TREE_ROWS
+from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.emulation.profile import Machine, Profile
 
 TREE_K_MAX = 4  # the tree rows' best k is sought up to here (a Monte Carlo per k)

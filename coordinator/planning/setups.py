@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from coordinator.planning import profile as planned
 from coordinator.planning.ahead.tree_verify import local_tree, remote_tree
 from coordinator.planning.model import Acceptance, Transport, ar_tok_s, predict
-from specwire.drafting.prespec_config import TREE_ROWS
+from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.emulation.profile import Machine, Profile
 
 MODES = ("ar", "local", "local-tree", "stream", "tree", "tree-verify")  # simplest first

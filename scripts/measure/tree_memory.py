@@ -1,6 +1,6 @@
 """What a hybrid draft model's tree holds on a worker: bytes a node, and the tree's memory pass by pass.
 
-A worker's tree (``specwire.drafting.draft_tree``) keeps, for each node it
+A worker's tree (``specwire.drafting.ahead.draft_tree``) keeps, for each node it
 expanded, every Gated DeltaNet layer's state after that node's path. This
 builds random weights in Qwen3.5's shape (``rollback_cost.SHAPES``; the
 paper's draft by default), prefills ``--context`` tokens, plants a tree as a
@@ -35,9 +35,9 @@ from mlx_lm.models import qwen3_5
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.measure.rollback_cost import COMMON, SHAPES, add_shape_arguments, parameters
-from specwire.drafting.draft_tree import DraftTree, TreeMemory
+from specwire.drafting.ahead.draft_tree import DraftTree, TreeMemory
+from specwire.drafting.ahead.prespec_config import DEFAULT_FANOUT, PrespecConfig
 from specwire.drafting.drafter import Drafter
-from specwire.drafting.prespec_config import DEFAULT_FANOUT, PrespecConfig
 from specwire.drafting.sampling import SamplingParams
 
 MIB = 2**20

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specwire.drafting.prespec_config import TREE_MEMORY, TREE_ROWS
+from specwire.drafting.ahead.prespec_config import TREE_MEMORY, TREE_ROWS
 from specwire.drafting.prompt_cache_flags import add_prompt_cache_arguments
 from specwire.errors import InvalidArgumentError
 from specwire.models import DEFAULT_MODEL

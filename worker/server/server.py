@@ -26,8 +26,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from specwire.drafting.ahead.prespec_config import PrespecConfig
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.prespec_config import PrespecConfig
 from specwire.drafting.warmup import warm_drafter
 from specwire.emulation.pace import Pace, Pacer, pace_model, parse_pace
 from specwire.errors import InvalidArgumentError

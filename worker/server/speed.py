@@ -2,7 +2,7 @@
 
 * ``draft_speed``: greedy draft tokens per second, one token a pass, after a
   short warm-up (Hello's ``draft_tokens_per_second`` and the TXT record);
-* ``pass_curve``: seconds of one tree pass (``specwire.drafting.draft_tree``) by the
+* ``pass_curve``: seconds of one tree pass (``specwire.drafting.ahead.draft_tree``) by the
   rows it expands side by side, the median of a few passes at each size
   (Hello's ``pass_curve``). A coordinator's drafting policy fits the
   machine's pass curve from it (``coordinator.planning.measured``).
@@ -18,9 +18,9 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from specwire.drafting.draft_tree import DraftTree, tree_batchable
+from specwire.drafting.ahead.draft_tree import DraftTree, tree_batchable
+from specwire.drafting.ahead.prespec_config import DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
 from specwire.drafting.drafter import Drafter, LanguageModel
-from specwire.drafting.prespec_config import DEFAULT_FANOUT, TREE_ROWS, PrespecConfig
 from specwire.drafting.sampling import SamplingParams
 from specwire.emulation.profile import non_decreasing
 from specwire.models.loading import LoadedModel
@@ -53,7 +53,7 @@ def pass_curve(model: LoadedModel, rows: Sequence[int] = CURVE_ROWS) -> list[tup
     model whose caches a tree cannot branch."""
     probe = Drafter(model.model, SamplingParams())
     probe.start(_prompt(model)[:2])
-    if not tree_batchable(probe.cache):  # windowed layers: no tree (specwire.drafting.draft_tree)
+    if not tree_batchable(probe.cache):  # windowed layers: no tree (specwire.drafting.ahead.draft_tree)
         return []
     curve: list[tuple[int, float]] = []
     started = time.perf_counter()

@@ -3,9 +3,9 @@ and k, and the pre-speculation settings a session asks for."""
 
 from __future__ import annotations
 
-from specwire.drafting.draft_tree import tree_batchable
+from specwire.drafting.ahead.draft_tree import tree_batchable
+from specwire.drafting.ahead.prespec_config import PrespecConfig
 from specwire.drafting.drafter import Drafter
-from specwire.drafting.prespec_config import PrespecConfig
 from specwire.errors import InvalidArgumentError, ProtocolVersionError, VocabularyMismatchError
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb

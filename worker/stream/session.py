@@ -18,7 +18,7 @@ none), the verdict is applied once the pass in flight has ended
 (``settle_ready``), and the rest of the block is drafted afterwards, the
 first of the background passes, because the next round's branches are
 planned from it. With ``PreSpeculation.tree`` (T = 0) the session keeps one tree
-of continuations across rounds instead (``specwire.drafting.draft_tree``): a Round is
+of continuations across rounds instead (``specwire.drafting.ahead.draft_tree``): a Round is
 answered with the chain of first choices after its verdict, and the verdict
 re-roots the tree, keeping what was drafted for later rounds.
 """
@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from specwire.drafting.draft_tree import DraftTree, TreeMemory
+from specwire.drafting.ahead.draft_tree import DraftTree, TreeMemory
+from specwire.drafting.ahead.prespec_config import PrespecConfig
+from specwire.drafting.ahead.speculation import Speculator
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.prespec_config import PrespecConfig
-from specwire.drafting.speculation import Speculator
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import Pacer, buckets_of
 from specwire.errors import InvalidArgumentError

@@ -26,9 +26,9 @@ import grpc
 import msgpack
 from google.protobuf.message import DecodeError
 
-from specwire.drafting.draft_tree import TreeMemory
+from specwire.drafting.ahead.draft_tree import TreeMemory
+from specwire.drafting.ahead.prespec_config import PrespecConfig
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.prespec_config import PrespecConfig
 from specwire.emulation.pace import Pace, PaceCounts, Pacer
 from specwire.errors import BackendUnavailableError, InvalidArgumentError
 from specwire.models.loading import LoadedModel

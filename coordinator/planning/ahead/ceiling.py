@@ -182,7 +182,7 @@ def ceiling(
     Two restrictions measure what a design gives up: ``one_round_ahead`` drafts no deeper than the
     next round's verdict (k_max + 1 positions past the verified prefix), and ``idle_while_filling``
     has the workers wait, in a round they did not serve whole, until the coordinator's drafts reach them.
-    Two more model the built tree (``specwire.drafting.draft_tree``): without ``choose_k`` every round
+    Two more model the built tree (``specwire.drafting.ahead.draft_tree``): without ``choose_k`` every round
     verifies k_max drafts; without ``push`` a worker learns a draft only by expanding the node before
     it.
     """

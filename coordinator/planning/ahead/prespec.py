@@ -1,7 +1,7 @@
 """Pre-speculation, predicted: which branches a worker drafts before the verdict comes back, and what
 the round still waits for.
 
-The worker (``specwire.drafting.speculation``) ranks the verdicts the target may give
+The worker (``specwire.drafting.ahead.speculation``) ranks the verdicts the target may give
 to the drafts it just sent, most likely first: a drafts accepted with
 probability alpha^a (1 - alpha) (alpha^k for all), and then the target's own
 token, which is the draft's second choice, third, ... with the probabilities
@@ -145,7 +145,8 @@ def _branch_passes(
 def _batched_passes(
     outcomes: Outcomes, k: int, fanout: int, passes: int, batch: int
 ) -> dict[tuple[int, int], int]:
-    """As ``_branch_passes`` for branches drafted ``batch`` to a pass (``specwire.drafting.branch_batch``).
+    """As ``_branch_passes`` for branches drafted ``batch`` to a pass
+    (``specwire.drafting.ahead.branch_batch``).
 
     Each pass runs every row in the batch; free rows go to the most likely
     branches not yet begun. The probe takes a row of the first pass, and the

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from coordinator.planning import profile as planned
 from coordinator.planning.ahead.ceiling import RankNode, RankTree, Worker, rank_shares, target_rank
 from coordinator.planning.ahead.prespec import Outcomes
-from specwire.drafting.draft_tree import DEFAULT_PASSES
+from specwire.drafting.ahead.draft_tree import DEFAULT_PASSES
 from specwire.emulation.profile import Machine, Profile
 
 LOCAL_NODES, LOCAL_WIDTH = 16, 4  # the local tree's defaults (coordinator.drafting.local_tree)

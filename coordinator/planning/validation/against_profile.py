@@ -29,7 +29,7 @@ from coordinator.planning import profile as planned
 from coordinator.planning.ahead.tree_verify import local_tree, remote_tree
 from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, predict
 from coordinator.planning.setups import FILL_FANOUT, FILL_ROWS, TREE_DEPTH, candidates, ranked
-from specwire.drafting.prespec_config import TREE_ROWS
+from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.emulation import paper
 from specwire.emulation.profile import Profile
 from specwire.errors import InvalidArgumentError

@@ -1,4 +1,4 @@
-"""Tree pre-speculation on the worker (``specwire.drafting.draft_tree``), in-process on tiny models.
+"""Tree pre-speculation on the worker (``specwire.drafting.ahead.draft_tree``), in-process on tiny models.
 
 A fill-mode session with ``PreSpeculation.tree`` answers each Round with the
 chain of first choices its tree holds after the verdict. Those drafts must be
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
+from specwire.drafting.ahead.draft_tree import DraftTree, TreeMemory
+from specwire.drafting.ahead.prespec_config import PrespecConfig
 from specwire.drafting.choices import top_choices
-from specwire.drafting.draft_tree import DraftTree, TreeMemory
 from specwire.drafting.drafter import Drafter
-from specwire.drafting.prespec_config import PrespecConfig
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models.loading import LoadedModel

@@ -28,9 +28,9 @@ import heapq
 import itertools
 from dataclasses import dataclass
 
-from specwire.drafting.branch_batch import BranchBatch, batchable
+from specwire.drafting.ahead.branch_batch import BranchBatch, batchable
+from specwire.drafting.ahead.prespec_config import PrespecConfig
 from specwire.drafting.drafter import Drafter, Drafting
-from specwire.drafting.prespec_config import PrespecConfig
 
 PRIOR_ACCEPTED = 4.0  # the acceptance estimate starts at 4 / (4 + 1) = 0.8
 PRIOR_REJECTIONS = 1.0
@@ -135,7 +135,7 @@ class Speculator:
         return True
 
     def _batched_step(self) -> bool:
-        """One pass over the most likely branches side by side (``specwire.drafting.branch_batch``)."""
+        """One pass over the most likely branches side by side (``specwire.drafting.ahead.branch_batch``)."""
         if self.passes >= self._budget or not self._queue:
             return False
         if self._batch is None:

@@ -7,7 +7,7 @@ continuations, as deep as it can, has them ready whatever the round
 boundaries turn out to be. Each node is a token after the verified prefix:
 
 * its probability of lying on the target's path follows the geometric model
-  of ``specwire.drafting.speculation``: the draft's first choice after a node
+  of ``specwire.drafting.ahead.speculation``: the draft's first choice after a node
   continues it with the session's acceptance alpha; another of its top
   choices takes (1 - alpha) shared by the draft's probabilities;
 * a pass expands the ``rows`` likeliest nodes whose token is known, at any
@@ -20,9 +20,9 @@ boundaries turn out to be. Each node is a token after the verified prefix:
   verdict then makes that node the root and the rest of the tree is dropped
   (``advance``), so drafting done for a later round is kept.
 
-The nodes are arrays (``specwire.drafting.tree_table``); what an expanded
+The nodes are arrays (``specwire.drafting.ahead.tree_table``); what an expanded
 node computed, its K/V and (Qwen3.5's Gated DeltaNet layers) its recurrent
-state, is one slot of the arena (``specwire.drafting.tree_arena``). A pass's
+state, is one slot of the arena (``specwire.drafting.ahead.tree_arena``). A pass's
 choices and bookkeeping run inside its paced time (its mask is built just
 before), as a Mac's host work overlaps its GPU's, and its nodes are
 published, for ``ready`` to find, only once the pass is held: no draft is
@@ -49,14 +49,14 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import ArraysCache, KVCache
 
-from specwire.drafting.branch_batch import cache_view
+from specwire.drafting.ahead.branch_batch import cache_view
+from specwire.drafting.ahead.prespec_config import PrespecConfig
+from specwire.drafting.ahead.speculation import AcceptanceRate
+from specwire.drafting.ahead.tree_arena import NONE, TreeArena
+from specwire.drafting.ahead.tree_table import NodeTable
 from specwire.drafting.choices import top_choices_now
 from specwire.drafting.drafter import Drafter
-from specwire.drafting.prespec_config import PrespecConfig
 from specwire.drafting.sampling import SparseDistribution
-from specwire.drafting.speculation import AcceptanceRate
-from specwire.drafting.tree_arena import NONE, TreeArena
-from specwire.drafting.tree_table import NodeTable
 from specwire.emulation.pace import hold_pass
 from specwire.emulation.profile import measured_pass_s, non_decreasing
 from specwire.models.node_pass import LayerRows, forward_nodes_keeping_states

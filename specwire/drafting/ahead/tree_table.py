@@ -1,6 +1,6 @@
 """The nodes of a worker's tree as arrays, so that a pass's bookkeeping costs a few NumPy operations.
 
-A tree of drafts grows by a batch of nodes a pass (``specwire.drafting.draft_tree``):
+A tree of drafts grows by a batch of nodes a pass (``specwire.drafting.ahead.draft_tree``):
 a 64-row pass adds about 200 nodes. Kept as Python objects, each node cost a
 few microseconds to make, link and push on a heap, and the worker's host
 work after a 64-row pass took 5.5 ms on a 2-core machine, a quarter of the M1

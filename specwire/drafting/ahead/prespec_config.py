@@ -1,6 +1,6 @@
 """How much a worker pre-speculates (``PrespecConfig``) and the bounds a session may ask for.
 
-Kept apart from ``specwire.drafting.speculation`` (which drafts by it) so that a worker's flags read
+Kept apart from ``specwire.drafting.ahead.speculation`` (which drafts by it) so that a worker's flags read
 these defaults without loading mlx-lm.
 """
 
@@ -30,10 +30,10 @@ class PrespecConfig:
 
     budget: int = 0  # 0: enough for the bonus probe and two branches (2k + 1)
     fanout: int = DEFAULT_FANOUT
-    batch: int = 1  # branches drafted side by side in one forward pass (specwire.drafting.branch_batch)
+    batch: int = 1  # branches drafted side by side in one forward pass (specwire.drafting.ahead.branch_batch)
     fill: bool = False  # answer with the drafts ready at once; the coordinator drafts the rest itself
     tree: bool = (
-        False  # fill at T = 0: one tree of continuations across rounds (specwire.drafting.draft_tree)
+        False  # fill at T = 0: one tree of continuations across rounds (specwire.drafting.ahead.draft_tree)
     )
     tree_rows: int = TREE_ROWS  # a worker's default batch for a tree session
     tree_memory: int = TREE_MEMORY  # bytes a worker's trees hold together (0: no limit; ``TreeMemory``)
