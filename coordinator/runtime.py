@@ -33,7 +33,7 @@ class LoopPortal:
     through ``asyncio.run_coroutine_threadsafe`` (which chains a
     ``concurrent.futures.Future`` to the task) and 277 µs through anyio's
     ``BlockingPortal.call`` (a task in a task group per call); a remote
-    draft source makes one call per round (scripts/round_breakdown.py,
+    draft source makes one call per round (scripts/measure/round_breakdown.py,
     "hop in" and "hop out").
     """
 

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 from specwire.process.command_line import command_main, exit_process
 from specwire.wire import token_command
-from worker import agent_status, inspect_model, install, serve, start, stop, uninstall
+from worker import inspect_model
+from worker.agent import agent_status, install, start, stop, uninstall
+from worker.server import serve
 
 COMMANDS = (serve, install, uninstall, agent_status, start, stop, token_command, inspect_model)
 

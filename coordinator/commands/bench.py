@@ -57,7 +57,7 @@ from coordinator.prompts import Prompt, encode_prompt, load_prompts
 from coordinator.runtime import coordinator_runtime
 from coordinator.workers.connection import refresh_hello
 from coordinator.workers.selection import find_addresses
-from specwire.drafting.prespec_config import MAX_BATCH, TREE_ROWS
+from specwire.drafting.ahead.prespec_config import MAX_BATCH, TREE_ROWS
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import BenchFailure, InvalidArgumentError, SpecwireError
 from specwire.models.loading import load_model

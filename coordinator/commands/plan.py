@@ -37,14 +37,14 @@ from coordinator.commands.options import (
 )
 from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.spec import DraftSpec
-from coordinator.planning.against_profile import load_checked
 from coordinator.planning.concurrent import ROWS, batched
 from coordinator.planning.fit import FITS, emulation_fit
-from coordinator.planning.from_bench import check_bench, unmodelled
 from coordinator.planning.measured import MeasuredSetup
 from coordinator.planning.planner import Planner, simplest_near_best
 from coordinator.planning.projection import project_profile
 from coordinator.planning.setups import best_per_mode
+from coordinator.planning.validation.against_profile import load_checked
+from coordinator.planning.validation.from_bench import check_bench, unmodelled
 from coordinator.runtime import coordinator_runtime
 from specwire.emulation.paper import PAIRS, load_profile
 from specwire.emulation.profile import PassCurve, Profile
@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--ceiling-rounds",
         type=int,
         default=2000,
-        help="with --profile: rounds of the ceiling's Monte Carlo (planning/ceiling.py); 0 skips it",
+        help="with --profile: rounds of the ceiling's Monte Carlo (planning/ahead/ceiling.py); 0 skips it",
     )
     p.add_argument(
         "--family",
@@ -242,7 +242,7 @@ def _print_ceiling(out: dict[str, Any]) -> None:
     local = next((r["best_tok_s"] for r in out["rows"] if r["backend"] == "local SD"), None)
     print(
         "\nCeiling: workers drafting a tree of continuations ahead, best first, as deep as their passes "
-        "allow; one chain verified a round; k chosen each round (planning/ceiling.py):"
+        "allow; one chain verified a round; k chosen each round (planning/ahead/ceiling.py):"
     )
     for c in out["ceiling"]:
         rows = "/".join(str(r) for r in c["rows"])

@@ -34,18 +34,18 @@ from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.spec import FILLED, TREE_VERIFY, DraftSpec, prespec_for
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
+from coordinator.planning.ahead.tree_verify import REMOTE_HOST_S, miss_shape
 from coordinator.planning.measured import MeasuredSetup, measure_here, titled
 from coordinator.planning.planner import Planner
 from coordinator.planning.setups import Setup
-from coordinator.planning.tree_verify import REMOTE_HOST_S, miss_shape
 from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
 from coordinator.workers.speed import pass_seconds, worker_speed
+from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.drafting.prefix_cache import PrefixCache, PromptCaches
-from specwire.drafting.prespec_config import TREE_ROWS
 from specwire.emulation.profile import STREAM_PER_ROUND_S
 from specwire.errors import (
     BackendUnavailableError,

@@ -49,7 +49,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
 from coordinator.decoding.recurrent_pass import keeps_states
 from coordinator.drafting.base import Outcome
-from coordinator.planning.tree_verify import best_size
+from coordinator.planning.ahead.tree_verify import best_size
 from specwire.drafting.choices import top_choices
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.drafter import prefill, prefill_cached

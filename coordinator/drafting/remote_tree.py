@@ -2,7 +2,7 @@
 
 A worker in a tree session (``PreSpeculation`` tree and fill) keeps a tree of
 the draft model's likeliest continuations and expands it best first while
-the target verifies (``specwire.drafting.draft_tree``): a cache keyed on the
+the target verifies (``specwire.drafting.ahead.draft_tree``): a cache keyed on the
 verification's outcome, since a node's chance of lying on the target's path
 is also the chance that the verdict ends there (its parent accepted, it the
 target's token), whatever the target verifies. Each Round here asks for the
@@ -18,7 +18,7 @@ When the worker has nothing ready under the verdict, the round verifies the
 verdict's token alone (``miss`` "ar"), which a worker that makes two passes
 in such a round turns into an entry for the next verdict; a slower worker
 has a tree drafted here instead ("tree": ``LocalTreeDraftSource``, which sees
-every verdict, so its context stays the target's). ``planning.tree_verify``
+every verdict, so its context stays the target's). ``planning.ahead.tree_verify``
 says which.
 
 At every temperature the target verifies a tree by its own draws: a node

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from coordinator.drafting.failover import POLICIES
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
+from coordinator.planning.ahead.tree_verify import TREE_VERIFY_WIDTH
 from coordinator.planning.setups import FILL_FANOUT, REMOTE_MODES
-from coordinator.planning.tree_verify import TREE_VERIFY_WIDTH
 from specwire.errors import InvalidArgumentError
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
@@ -105,7 +105,7 @@ class DraftSpec:
 def prespec_for(mode: str, rows: int = 0) -> pb.PreSpeculation | None:
     """A remote mode's PreSpeculation: a ``tree`` drafts the worker's tree rows a pass (``rows`` > 0:
     this many), four choices kept of each node it expands (``planning.setups``); a tree verified whole
-    keeps eight (``planning.tree_verify``): a verdict off the tree's chosen nodes then still lands on
+    keeps eight (``planning.ahead.tree_verify``): a verdict off the tree's chosen nodes then still lands on
     a node the worker expanded (on the paced test bed, 72.05 tok/s against 69.20 with four)."""
     if mode == "stream":
         return None

@@ -38,9 +38,9 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from coordinator.decoding.recurrent_pass import keeps_states
 from coordinator.decoding.recurrent_tree import forward_tree_keeping_states
-from specwire.drafting.draft_tree import DraftTree, tree_batchable
+from specwire.drafting.ahead.draft_tree import DraftTree, tree_batchable
+from specwire.drafting.ahead.prespec_config import DEFAULT_FANOUT, PrespecConfig
 from specwire.drafting.drafter import Drafter
-from specwire.drafting.prespec_config import DEFAULT_FANOUT, PrespecConfig
 from specwire.drafting.sampling import SamplingParams
 from specwire.emulation.paper import PAIRS
 from specwire.emulation.profile import PassCurve, Profile

@@ -129,7 +129,7 @@ class Transport:
     hit: float = 0.0
     partial: float = 0.0
     in_flight_s: float | None = None  # wait for a speculative pass in flight, per round
-    on_demand_passes: float | None = None  # draft passes after the verdict, per round (planning.prespec)
+    on_demand_passes: float | None = None  # draft passes after the verdict, per round (ahead.prespec)
     fill_passes: float = 0.0  # stream+prespec+fill: drafts per round made on the target's machine
     fill_draft_s: float = 0.0  # ... each taking this long there
 

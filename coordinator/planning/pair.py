@@ -6,7 +6,7 @@ drafting round, averaged per prompt, then over prompts), and, along the
 target's own greedy output, how often the target's next token is the draft's
 first choice, within its two, its four and its eight most likely tokens
 (pre-speculation guesses the target's verdicts from the draft's top choices).
-``scripts/pair_agreement.py`` prints them beside published figures.
+``scripts/measure/pair_agreement.py`` prints them beside published figures.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.planning.ceiling import Ceiling, Worker, ceiling
+from coordinator.planning.ahead.ceiling import Ceiling, Worker, ceiling
+from coordinator.planning.ahead.prespec import Outcomes, fill_schedule, schedule
 from coordinator.planning.model import Acceptance, Link, Target, Transport
-from coordinator.planning.prespec import Outcomes, fill_schedule, schedule
-from specwire.drafting.prespec_config import DEFAULT_FANOUT
+from specwire.drafting.ahead.prespec_config import DEFAULT_FANOUT
 from specwire.emulation.profile import Machine, PassCurve, Profile
 
 
@@ -61,7 +61,7 @@ def prespec(
     fanout: int = 0,
 ) -> Transport:
     """The stream protocol with pre-speculation: what a worker drafting a pass in ``draft_s`` gets
-    done before each verdict comes back (``planning.prespec``), from the profile's acceptance and
+    done before each verdict comes back (``planning.ahead.prespec``), from the profile's acceptance and
     agreement (the worker computes on a thread of its own, so it answers a hit mid-pass). ``batch``:
     branches drafted side by side, a pass of them taking ``batch_draft_s``."""
     k = profile.k if k is None else k
@@ -93,7 +93,7 @@ def fill(
     fanout: int = 0,
 ) -> Transport:
     """Fill mode: a worker drafting a pass in ``draft_s`` answers with what is ready, and the target
-    machine's own draft model drafts the rest (``planning.prespec.fill_schedule``). The worker
+    machine's own draft model drafts the rest (``planning.ahead.prespec.fill_schedule``). The worker
     computes on a thread of its own, so it answers a Round without waiting for the pass in flight."""
     k = profile.k if k is None else k
     if profile.local_draft is None:
@@ -122,10 +122,10 @@ def fill(
 
 
 def tree(profile: Profile, machine: Machine, k: int, batch: int, rounds: int, seed: int = 0) -> Ceiling:
-    """Tree pre-speculation as built (``specwire.drafting.draft_tree``): ``machine`` expands the likeliest
-    nodes of one tree, ``batch`` a pass, at any depth; each round verifies k drafts, the target machine's
-    own draft model drafting those not ready; a worker learns a draft only by expanding the node before
-    it. The ceiling's Monte Carlo with those two restrictions (``planning.ceiling``)."""
+    """Tree pre-speculation as built (``specwire.drafting.ahead.draft_tree``): ``machine`` expands the
+    likeliest nodes of one tree, ``batch`` a pass, at any depth; each round verifies k drafts, the target
+    machine's own draft model drafting those not ready; a worker learns a draft only by expanding the node
+    before it. The ceiling's Monte Carlo with those two restrictions (``planning.ahead.ceiling``)."""
     if profile.local_draft is None:
         raise ValueError(f"profile {profile.name} gives the target machine no draft model to fill with")
     return ceiling(
@@ -154,7 +154,7 @@ def _outcomes(profile: Profile) -> Outcomes:
 
 
 def ceilings(profile: Profile, rows: int, k_max: int = 8, rounds: int = 2000) -> list[dict[str, object]]:
-    """The most drafting off the critical path can give (``planning.ceiling``): each worker alone and
+    """The most drafting off the critical path can give (``planning.ahead.ceiling``): each worker alone and
     all together, at ``rows`` rows a pass and at the widest pass that costs no more than one row; then a
     worker as fast as the target machine's own draft model, for scale."""
     if profile.local_draft is None:

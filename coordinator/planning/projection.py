@@ -3,7 +3,7 @@
 ``coordinator plan --profile`` prints this projection: AR, local SD and local
 tree SD on the target machine, and per worker the stream protocol, the
 per-op baseline, tree pre-speculation and tree verification (the trees by
-the Monte Carlos of ``planning.profile`` and ``planning.tree_verify``), with
+the Monte Carlos of ``planning.profile`` and ``planning.ahead.tree_verify``), with
 the ceiling and, for the paper's profile, its Table 11 beside them.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.planning import paper
 from coordinator.planning import profile as planned
+from coordinator.planning.ahead.tree_verify import local_tree, remote_tree
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
 from coordinator.planning.setups import TREE_DEPTH
-from coordinator.planning.tree_verify import local_tree, remote_tree
-from specwire.drafting.prespec_config import TREE_ROWS
+from coordinator.planning.validation import paper
+from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.emulation.profile import Machine, Profile
 
 TREE_K_MAX = 4  # the tree rows' best k is sought up to here (a Monte Carlo per k)
@@ -116,7 +116,7 @@ def _tree_row(profile: Profile, machine: Machine, k: int, rounds: int) -> dict[s
 
 
 def _tree_verify_row(profile: Profile, machines: list[Machine], rounds: int) -> dict[str, Any]:
-    """``machines`` growing one tree, verified in one pass a round (``planning.tree_verify``)."""
+    """``machines`` growing one tree, verified in one pass a round (``planning.ahead.tree_verify``)."""
     t = remote_tree(profile, machines, TREE_DEPTH, TREE_ROWS, rounds)
     name = " + ".join(m.name for m in machines)
     return {"machine": name, "backend": "stream+tree-verify", "k": TREE_DEPTH, "tok_s": t.tok_s} | {

@@ -10,7 +10,7 @@ the rest; greedy only), each at a k; and the tree-verifying set-ups
 (``local-tree``: the target machine's draft model drafts a tree, which the
 target checks in one pass; ``tree-verify``: a worker's tree is checked in
 one pass, a local tree where it has none ready; greedy only; their k is
-the deepest a tree may be, ``TREE_DEPTH``; ``planning.tree_verify``).
+the deepest a tree may be, ``TREE_DEPTH``; ``planning.ahead.tree_verify``).
 ``fill`` (the same without the tree, one round ahead) is no set-up of its
 own any more; the model keeps it, as what a tree's prediction moves with
 (``coordinator.drafting.auto``).
@@ -28,9 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from coordinator.planning import profile as planned
+from coordinator.planning.ahead.tree_verify import local_tree, remote_tree
 from coordinator.planning.model import Acceptance, Transport, ar_tok_s, predict
-from coordinator.planning.tree_verify import local_tree, remote_tree
-from specwire.drafting.prespec_config import TREE_ROWS
+from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.emulation.profile import Machine, Profile
 
 MODES = ("ar", "local", "local-tree", "stream", "tree", "tree-verify")  # simplest first
@@ -39,7 +39,7 @@ CHAIN_KS = tuple(range(1, 9))  # k a chain set-up is predicted at
 TREE_DEPTH = max(CHAIN_KS)  # the deepest tree a tree-verifying round may send (auto's most drafts a round)
 TREE_KS = (1, 2, 3, 4)  # the tree's Monte Carlo per k costs more: a shorter range
 FILL_ROWS, FILL_FANOUT = 8, 3  # fill's branches: eight a pass, three candidates a position
-TREE_ROUNDS = 400  # the trees' Monte Carlos (planning.ceiling, planning.tree_verify), seeded
+TREE_ROUNDS = 400  # the trees' Monte Carlos (planning.ahead.ceiling, planning.ahead.tree_verify), seeded
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ from coordinator.drafting.local import LocalDraftSource
 from coordinator.prompts import BUILTIN_PROMPTS, encode_prompt
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel, load_model
-from worker.op_walk import trace
-from worker.tensor_session import TensorSession
+from worker.per_op.op_walk import trace
+from worker.per_op.tensor_session import TensorSession
 
 K = 4
 MAX_TOKENS = int(sys.argv[1]) if len(sys.argv) > 1 else 64

@@ -56,7 +56,7 @@ DRAFT_STREAM = 2
 
 
 class RowBatch(Protocol):
-    """A batch a block was drafted in as one of its rows (``specwire.drafting.branch_batch``)."""
+    """A batch a block was drafted in as one of its rows (``specwire.drafting.ahead.branch_batch``)."""
 
     def cache_of(self, block: Drafting) -> list[Any] | None:
         """The cache of ``block``'s row, to adopt as the drafter's own (None: none to take)."""

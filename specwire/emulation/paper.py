@@ -48,7 +48,8 @@ LINK_RTT_S = 0.3e-3
 LINK_BANDWIDTH_BPS = 125e6
 OPS_PER_PASS = 1737
 # The draft's blocks (Qwen3.5-0.8B: 24, full attention every fourth), and the operations of one pass
-# as specwire's per-op walk splits it (worker.op_walk on that layout: tests/worker/test_op_walk.py).
+# as specwire's per-op walk splits it (worker.per_op.op_walk on that layout:
+# tests/worker/per_op/test_op_walk.py).
 DRAFT_BLOCKS = {"gated_attention": 6, "gated_delta": 18}
 WALKED_OPS_PER_PASS = 329
 LOGITS_BYTES = 248_320 * 4

@@ -1,6 +1,6 @@
 """A hybrid model's pass over nodes of a tree, each continuing its own parent's path.
 
-A worker's tree (``specwire.drafting.draft_tree``) expands a batch of nodes a
+A worker's tree (``specwire.drafting.ahead.draft_tree``) expands a batch of nodes a
 pass, each the next token after its parent's path. With a plain KV cache
 that is tree attention (``specwire.models.tree_pass``): one sequence, a mask
 saying which kept positions each node sees. A Gated DeltaNet layer

@@ -41,7 +41,7 @@ OUTPUT_TOKENS = 2048  # the ids an emulation model speaks (it reads them all): t
 TINY_DRAFT_MODEL = "tiny-draft"
 SEED = 20260323  # the paper's month; any fixed value gives every process the same weights
 # tiny-draft: tiny's weights, each tensor perturbed by Gaussian noise of DRAFT_NOISE times its own
-# spread, drawn from DRAFT_SEED. Calibrated (scripts/pair_agreement.py) so that at k = 4, T = 0 on
+# spread, drawn from DRAFT_SEED. Calibrated (scripts/measure/pair_agreement.py) so that at k = 4, T = 0 on
 # the built-in prompts it accepts 1.65 drafts a round in 64 tokens, 1.80 in 128 (2026-11-26, its output
 # over 2,048 ids): the paper's 1.78 (Table 7) within 10%.
 DRAFT_NOISE = 0.07
@@ -49,7 +49,8 @@ DRAFT_SEED = 4
 # tiny-draft-specinfer: tiny-draft with its first choice kept (so the same drafts are accepted) and
 # every other token's logit moved by CHOICES_NOISE times a fixed N(0, 1) draw per token
 # (CHOICES_SEED), so the target's token is less often among its second to fourth choices: calibrated
-# (scripts/pair_agreement.py) to SpecInfer's LLaMA-68M/7B top-2 and top-4 agreement (docs/emulation.md).
+# (scripts/measure/pair_agreement.py) to SpecInfer's LLaMA-68M/7B top-2 and top-4 agreement
+# (docs/emulation.md).
 TINY_SPECINFER_DRAFT_MODEL = "tiny-draft-specinfer"
 CHOICES_NOISE = 0.9
 CHOICES_SEED = 68

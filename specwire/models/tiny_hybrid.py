@@ -40,9 +40,10 @@ from specwire.models.tiny import OUTPUT_TOKENS, OutputLayer, load_weights
 TINY_HYBRID_MODEL = "tiny-hybrid"
 TINY_HYBRID_DRAFT_MODEL = "tiny-hybrid-draft"
 SEED = 20260324
-# Calibrated (scripts/pair_agreement.py --target tiny-hybrid --draft tiny-hybrid-draft) so that at k = 4,
-# T = 0 on the built-in prompts it accepts 1.78 drafts a round (2026-11-26): the paper's 1.78, as tiny-draft
-# does for tiny (top-1/2/4 agreement 68.8/80.7/90.6%; the four-layer model's 1.74 and 69.8/81.8/89.6%).
+# Calibrated (scripts/measure/pair_agreement.py --target tiny-hybrid --draft tiny-hybrid-draft) so that at
+# k = 4, T = 0 on the built-in prompts it accepts 1.78 drafts a round (2026-11-26): the paper's 1.78, as
+# tiny-draft does for tiny (top-1/2/4 agreement 68.8/80.7/90.6%; the four-layer model's 1.74 and
+# 69.8/81.8/89.6%).
 DRAFT_NOISE = 0.05
 DRAFT_SEED = 6
 ARGS: dict[str, Any] = {

@@ -43,7 +43,7 @@ class CallRecord:
     and about to be handed to gRPC, and the reply parsed and in hand.
     ``server`` holds the worker's durations for the same call. The optional
     instants around them (0 when not taken) let a round be broken down
-    (``scripts/round_breakdown.py``): ``requested_ns`` the engine asking on
+    (``scripts/measure/round_breakdown.py``): ``requested_ns`` the engine asking on
     the compute thread, ``entered_ns`` the event loop taking the call up,
     ``written_ns`` gRPC accepting the write, ``read_ns`` the raw reply coming
     off the stream, ``returned_ns`` the compute thread holding the drafts.

@@ -19,12 +19,12 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import PROTOCOL_VERSION, sampling_to_pb
-from worker.hosting import WorkerCounters
-from worker.session import DraftSession
+from worker.server.hosting import WorkerCounters
+from worker.stream.session import DraftSession
 
 
 class SessionSource:
-    """Drafts through ``worker.session.DraftSession`` with pre-speculation as given."""
+    """Drafts through ``worker.stream.session.DraftSession`` with pre-speculation as given."""
 
     name = "session"
 

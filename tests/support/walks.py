@@ -5,8 +5,8 @@ from __future__ import annotations
 from coordinator.drafting.ggml_rpc.graph import ForwardGraph, Walk
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
-from worker.op_walk import trace
-from worker.tensor_session import TensorSession
+from worker.per_op.op_walk import trace
+from worker.per_op.tensor_session import TensorSession
 
 
 def walked(model: LoadedModel) -> tuple[TensorSession, ForwardGraph]:

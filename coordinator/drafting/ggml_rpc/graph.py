@@ -1,7 +1,7 @@
 """The operations of one forward pass, in the order the worker's model runs them.
 
 The coordinator learns the draft model's graph from the worker when the
-session opens (``TensorOpened``: the walk, ``worker.op_walk``), never its
+session opens (``TensorOpened``: the walk, ``worker.per_op.op_walk``), never its
 weights. A pass is then SET_TENSOR (the token ids; ARGMAX for a chained
 greedy pass), one STEP per operation of the walk, and GET_TENSOR (the full
 logits row). For a llama block the walk is 13 steps:

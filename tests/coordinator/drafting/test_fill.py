@@ -28,7 +28,7 @@ from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.session_source import SessionSource
 from tests.support.tiny_models import disagreeing_pair
 from tests.support.workers import WorkerProcess
-from tests.worker.test_prespec import PROMPT, SAMPLED, STAT_RUNS, _exact_joint3
+from tests.worker.stream.test_prespec import PROMPT, SAMPLED, STAT_RUNS, _exact_joint3
 
 # Three passes ahead (the bonus probe and two of a branch): rounds served whole, in part and not at all.
 FILL = pb.PreSpeculation(enabled=True, fill=True, budget=3)

@@ -21,7 +21,7 @@ from tests.support.credentials import credentials
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import PerOpRun, assert_per_op_drafts_as_stream, generate_per_op, generate_remote
 from tests.support.workers import WorkerProcess
-from worker.op_walk import trace
+from worker.per_op.op_walk import trace
 
 pytestmark = pytest.mark.anyio
 MAX_TOKENS = 8

@@ -22,7 +22,7 @@ from tests.support.remote import assert_per_op_drafts_as_stream, generate_per_op
 from tests.support.rounding import assert_lossless, assert_rejections_are_ties
 from tests.support.walks import ops, walked
 from tests.support.workers import WorkerProcess, running_worker, unique_name
-from worker.tensor_session import MAX_KEPT, UNSPOKEN
+from worker.per_op.tensor_session import MAX_KEPT, UNSPOKEN
 
 pytestmark = pytest.mark.anyio
 TOKENS = 24

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.planning import paper
 from coordinator.planning import profile as planned
+from coordinator.planning.ahead.prespec import Outcomes, schedule
 from coordinator.planning.model import Acceptance, Link, Target, Transport, ar_tok_s, best_k, predict
-from coordinator.planning.prespec import Outcomes, schedule
+from coordinator.planning.validation import paper
 
 TARGET = Target(verify_1_s=0.020, per_position_s=0.001)
 LINK = Link(rtt_s=0.001, bandwidth_Bps=1e6)

@@ -45,7 +45,7 @@ def test_the_paper_profile_reproduces_table_7s_local_sd(tmp_path: Path) -> None:
     walk = out["per_op_walk"]
     assert walk == {
         "ggml_nodes_per_pass": 1737,
-        "walked_ops_per_pass": 18 * 13 + 6 * 15 + 5,  # tests/worker/test_op_walk.py traces it
+        "walked_ops_per_pass": 18 * 13 + 6 * 15 + 5,  # tests/worker/per_op/test_op_walk.py traces it
         "blocks": {"gated_attention": 6, "gated_delta": 18},
     }
     # The ceiling: each Mac alone and both, at 16 rows a pass and at their widest, then a worker as fast as

@@ -1,0 +1,69 @@
+"""Tree verification, predicted (``coordinator/planning/ahead/tree_verify.py``), at its limits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from coordinator.planning import profile as planned
+from coordinator.planning.ahead.tree_verify import best_size, local_tree, remote_tree
+from coordinator.planning.setups import Setup, predict_setup
+from specwire.emulation.paper import load_profile
+from specwire.emulation.profile import Machine, PassCurve, Profile
+
+ROUNDS = 1500
+
+
+def with_verify_per_position(profile: Profile, seconds: float) -> Profile:
+    """``profile`` with each verified position costing ``seconds`` more (a less flat curve)."""
+    curve = replace(profile.target, per_position_s=seconds)
+    return replace(profile, target_machine=replace(profile.target_machine, target=curve))
+
+
+def test_the_size_that_pays_is_every_node_where_positions_are_free_and_one_where_each_costs_a_pass() -> None:
+    chances = [0.6, 0.3, 0.2, 0.1, 0.05]
+    assert best_size(chances, lambda n: 0.02) == len(chances)
+    assert best_size(chances, lambda n: 0.02 * n) == 1
+
+
+def test_local_tree_sd_grows_where_verification_is_flat_and_shrinks_to_a_chain_where_it_is_not() -> None:
+    paper = load_profile("paper")
+    flat = local_tree(paper, 8)
+    assert flat.nodes == 16  # the whole tree: the M2 Ultra verifies 17 positions at the cost of one
+    steep = with_verify_per_position(paper, 0.004)
+    small = local_tree(steep, 8)
+    assert small.nodes <= 3
+    best_chain = max(predict_setup(steep, Setup("local", k)) for k in range(1, 9))
+    assert small.tok_s == pytest.approx(best_chain, rel=0.1)  # a chain's size, a chain's speed
+    assert flat.tok_s > max(predict_setup(paper, Setup("local", k)) for k in range(1, 9))
+
+
+def test_a_worker_too_slow_to_have_a_tree_ready_leaves_local_trees_and_pays_the_link() -> None:
+    paper = load_profile("paper")
+    slow = Machine("slow", PassCurve(decode_tok_s=0.1))
+    t = remote_tree(paper, [slow], 8, 16, ROUNDS)
+    assert t.local_share == pytest.approx(1.0, abs=0.01)
+    local = local_tree(paper, 8)
+    window = planned.link(paper).rtt_s + paper.stream_per_round_s
+    expected = local.tokens / (local.tokens / local.tok_s + window)
+    assert t.tok_s == pytest.approx(expected, rel=0.05)  # the Monte Carlo's noise at 1,500 rounds
+
+
+def test_a_worker_faster_than_the_verdicts_sends_bigger_trees_than_local_ones_and_beats_them() -> None:
+    paper = load_profile("paper")
+    quick = Machine("quick", PassCurve(decode_tok_s=2000.0))  # many passes of 16 rows a verification
+    t = remote_tree(paper, [quick], 8, 16, ROUNDS // 3)  # its trees are large: fewer rounds
+    local = local_tree(paper, 8)
+    # A verdict whose last token the draft did not guess (beyond its top 4) is new to any worker: about
+    # half the rounds still take a local tree, however fast the worker.
+    assert 0.2 < t.local_share < 0.7
+    assert t.nodes > local.nodes and t.tok_s > local.tok_s * 1.2
+
+
+def test_a_second_worker_adds_rows_to_the_same_tree() -> None:
+    paper = load_profile("paper")
+    one = Machine("one", PassCurve(decode_tok_s=400.0))
+    alone = remote_tree(paper, [one], 8, 4, ROUNDS)
+    together = remote_tree(paper, [one, replace(one, name="two")], 8, 4, ROUNDS)
+    assert together.tok_s > alone.tok_s
