@@ -19,8 +19,8 @@ from anyio.pytest_plugin import get_runner
 
 from specwire.models.loading import LoadedModel, load_model
 from specwire.wire.auth import TOKEN_ENV
-from tests.support.isolation import can_isolate, enter_own_network_namespace
-from tests.support.workers import WorkerProcess, running_worker, unique_name
+from tests.support.processes.isolation import can_isolate, enter_own_network_namespace
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 
 PARALLEL_PROCESSES = 3  # on 2 cores: most tests wait on worker processes, and timing tests run alone
 

@@ -2,7 +2,7 @@
 
 The README's commands name ``mlx-community/Qwen3-8B-4bit`` and
 ``mlx-community/Qwen3-0.6B-4bit``; a Hugging Face cache written by the test
-holds random-weight Qwen3 models of those ids (``tests/support/hub.py``),
+holds random-weight Qwen3 models of those ids (``tests/support/models/hub.py``),
 so each command line is taken from the README's ``sh`` blocks and run by
 the shell from the project root, word for word, with ``HF_HUB_OFFLINE=1``,
 Bonjour on 127.0.0.1 and a home directory of its own (the token file, the
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.hub import DRAFT_ID, TARGET_ID, write_readme_pair
+from tests.support.models.hub import DRAFT_ID, TARGET_ID, write_readme_pair
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -46,7 +46,7 @@ for g in "${groups[@]}"; do
     echo "$g: ran to the end in an earlier call"
     continue
   fi
-  SPECWIRE_GPU_DONE="$STATE/$g.done" timeout "$LIMIT" unshare -n sh -c "python3 -m tests.support.isolation \
+  SPECWIRE_GPU_DONE="$STATE/$g.done" timeout "$LIMIT" unshare -n sh -c "python3 -m tests.support.processes.isolation \
     && exec python3 -m pytest -p no:cacheprovider -p gpu_progress -rfEs --tb=short -q --durations=10 \
     --junitxml='$LOG_DIR/gpu-$g.xml' $paths" > "$LOG_DIR/gpu-$g.log" 2>&1 &
   pids+=($!)

@@ -7,7 +7,7 @@ that function's JSON schema), the tools' results sent back, then a request
 with ``tool_choice: "auto"`` for the answer. The server is paced as the
 M2 Ultra, with two workers paced as the M1 Max and the M2 Pro; the model
 pair is a small random-weight Qwen3 pair with the default model's
-vocabulary (``tests.support.tool_models``: the emulation's tiny models speak
+vocabulary (``tests.support.models.tool_models``: the emulation's tiny models speak
 only the vocabulary's first 2,048 ids, where no tool call can be written),
 served with a chat template that takes tools. Random weights write
 meaningless arguments, which the grammar still keeps valid.
@@ -43,7 +43,7 @@ import openai
 from agent_session import start
 from concurrent_requests import held, pinned, start_workers, worker_pace
 
-from tests.support.tool_models import TOOLS_TEMPLATE, write_tool_pair
+from tests.support.models.tool_models import TOOLS_TEMPLATE, write_tool_pair
 
 MODES = ["none", "local", "local-tree", "remote:stream", "remote:tree", "remote:tree-verify", "auto"]
 SMALL = {"type": "integer", "minimum": 0, "maximum": 999}

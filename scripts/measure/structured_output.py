@@ -2,7 +2,7 @@
 
 Three schemas (nested objects, enums, an array of objects) x ``--prompts``
 prompts x T in {0, 1}, on the tool tests' random-weight Qwen3 pair drafting
-locally (``tests.support.tool_models``): random weights write what the
+locally (``tests.support.models.tool_models``): random weights write what the
 grammar leaves them, so the grammar alone makes each output valid. Prints
 how many validated, and the share of each generation spent processing the
 logits (the grammar's masks, drafts' and verdicts').
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import jsonschema
 
 from tests.coordinator.serving.test_tools import SCHEMAS
-from tests.support.servers import running_server
-from tests.support.tool_models import write_tool_pair
+from tests.support.models.tool_models import write_tool_pair
+from tests.support.processes.servers import running_server
 
 
 def main() -> int:

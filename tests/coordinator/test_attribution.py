@@ -40,9 +40,9 @@ import pytest
 from coordinator.attribution import CallShares, attribute, attribute_call
 from coordinator.workers.netprobe import NetworkFloor, RttSummary
 from specwire.wire.timing import CallRecord, ServerTiming
-from tests.support.cli import run_cli
-from tests.support.relay import delay_relay, free_port
-from tests.support.workers import running_worker, unique_name
+from tests.support.processes.cli import run_cli
+from tests.support.processes.relay import delay_relay, free_port
+from tests.support.processes.workers import running_worker, unique_name
 
 ADDED_DELAY_MS = 2.0
 REPEATS = 4  # bench runs per delay

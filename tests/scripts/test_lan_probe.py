@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.workers import WorkerProcess
+from tests.support.processes.workers import WorkerProcess
 
 PROBE = Path(__file__).resolve().parents[2] / "scripts" / "lan_probe.py"
 QUICK = ["--count", "40", "--time-budget", "0.5", "--bulk-bytes", str(4 << 20)]

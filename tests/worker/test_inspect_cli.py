@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.support.cli import one_error_line, run_cli
+from tests.support.processes.cli import one_error_line, run_cli
 
 
 def test_inspect_default_model() -> None:

@@ -15,8 +15,8 @@ import pytest
 
 from coordinator.planning.planner import START_MARGIN
 from coordinator.planning.setups import MODES
-from tests.support.cli import run_cli
-from tests.support.workers import WorkerProcess
+from tests.support.processes.cli import run_cli
+from tests.support.processes.workers import WorkerProcess
 
 ROW_FIELDS = {
     "label": str,

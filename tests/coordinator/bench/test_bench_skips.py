@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from tests.coordinator.workers.unfit import other_token_worker
-from tests.support.cli import run_cli
-from tests.support.workers import running_worker, unique_name
+from tests.support.processes.cli import run_cli
+from tests.support.processes.workers import running_worker, unique_name
 
 
 def test_rows_a_worker_cannot_serve_are_skipped_with_the_reason_and_the_rest_run(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from coordinator.commands import discover, serve
 from tests.coordinator.workers.unfit import other_token_worker, other_vocabulary_worker
-from tests.support.cli import run_cli
-from tests.support.workers import WorkerProcess
+from tests.support.processes.cli import run_cli
+from tests.support.processes.workers import WorkerProcess
 
 DISCOVER = ["discover", "--interface", "127.0.0.1", "--discover-timeout", "4", "--target", "tiny"]
 

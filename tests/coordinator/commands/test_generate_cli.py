@@ -7,9 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from tests.support.cli import one_error_line, run_cli
-from tests.support.gguf_models import write_llama_gguf
-from tests.support.tiny_models import tiny_llama
+from tests.support.models.gguf_models import write_llama_gguf
+from tests.support.models.tiny_models import tiny_llama
+from tests.support.processes.cli import one_error_line, run_cli
 
 FAST = ["--target", "default", "--max-tokens", "6"]
 TINY_PAIR = ["--target", "tiny", "--local-draft", "tiny-draft", "--max-tokens", "6"]

@@ -17,11 +17,11 @@ import pytest
 
 from specwire.models.loading import LoadedModel, load_model
 from tests.coordinator.drafting.test_worker_loss import PROMPT, generate_through
-from tests.support.cli import run_cli
+from tests.support.processes.cli import run_cli
+from tests.support.processes.servers import running_server
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import ar_tokens, text_ar_tokens
 from tests.support.rounding import assert_lossless
-from tests.support.servers import running_server
-from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 HYBRID_WORKER = ("--model", "tiny-hybrid-draft")

@@ -10,10 +10,10 @@ import pytest
 
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
-from tests.support.cli import one_error_line, run_cli
+from tests.support.processes.cli import one_error_line, run_cli
+from tests.support.processes.workers import WorkerProcess
 from tests.support.prompts import PROMPTS, text_ar_tokens
 from tests.support.remote import generate_remote
-from tests.support.workers import WorkerProcess
 
 MAX_TOKENS = 32
 

@@ -27,8 +27,8 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.errors import UnsupportedModelError
 from specwire.models.loading import LoadedModel, load_model
 from specwire.models.ragged_cache import batchable, kv_rows, ragged_cache
+from tests.support.models.tiny_models import as_loaded
 from tests.support.rounding import EXACT, PassRounding, assert_logits_within, assert_lossless
-from tests.support.tiny_models import as_loaded
 
 GREEDY = SamplingParams()
 

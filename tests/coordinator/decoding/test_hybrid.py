@@ -25,9 +25,9 @@ from specwire.drafting.rollback import Checkpoints
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel, load_model
 from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p, exact_joint
+from tests.support.models.tiny_models import hybrid_pair
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.rounding import assert_lossless, assert_rejections_are_ties
-from tests.support.tiny_models import hybrid_pair
 
 TOKENS = 24
 

@@ -34,9 +34,9 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
+from tests.support.models.tiny_models import disagreeing_pair
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.rounding import assert_lossless, rounding_gap
-from tests.support.tiny_models import disagreeing_pair
 
 PAIRS = {"f32-target/q4-draft": ("default_f32", "default_q4")}
 

@@ -39,8 +39,8 @@ from tests.coordinator.decoding.test_rejection_sampling import (
     exact_joint,
     sd_joint_counts,
 )
+from tests.support.models.tiny_models import as_loaded, tiny_llama
 from tests.support.session_source import SessionSource
-from tests.support.tiny_models import as_loaded, tiny_llama
 
 PENALTIES = Penalties(
     logit_bias=((3, 1.5), (6, -2.0)), repetition_penalty=1.6, presence_penalty=0.4, frequency_penalty=0.3

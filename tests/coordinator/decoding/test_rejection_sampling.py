@@ -49,8 +49,8 @@ from specwire.logits.processors import Penalties, Processing
 from specwire.models.loading import LoadedModel
 from specwire.models.tiny_hybrid import build_tiny_hybrid
 from specwire.v1 import draft_pb2 as pb
+from tests.support.models.tiny_models import as_loaded, tiny_llama
 from tests.support.session_source import SessionSource
-from tests.support.tiny_models import as_loaded, tiny_llama
 
 PROMPT = [2, 5, 1]
 FREE = VerifyCurve((1, 64), (1.0, 1.0))  # positions cost nothing: the worker's whole entry is verified

@@ -15,7 +15,7 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.ties import tie_at
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
-from tests.support.tiny_models import as_loaded, tiny_llama
+from tests.support.models.tiny_models import as_loaded, tiny_llama
 
 PROMPT = [2, 5, 1]
 

@@ -12,9 +12,9 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.errors import InvalidArgumentError
 from specwire.models.loading import LoadedModel, load_model
+from tests.support.models.tiny_models import disagreeing_pair
 from tests.support.prompts import PROMPTS
 from tests.support.rounding import assert_lossless
-from tests.support.tiny_models import disagreeing_pair
 
 #      node: 0  1  2  3  4  5
 # depth 1:   5  6            (children of the last verified token)

@@ -31,9 +31,9 @@ from specwire.emulation.pace import parse_pace
 from specwire.emulation.profile import PassCurve
 from specwire.models.loading import LoadedModel, load_model
 from tests.support.credentials import credentials
+from tests.support.processes.relay import delay_relay, free_port
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import PROMPTS, ar_tokens
-from tests.support.relay import delay_relay, free_port
-from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 

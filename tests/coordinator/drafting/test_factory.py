@@ -20,9 +20,9 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError, NoWorkerError, VocabularyMismatchError
 from specwire.models.loading import LoadedModel
 from tests.support.credentials import credentials
+from tests.support.models.tiny_models import disagreeing_pair
+from tests.support.processes.workers import WorkerProcess
 from tests.support.prompts import PROMPTS, ar_tokens
-from tests.support.tiny_models import disagreeing_pair
-from tests.support.workers import WorkerProcess
 
 
 def access() -> WorkerAccess:

@@ -24,10 +24,10 @@ from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p
 from tests.support.credentials import credentials
+from tests.support.models.tiny_models import disagreeing_pair
+from tests.support.processes.workers import WorkerProcess
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.session_source import SessionSource
-from tests.support.tiny_models import disagreeing_pair
-from tests.support.workers import WorkerProcess
 from tests.worker.stream.test_prespec import PROMPT, SAMPLED, STAT_RUNS, _exact_joint3
 
 # Three passes ahead (the bonus probe and two of a branch): rounds served whole, in part and not at all.

@@ -18,9 +18,9 @@ from coordinator.workers.connection import connect
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
 from tests.support.credentials import credentials
+from tests.support.processes.workers import WorkerProcess
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import PerOpRun, assert_per_op_drafts_as_stream, generate_per_op, generate_remote
-from tests.support.workers import WorkerProcess
 from worker.per_op.op_walk import trace
 
 pytestmark = pytest.mark.anyio

@@ -17,11 +17,11 @@ from mlx_lm.models.cache import make_prompt_cache
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models.loading import LoadedModel, load_model
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import assert_per_op_drafts_as_stream, generate_per_op, generate_remote
 from tests.support.rounding import assert_lossless, assert_rejections_are_ties
 from tests.support.walks import ops, walked
-from tests.support.workers import WorkerProcess, running_worker, unique_name
 from worker.per_op.tensor_session import MAX_KEPT, UNSPOKEN
 
 pytestmark = pytest.mark.anyio

@@ -27,10 +27,10 @@ from specwire.models.loading import LoadedModel, load_model
 from specwire.v1 import draft_pb2 as pb
 from tests.support.credentials import credentials
 from tests.support.messages import fields_of
+from tests.support.models.tiny_models import disagreeing_pair
+from tests.support.processes.workers import WorkerProcess
 from tests.support.prompts import PROMPTS
 from tests.support.session_source import SessionSource
-from tests.support.tiny_models import disagreeing_pair
-from tests.support.workers import WorkerProcess
 
 TREE = pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=4, fanout=2)
 FLAT = VerifyCurve((1, 64), (1.0, 1.0))  # positions are free: every node the worker sends is verified

@@ -23,11 +23,11 @@ from coordinator.drafting.spec import DraftSpec
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
-from tests.support.cli import run_cli
 from tests.support.credentials import credentials
+from tests.support.processes.cli import run_cli
+from tests.support.processes.relay import delay_relay, free_port
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import ar_tokens
-from tests.support.relay import delay_relay, free_port
-from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 PROMPT = "Once upon a time, a lighthouse keeper"

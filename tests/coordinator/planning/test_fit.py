@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specwire.emulation.paper import load_profile
-from tests.support.cli import run_cli
+from tests.support.processes.cli import run_cli
 
 
 def _fit(tmp: Path, *args: str) -> tuple[list[dict], str]:

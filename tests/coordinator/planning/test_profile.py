@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import one_error_line, run_cli
+from tests.support.processes.cli import one_error_line, run_cli
 
 
 def plan(*args: str, tmp: Path) -> dict:

@@ -17,7 +17,7 @@ import mlx.core as mx
 import openai
 import pytest
 
-from tests.support.servers import ServerProcess, running_server
+from tests.support.processes.servers import ServerProcess, running_server
 
 TINY = ["--target", "tiny", "--model-name", "tiny", "--interface", "127.0.0.1", "--draft", "local:tiny-draft"]
 PROMPTS = ["Name three colors of the rainbow.", "Count from one to ten.", "Write a haiku about rain."]

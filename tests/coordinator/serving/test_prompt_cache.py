@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 
 from specwire.models.loading import LoadedModel
+from tests.support.processes.servers import ServerProcess, running_server
+from tests.support.processes.workers import WorkerProcess
 from tests.support.prompts import text_ar_tokens
-from tests.support.servers import ServerProcess, running_server
-from tests.support.workers import WorkerProcess
 
 TINY = ["--target", "tiny", "--model-name", "tiny", "--interface", "127.0.0.1"]
 PREFIX = " ".join(

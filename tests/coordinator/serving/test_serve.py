@@ -28,11 +28,11 @@ import pytest
 from coordinator.prompts import encode_prompt
 from coordinator.workers.connection import connect, refresh_hello
 from specwire.models.loading import LoadedModel
-from tests.support.cli import one_error_line, run_cli
 from tests.support.credentials import credentials
+from tests.support.processes.cli import one_error_line, run_cli
+from tests.support.processes.servers import ServerProcess, running_server
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.rounding import assert_lossless
-from tests.support.servers import ServerProcess, running_server
-from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 PROMPT = "Name three colors of the rainbow."
 MAX_TOKENS = 24

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from tests.coordinator.serving.test_serve import TINY, chat
 from tests.coordinator.workers.unfit import other_token_worker, other_vocabulary_worker
-from tests.support.servers import ServerProcess, running_server
-from tests.support.workers import WorkerProcess
+from tests.support.processes.servers import ServerProcess, running_server
+from tests.support.processes.workers import WorkerProcess
 
 LAST_LINE = "serve: auto at T = 1: "
 

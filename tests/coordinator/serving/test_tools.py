@@ -1,6 +1,6 @@
 """Tool calls and structured output through ``coordinator serve`` and the real ``openai`` client.
 
-A random-weight Qwen3 pair on disk (``tests.support.tool_models``) served
+A random-weight Qwen3 pair on disk (``tests.support.models.tool_models``) served
 with a chat template that takes tools: a forced call (``required``, a named
 function) and ``response_format`` come out valid for their schemas even
 from random weights, because the output is constrained by their grammar
@@ -37,8 +37,8 @@ from specwire.logits.grammar import grammar_tokenizer, json_schema_grammar
 from specwire.logits.processors import Penalties, Processing
 from specwire.models.loading import LoadedModel, load_model
 from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p
-from tests.support.servers import ServerProcess, running_server
-from tests.support.tool_models import TOOLS_TEMPLATE, write_tool_pair
+from tests.support.models.tool_models import TOOLS_TEMPLATE, write_tool_pair
+from tests.support.processes.servers import ServerProcess, running_server
 
 SMALL = {"type": "integer", "minimum": 0, "maximum": 999}  # a random model writes digits forever otherwise
 WEATHER = {

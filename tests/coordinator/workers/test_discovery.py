@@ -21,11 +21,11 @@ from specwire.errors import RemoteWorkerError
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
-from tests.support.cli import one_error_line, run_cli
 from tests.support.credentials import channel as worker_channel
 from tests.support.credentials import credentials
 from tests.support.messages import open_request
-from tests.support.workers import WorkerProcess, running_worker, unique_name
+from tests.support.processes.cli import one_error_line, run_cli
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 LOOPBACK = ["127.0.0.1"]

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.gguf_models import write_llama_gguf
-from tests.support.tiny_models import tiny_llama
-from tests.support.workers import WorkerProcess, running_worker, unique_name
+from tests.support.models.gguf_models import write_llama_gguf
+from tests.support.models.tiny_models import tiny_llama
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 
 OTHER_TOKEN = "another-token-" + "y" * 24
 

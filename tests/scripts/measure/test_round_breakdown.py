@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.support.workers import WorkerProcess
+from tests.support.processes.workers import WorkerProcess
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "measure" / "round_breakdown.py"
 PATH_PARTS = (

@@ -15,7 +15,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from specwire.drafting.drafter import prefill
 from specwire.drafting.prefix_cache import PrefixCache
 from specwire.models.loading import LoadedModel, load_model
-from tests.support.tiny_models import tiny_llama
+from tests.support.models.tiny_models import tiny_llama
 
 PREFIX = [3, 1, 4, 1, 5, 2, 6, 5, 3, 5, 7, 2, 7, 1, 6, 2, 4, 3, 3, 2]
 

@@ -11,8 +11,8 @@ import pytest
 
 from specwire.errors import ModelFormatError, UnsupportedModelError
 from specwire.models.loading import LoadedModel, load_model
-from tests.support.gguf_models import converter_permute, write_llama_gguf
-from tests.support.tiny_models import tiny_llama
+from tests.support.models.gguf_models import converter_permute, write_llama_gguf
+from tests.support.models.tiny_models import tiny_llama
 
 PASSAGE = (Path(__file__).parents[2] / "data" / "passage.txt").read_text()
 # SmolLM2-135M scores about 20 on this plain passage (measured); a loader that

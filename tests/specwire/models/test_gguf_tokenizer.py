@@ -9,8 +9,8 @@ import pytest
 
 from specwire.errors import UnsupportedModelError
 from specwire.models.loading import LoadedModel, load_model
-from tests.support.gguf_models import write_llama_gguf
-from tests.support.tiny_models import tiny_llama
+from tests.support.models.gguf_models import write_llama_gguf
+from tests.support.models.tiny_models import tiny_llama
 
 SAMPLES = [
     "Hello world! The year 2024 costs $12.50.",

@@ -16,9 +16,9 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.errors import ModelNotFoundError
 from specwire.models.loading import LoadedModel, load_model
 from specwire.models.tiny_hybrid import build_tiny_hybrid
+from tests.support.models.tiny_models import tiny_llama
 from tests.support.prompts import ar_tokens
 from tests.support.rounding import assert_lossless, rounding_gap
-from tests.support.tiny_models import tiny_llama
 
 
 def save_tiny(path: Path, tokenizer: object, quantize: bool = False) -> nn.Module:

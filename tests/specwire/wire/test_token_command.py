@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specwire.wire.auth import TOKEN_ENV
-from tests.support.cli import one_error_line, run_cli
+from tests.support.processes.cli import one_error_line, run_cli
 
 
 @pytest.fixture

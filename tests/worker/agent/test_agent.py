@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from specwire.wire.auth import TOKEN_ENV, default_token_path, write_token
-from tests.support.cli import one_error_line, run_cli
+from tests.support.processes.cli import one_error_line, run_cli
 from worker.agent import serve_flags
 
 SERVE = ["--model", "mlx-community/Qwen3-0.6B-4bit", "--label", "M1 Max (office)", "--port", "0"]

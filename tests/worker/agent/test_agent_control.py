@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import one_error_line, run_cli
+from tests.support.processes.cli import one_error_line, run_cli
 from worker.agent import agent_control
 from worker.agent.agent import agent, default_kind
 

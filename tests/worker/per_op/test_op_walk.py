@@ -21,7 +21,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.emulation import paper
 from specwire.errors import UnsupportedModelError
-from tests.support.tiny_models import as_loaded
+from tests.support.models.tiny_models import as_loaded
 from tests.support.walks import ops, walked
 from worker.per_op.op_walk import trace
 

@@ -22,8 +22,8 @@ import pytest
 from mlx_lm.utils import save_config, save_model
 
 from specwire.models.loading import LoadedModel
-from tests.support.cli import run_cli
-from tests.support.workers import running_worker, unique_name
+from tests.support.processes.cli import run_cli
+from tests.support.processes.workers import running_worker, unique_name
 from tests.worker.per_op.test_op_walk import ARCHITECTURES, build
 
 

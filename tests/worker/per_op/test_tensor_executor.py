@@ -14,10 +14,10 @@ from mlx_lm.utils import save_config, save_model
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import EXECUTE_METHOD, PROTOCOL_VERSION
-from tests.support.cli import one_error_line, run_cli
 from tests.support.credentials import channel as worker_channel
+from tests.support.processes.cli import one_error_line, run_cli
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import text_ar_tokens
-from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 

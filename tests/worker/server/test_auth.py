@@ -31,8 +31,8 @@ from specwire.wire.protocol import (
     HELLO_METHOD,
     PROTOCOL_VERSION,
 )
-from tests.support.cli import one_error_line, run_cli
-from tests.support.workers import WorkerProcess, running_worker, unique_name
+from tests.support.processes.cli import one_error_line, run_cli
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 WRONG = "not-the-token-but-long-enough-000"

@@ -26,7 +26,7 @@ from specwire.wire.protocol import DRAFT_METHOD
 from tests.support.credentials import ProvingChannel
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request
-from tests.support.workers import WorkerProcess, running_worker, unique_name
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = [pytest.mark.anyio, pytest.mark.serial]  # serial: it times Hello, health and a refusal
 

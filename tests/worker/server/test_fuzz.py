@@ -28,9 +28,9 @@ from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.auth import AUTH_METADATA, TOKEN_ENV, caller_proof
 from specwire.wire.protocol import DRAFT_METHOD, EXECUTE_METHOD, HELLO_METHOD, PROTOCOL_VERSION
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import ar_tokens
 from tests.support.remote import generate_remote
-from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 EXAMPLES = 420  # per property; five properties: over 2,000 messages in all
 FP = "v1:828729b754d5d82c"

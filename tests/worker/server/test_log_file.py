@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.cli import run_cli
+from tests.support.processes.cli import run_cli
 from worker.server.log_file import trim_output
 
 WRITER = """

@@ -12,11 +12,11 @@ import pytest
 from coordinator.workers.connection import connect
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
-from tests.support.cli import run_cli
 from tests.support.credentials import credentials
+from tests.support.processes.cli import run_cli
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import PROMPTS
 from tests.support.remote import generate_remote
-from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 

@@ -20,8 +20,8 @@ from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request
-from tests.support.tiny_models import disagreeing_pair
-from tests.support.workers import WorkerProcess
+from tests.support.models.tiny_models import disagreeing_pair
+from tests.support.processes.workers import WorkerProcess
 from worker.server.hosting import WorkerCounters
 from worker.stream.session import DraftSession
 

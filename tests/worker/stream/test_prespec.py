@@ -27,12 +27,12 @@ from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_p
 from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p, exact_joint
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request
+from tests.support.models.tiny_models import disagreeing_pair, hybrid_pair
+from tests.support.processes.workers import WorkerProcess
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.remote import generate_remote
 from tests.support.rounding import first_divergence, rounding_gap, top2_gap
 from tests.support.session_source import SessionSource
-from tests.support.tiny_models import disagreeing_pair, hybrid_pair
-from tests.support.workers import WorkerProcess
 from worker.server.hosting import WorkerCounters
 from worker.stream.session import DraftSession
 

@@ -22,9 +22,9 @@ from specwire.v1 import draft_pb2_grpc
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request
+from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
 from tests.support.remote import generate_remote
-from tests.support.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = pytest.mark.anyio
 

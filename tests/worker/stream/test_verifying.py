@@ -19,7 +19,7 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import PROTOCOL_VERSION, sampling_to_pb
-from tests.support.tiny_models import disagreeing_pair
+from tests.support.models.tiny_models import disagreeing_pair
 from worker.server.hosting import WorkerCounters
 from worker.stream.session import DraftSession
 from worker.stream.window import MIN_WINDOWS

@@ -10,7 +10,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from tests.support.gguf_writer import encode_tensor, write_gguf
+from tests.support.models.gguf_writer import encode_tensor, write_gguf
 
 _NAMES = {
     "self_attn.q_proj": "attn_q",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.support import zygote
+from tests.support.processes import zygote
 
 
 def run_cli(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-RELAY = Path(__file__).resolve().parents[2] / "scripts" / "delay_relay.py"
+RELAY = Path(__file__).resolve().parents[3] / "scripts" / "delay_relay.py"
 
 
 def free_port() -> int:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import openai
 
-from tests.support import zygote
-from tests.support.workers import read_ready
+from tests.support.processes import zygote
+from tests.support.processes.workers import read_ready
 
 
 @dataclass

@@ -14,9 +14,9 @@ from pathlib import Path
 from mlx_lm.utils import save_config, save_model
 
 from specwire.models.loading import load_tokenizer
-from tests.support.hub import DRAFT_NOISE, qwen3_args, random_pair
+from tests.support.models.hub import DRAFT_NOISE, qwen3_args, random_pair
 
-TOOLS_TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "chatml_tools.jinja"
+TOOLS_TEMPLATE = Path(__file__).resolve().parents[2] / "data" / "chatml_tools.jinja"
 
 
 def write_tool_pair(directory: Path, seed: int = 0) -> tuple[Path, Path]:

@@ -46,7 +46,8 @@ def enter_own_network_namespace() -> None:
 def loopback_up() -> None:
     """A new namespace starts with `lo` down; bring it up without needing `ip`.
 
-    ``python3 -m tests.support.isolation`` does only this (scripts/gpu/suite.sh, inside ``unshare -n``).
+    ``python3 -m tests.support.processes.isolation`` does only this (scripts/gpu/suite.sh, inside
+    ``unshare -n``).
     """
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH14x", b"lo", 0)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tests.support import zygote
+from tests.support.processes import zygote
 
 READY_TIMEOUT_S = 120.0
 

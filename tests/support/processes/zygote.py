@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 PRELOAD = ("numpy", "mlx.core", "mlx.nn", "mlx_lm", "grpc", "grpc.aio")
@@ -59,7 +60,7 @@ _HEADER = struct.Struct("!I")
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The zygote: python -m tests.support.zygote SOCKET
+# The zygote: python -m tests.support.processes.zygote SOCKET
 
 
 def _serve(path: str) -> None:
@@ -358,7 +359,7 @@ class _Zygote:
         self.path = os.path.join(self._dir.name, "socket")
         self.env = dict(os.environ)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.zygote", self.path],
+            [sys.executable, "-m", "tests.support.processes.zygote", self.path],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -381,7 +382,7 @@ class _Zygote:
         self._dir.cleanup()
 
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_ROOT = str(Path(__file__).resolve().parents[3])
 _started: _Zygote | None = None
 _lock = threading.Lock()
 
