@@ -149,7 +149,7 @@ def add_pace_argument(p: argparse.ArgumentParser) -> None:
         metavar="PROFILE:MACHINE",
         help="emulate the target machine of a hardware profile: every target (and local draft) pass runs "
         "for real and is held until that machine would be done (such as paper:m2-ultra; PROFILE is "
-        "'paper' or a JSON file)",
+        "'paper', 'm2-ultra-27b', 'm2-ultra-70b' or a JSON file)",
     )
 
 

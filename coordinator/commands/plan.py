@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     source = p.add_mutually_exclusive_group()
     source.add_argument(
         "--profile",
-        help="a hardware profile: 'paper' (the paper's machines, built in) or a JSON file "
+        help="a hardware profile: 'paper' (the paper's machines), 'm2-ultra-27b' or 'm2-ultra-70b' "
+        "(the M2 Ultra with a 27B or 70B target), built in, or a JSON file "
         "(coordinator/planning/profile.py says what it holds)",
     )
     source.add_argument("--from-bench", type=Path, help="a bench JSON: predict every row from its own inputs")

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench.add_argument(
         "--profile",
-        help="emulate a hardware profile's machines ('paper' or a JSON file): every host paced as the "
+        help="emulate a hardware profile's machines ('paper', 'm2-ultra-27b', 'm2-ultra-70b' or a JSON "
+        "file): every host paced as the "
         "machine of its name, the tiny pair at the paper's acceptance, then the planner against every row",
     )
     bench.add_argument(

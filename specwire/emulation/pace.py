@@ -268,7 +268,8 @@ def parse_pace(text: str) -> Pace:
     name, sep, machine = text.rpartition(":")
     if not sep or not name or not machine:
         raise InvalidArgumentError(
-            f"--pace {text!r}: expected PROFILE:MACHINE, such as paper:m1-max (PROFILE: paper or a file)"
+            f"--pace {text!r}: expected PROFILE:MACHINE, such as paper:m1-max "
+            "(PROFILE: paper, m2-ultra-27b, m2-ultra-70b or a file)"
         )
     profile = load_profile(name)
     return Pace(profile, profile.machine(machine))

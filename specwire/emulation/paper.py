@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specwire.emulation import big_targets
 from specwire.emulation.profile import Machine, PassCurve, Profile
 
 K = 4
@@ -86,14 +87,17 @@ def profile() -> Profile:
     )
 
 
-BUILT_IN = ("paper",)
+BUILT_IN = ("paper", *big_targets.TARGETS)
 # The models the emulation runs for the paper's pair, by family: (target, draft), each draft calibrated to
 # the paper's acceptance. ``hybrid`` is Qwen3.5's own layers (a Gated DeltaNet layer, then full attention).
 PAIRS = {"llama": ("tiny", "tiny-draft"), "hybrid": ("tiny-hybrid", "tiny-hybrid-draft")}
 
 
 def load_profile(name: str) -> Profile:
-    """The built-in profile ``name`` (``paper``), or a profile file at that path."""
+    """The built-in profile ``name`` (``paper``, ``m2-ultra-27b``, ``m2-ultra-70b``), or a profile file at
+    that path."""
     if name == "paper":
         return profile()
+    if name in big_targets.TARGETS:
+        return big_targets.profile(name, profile())
     return Profile.load(Path(name).expanduser())

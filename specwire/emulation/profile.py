@@ -2,7 +2,9 @@
 
 One format serves ``coordinator plan --profile`` (predicting a set-up) and
 ``--pace PROFILE:MACHINE`` (emulating one of its machines, ``specwire.emulation.pace``).
-``paper`` is built in (the paper's three Macs); any other is a JSON file:
+``paper`` is built in (the paper's three Macs, ``specwire.emulation.paper``), and so are
+``m2-ultra-27b`` and ``m2-ultra-70b`` (the same Macs with a 27B or 70B target,
+``specwire.emulation.big_targets``); any other is a JSON file:
 
     {
       "name": "my Macs",

@@ -101,7 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pace",
         metavar="PROFILE:MACHINE",
         help="emulate a machine of a hardware profile: every forward pass runs for real and is held until "
-        "that machine would have finished it (such as paper:m1-max; PROFILE is 'paper' or a JSON file). "
+        "that machine would have finished it (such as paper:m1-max; PROFILE is 'paper', 'm2-ultra-27b', "
+        "'m2-ultra-70b' or a JSON file). "
         "The worker says so in Bonjour, Hello and every reply",
     )
     advanced.add_argument(

@@ -1,4 +1,5 @@
-"""Hardware profiles: the pass curve, the built-in paper profile, and files refused by field."""
+"""Hardware profiles: the pass curve, the built-in profiles (the paper's Macs, and the M2 Ultra with a 27B or
+70B target), and files refused by field."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from specwire.emulation.pace import parse_pace
 from specwire.emulation.paper import load_profile
 from specwire.emulation.profile import PassCurve, Profile
 from specwire.errors import InvalidArgumentError
@@ -29,6 +31,30 @@ def test_the_paper_profile_has_its_three_machines() -> None:
     assert paper.mean_accepted == pytest.approx(1.78, abs=0.01)
     with pytest.raises(InvalidArgumentError, match="has no machine 'm3-max'; it has m2-ultra, m1-max"):
         paper.machine("m3-max")
+
+
+@pytest.mark.parametrize(
+    ("name", "decode_tok_s", "prefill_tok_s"),
+    [("m2-ultra-27b", 19.17, 388.0), ("m2-ultra-70b", 12.83, 149.6)],
+)
+def test_the_big_targets_are_the_paper_s_macs_with_the_target_scaled_by_its_law(
+    name: str, decode_tok_s: float, prefill_tok_s: float
+) -> None:
+    """Decode bound by the weights read (42.4 tok/s x 12.07 GB, Table 6), prompt rate by the parameters."""
+    paper, big = load_profile("paper"), load_profile(name)
+    assert big.name == name
+    assert big.target.decode_tok_s == pytest.approx(decode_tok_s, abs=0.01)
+    assert big.target.prefill_tok_s == pytest.approx(prefill_tok_s, abs=0.1)
+    assert 1 / big.target.pass_s(5) == pytest.approx(decode_tok_s, abs=0.01)  # k + 1 positions cost one
+    assert big.workers == paper.workers and big.local_draft == paper.local_draft
+    assert (big.mean_accepted, big.k, big.link_rtt_s, big.agreement) == (
+        paper.mean_accepted,
+        paper.k,
+        paper.link_rtt_s,
+        paper.agreement,
+    )
+    pace = parse_pace(f"{name}:m1-max")  # a worker paced as the M1 Max of this set-up
+    assert pace.profile.name == name and pace.machine.draft == paper.machine("m1-max").draft
 
 
 @pytest.mark.parametrize(
