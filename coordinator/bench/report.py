@@ -310,8 +310,9 @@ def auto_section(rows: Sequence[RowSummary]) -> list[tuple[str, Table | list[str
 
 
 def headline(rows: Sequence[RowSummary]) -> str | None:
-    """One sentence before the tables: what auto chose, at how many tok/s against AR and local SD, and
-    whether the workers pay (None without an auto row)."""
+    """One sentence before the tables: what auto chose, at how many tok/s against AR and against the best
+    row without a worker (local SD or local tree SD), and whether the workers pay (None without an auto
+    row)."""
     auto = next((s for s in rows if s.spec.kind == "auto"), None)
     if auto is None:
         return None
@@ -320,17 +321,19 @@ def headline(rows: Sequence[RowSummary]) -> str | None:
     by_setup = auto.counters.get("rounds_by_setup", {})
     chosen = max(by_setup, key=by_setup.get) if by_setup else "?"
     ar = next(s for s in rows if s.spec.kind == "ar")
-    local = next((s for s in rows if s.spec.kind == "local"), None)
+    alone = [s for s in rows if s.spec.kind in ("local", "local-tree")]
+    best = max(alone, key=lambda s: s.decode_tps, default=None)  # the best set-up without a worker
     versus = f"{auto.decode_tps / ar.decode_tps:.2f}× AR ({ar.decode_tps:.1f})"
-    if local is not None:
-        versus += f" and {auto.decode_tps / local.decode_tps:.2f}× local SD ({local.decode_tps:.1f})"
+    if best is not None:
+        versus += f" and {auto.decode_tps / best.decode_tps:.2f}× {best.spec.label} ({best.decode_tps:.1f})"
+        versus += ", the best row without a worker"
     remote = "→" in chosen
     pays = (
         "the workers pay"
-        if remote and (local is None or auto.decode_tps > local.decode_tps)
+        if remote and (best is None or auto.decode_tps > best.decode_tps)
         else "the workers do not pay on this set-up: it decodes on this machine alone"
         if not remote
-        else "drafting on a worker did not beat local SD here"
+        else "drafting on a worker did not beat the best row without one here"
     )
     return f"auto chose {chosen} and made {auto.decode_tps:.1f} tok/s, {versus}; {pays}."
 

@@ -220,6 +220,9 @@ def test_the_auto_row_is_lossless_says_what_it_ran_and_comes_first_in_the_report
     assert all(run["switches"][0]["reason"].startswith("predicted") for run in runs)
     chosen = max(by_setup, key=by_setup.get)
     assert stdout.splitlines()[0].startswith(f"auto chose {chosen} and made ")
+    local = next(r for r in data["rows"] if r["kind"] == "local")  # the only row without a worker here
+    ratio = auto["decode_tok_s"] / local["decode_tok_s"]
+    assert f"{ratio:.2f}× local SD ({local['decode_tok_s']:.1f}), the best row without a worker" in stdout
     assert "The drafting policy (auto)" in stdout
 
 
