@@ -17,9 +17,12 @@ autoregressive round). After every round it learns:
   share of what the model predicts for it: every set-up is then expected
   to give its prediction times its own measured share, or, never measured,
   the share this machine's set-ups measured (the model's bias here). A
-  worker whose set-up measured below ``SLOW`` of its prediction has every
-  set-up of its own scaled down as much (what slowed one, its link or its
-  compute, slows all); a share is forgotten after ``FORGET_ROUNDS``.
+  worker whose set-up measured below ``SLOW`` of its prediction, where the
+  wait for its drafts explains the shortfall, has every set-up of its own
+  scaled down as much (what slowed one, its link or its compute, slows
+  all); a shortfall the wait does not explain fell with the text, and
+  becomes the bias every set-up is expected at. A share is forgotten after
+  ``FORGET_ROUNDS``.
 
 It moves to another session (mode and worker) when that one is expected
 ``MARGIN`` faster than the current one, at most once per window of rounds;
@@ -134,7 +137,7 @@ class AutoDraftSource:
         self._fresh = True
         self._round = 0
         self._since_switch = 0
-        self._window: deque[tuple[int, int]] = deque(maxlen=WINDOW + 1)  # (tokens, end_ns)
+        self._window: deque[tuple[int, int, int]] = deque(maxlen=WINDOW + 1)  # (tokens, end_ns, draft_ns)
         self._share: dict[tuple[str, str], _Seen] = {}  # by session: measured over predicted tok/s
         self._slow: dict[str, _Seen] = {}  # by worker: the share of a set-up of its that measured slow
         self._bias = 1.0  # the share this machine's set-ups measured, for those not measured yet
@@ -203,7 +206,7 @@ class AutoDraftSource:
             self._accepted += AR_DRIFT * (self._prior[0] - self._accepted)
             self._rejections += AR_DRIFT * (self._prior[1] - self._rejections)
         if self._since_switch > SETTLE:
-            self._window.append((len(r.tokens), r.end_ns))
+            self._window.append((len(r.tokens), r.end_ns, r.draft_ns))
         self._decide()
 
     def close(self) -> None:
@@ -222,9 +225,17 @@ class AutoDraftSource:
         """The current set-up's tok/s over its window, once the window is full."""
         if len(self._window) <= WINDOW:
             return None
-        tokens = sum(t for t, _ in list(self._window)[1:])
+        tokens = sum(t for t, _, _ in list(self._window)[1:])
         seconds = (self._window[-1][1] - self._window[0][1]) / 1e9
         return tokens / seconds if seconds > 0 else None
+
+    def waited_share(self) -> float:
+        """The share of the window's time the engine spent waiting for drafts (0 before it is full)."""
+        if len(self._window) <= WINDOW:
+            return 0.0
+        waited = sum(d for _, _, d in list(self._window)[1:])
+        elapsed = self._window[-1][1] - self._window[0][1]
+        return min(1.0, waited / elapsed) if elapsed > 0 else 0.0
 
     def _ranking(self) -> list[Predicted]:
         """The predictions in use: redone when a worker was lost or the acceptance moved ``RERANK``
@@ -254,7 +265,12 @@ class AutoDraftSource:
             return
         share = _Seen(measured / predicted, self._round)
         self._share[_key(self.current)] = share
-        if self.current.remote and share.tok_s < SLOW:
+        # A worker is slow only if waiting for it explains the shortfall: were the wait gone, the window
+        # would reach SLOW. Otherwise the window fell with the text (fewer tokens a round for any
+        # drafter: a worker's tree served from its cache waits about nothing), and every set-up is
+        # expected to fall with it.
+        worker_fault = share.tok_s / max(1e-9, 1 - self.waited_share()) >= SLOW
+        if self.current.remote and share.tok_s < SLOW and worker_fault:
             self._slow[self.current.worker] = share
         else:
             self._bias = share.tok_s

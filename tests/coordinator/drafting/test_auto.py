@@ -19,13 +19,15 @@ from pathlib import Path
 import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
-from coordinator.drafting.auto import AUTO_K, AutoDraftSource
+from coordinator.decoding.results import RoundRecord
+from coordinator.drafting.auto import AUTO_K, SETTLE, WINDOW, AutoDraftSource
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.spec import DraftSpec
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.measured import MeasuredSetup, WorkerSpeed
 from coordinator.planning.planner import Planner
 from coordinator.runtime import coordinator_runtime
+from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.sampling import SamplingParams
 from specwire.emulation.pace import parse_pace
 from specwire.emulation.profile import PassCurve
@@ -41,6 +43,7 @@ MAX_TOKENS = 64
 HARM_AFTER_TOKENS = 12
 LEAVE_WITHIN_ROUNDS = 10  # the issue's bound for a worker that became 5x slower
 SLOW_DELAY_MS = 40.0  # each way: rounds of about 40 ms become about 120 ms (3x and more)
+SETTLE_AND_WINDOW = SETTLE + WINDOW + 1  # rounds before auto may move
 
 
 def _measured(tree_b: bool = True) -> MeasuredSetup:
@@ -205,3 +208,27 @@ async def test_a_worker_killed_mid_generation_is_left_at_once(
     lost = next(s for s in source.switches if "lost" in s.reason)
     assert lost.round - harmed_at <= 1 and "→ fast" not in lost.to_setup, source.switches
     assert any(segment.lost for segment in source.segments)
+
+
+@pytest.mark.parametrize(("waited", "leaves"), [(0.02, False), (0.9, True)])
+def test_a_window_that_falls_with_the_text_does_not_make_the_worker_slow(waited: float, leaves: bool) -> None:
+    """Measured on the 70B profile: a tree served from the worker's cache waits for it about 2% of a round,
+    and a hard stretch of text gives fewer tokens a round to any drafter; auto read that as the worker's
+    fault and left the best row. Now only a shortfall the wait explains marks the worker slow."""
+    slow_target = replace(_measured(), target=PassCurve(12.8), trees=True)  # the 70B's decode rate
+    planner = Planner(slow_target)
+    auto = AutoDraftSource(planner, lambda setup: None)  # the policy's arithmetic alone: no sessions
+    auto.start([1, 2, 3], SamplingParams(), AUTO_K)
+    first = auto.current
+    assert first.remote and first.worker == "M1 Max"
+    predicted = next(p.tok_s for p in planner.ranking(0.0, auto.alpha) if p.setup == first)
+    round_ns = int(2 / (predicted * 0.5) * 1e9)  # two tokens a round at half the predicted tok/s
+    end = 0
+    for _ in range(SETTLE_AND_WINDOW + 1):
+        end += round_ns
+        auto.record(
+            RoundRecord(0, 0, [7, 7], int(waited * round_ns), round_ns, end, DraftBlock([], None, 0, 0))
+        )
+        if auto.current != first:
+            break
+    assert (auto.current.worker != "M1 Max") == leaves, auto.switches
