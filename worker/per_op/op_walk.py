@@ -5,7 +5,11 @@ operations: at every call of a *leaf* module (one without sub-modules:
 each ``Linear``/``QuantizedLinear``, norm, embedding, RoPE, convolution), at
 the tied LM head (``Embedding.as_linear``), at each KV-cache write
 (``update_and_fetch``) and at the kernels mlx-lm's models share
-(``scaled_dot_product_attention``, ``gated_delta_update``). The elementwise
+(``scaled_dot_product_attention``, ``gated_delta_update``), and at specwire's
+own forms of those kernels, named as the kernel each stands in for (the
+emulation's hybrid model runs a long run's delta rule as a scan on a CPU,
+``specwire.models.delta_scan``: one ``gated_delta_update`` operation, as
+mlx-lm's kernel is on its other path). The elementwise
 work between two of them (residual adds, activations, reshapes) runs with
 the next one, as it would in a fused kernel. Nothing here is written per
 architecture: ``trace`` runs one pass and records where it stops, so
@@ -36,9 +40,12 @@ from greenlet import GreenletExit, getcurrent, greenlet
 from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
+from specwire.models import delta_scan
 from specwire.v1 import draft_pb2 as pb
 
 KERNELS = ("scaled_dot_product_attention", "gated_delta_update")
+# specwire's own forms of those kernels: (module, function, the kernel it is walked as).
+STAND_INS = ((delta_scan, "scan_delta_rule", "gated_delta_update"),)
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)(?:[.:]|$)")
 
 _RUNS: dict[greenlet, PassRun] = {}  # the passes being walked, by the greenlet that runs each
@@ -195,14 +202,16 @@ def _hooked_kernel(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _hook_kernels() -> None:
-    """Stop at the kernels mlx-lm's model files import (each file's own reference to them)."""
+    """Stop at the kernels mlx-lm's model files import (each file's own reference to them), and at
+    specwire's stand-ins for them."""
+    hooks: list[tuple[Any, str, str]] = list(STAND_INS)
     for module in list(sys.modules.values()):
-        if not getattr(module, "__name__", "").startswith("mlx_lm.models."):
-            continue
-        for kind in KERNELS:
-            fn = getattr(module, kind, None)
-            if callable(fn) and not getattr(fn, "_walked", False):
-                setattr(module, kind, _hooked_kernel(kind, fn))
+        if getattr(module, "__name__", "").startswith("mlx_lm.models."):
+            hooks.extend((module, kind, kind) for kind in KERNELS)
+    for module, name, kind in hooks:
+        fn = getattr(module, name, None)
+        if callable(fn) and not getattr(fn, "_walked", False):
+            setattr(module, name, _hooked_kernel(kind, fn))
 
 
 def hook_cache(cache: list[Any]) -> None:
