@@ -10,6 +10,7 @@ in one line that names where.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import mlx.core as mx
@@ -23,11 +24,12 @@ from mlx_lm.models.cache import make_prompt_cache
 from specwire.emulation import paper
 from specwire.emulation.pace import ROUND_POSITIONS
 from specwire.errors import UnsupportedModelError
-from specwire.models import tiny_hybrid
+from specwire.models import delta_scan, tiny_hybrid
 from specwire.models.delta_scan import CHUNK, MIN_POSITIONS
 from specwire.models.loading import load_model
 from tests.support.models.tiny_models import as_loaded
 from tests.support.walks import ops, walked
+from worker.per_op import op_walk
 from worker.per_op.op_walk import trace
 
 VOCAB = 64
@@ -148,6 +150,21 @@ def test_a_walked_prefill_takes_the_delta_scan_as_the_models_own_pass_does(
     for tokens in (prompt, [2], [4, 6, 8, 10], list(range(20, 20 + ROUND_POSITIONS))):
         mx.eval(model(mx.array([tokens]), cache=cache))
     step([14])
+
+
+def test_a_model_whose_prefill_stops_elsewhere_is_refused_naming_where(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The delta scan as the walk knew it before: a recurrent model's prefill that stops at no gated delta
+    # rule is refused when the model is traced, not at a session's first prompt.
+    monkeypatch.setattr(op_walk, "STAND_INS", ())
+    monkeypatch.setattr(delta_scan, "scan_delta_rule", inspect.unwrap(delta_scan.scan_delta_rule))
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"at language_model\.model\.layers\.0\.linear_attn:gated_delta_update: a pass of one position "
+        r"and a prefill of 34 part there",
+    ):
+        trace(load_model("tiny-hybrid").model)
 
 
 class CompiledMLP(llama.MLP):
