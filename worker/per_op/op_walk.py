@@ -5,13 +5,19 @@ operations: at every call of a *leaf* module (one without sub-modules:
 each ``Linear``/``QuantizedLinear``, norm, embedding, RoPE, convolution), at
 the tied LM head (``Embedding.as_linear``), at each KV-cache write
 (``update_and_fetch``) and at the kernels mlx-lm's models share
-(``scaled_dot_product_attention``, ``gated_delta_update``). The elementwise
+(``scaled_dot_product_attention``, ``gated_delta_update``), and at specwire's
+own forms of those kernels, named as the kernel each stands in for (the
+emulation's hybrid model runs a long run's delta rule as a scan on a CPU,
+``specwire.models.delta_scan``: one ``gated_delta_update`` operation, as
+mlx-lm's kernel is on its other path). The elementwise
 work between two of them (residual adds, activations, reshapes) runs with
 the next one, as it would in a fused kernel. Nothing here is written per
 architecture: ``trace`` runs one pass and records where it stops, so
 llama, Qwen2/2.5, Qwen3, Qwen3.5, Gemma 3, Mistral and Phi-3 are walked the
 same way, and the pass computes exactly what the model computes, because it
-*is* the model's own forward pass.
+*is* the model's own forward pass. The trace of a model with recurrent
+layers records a prefill too, so one that takes another path for long runs
+is refused when it is traced, not at a session's first prompt.
 
 The pass runs in a greenlet (on the worker's compute thread, so MLX sees one
 thread) that stops before each operation until the coordinator names it
@@ -27,7 +33,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import partial, wraps
 from typing import Any
 
 import mlx.core as mx
@@ -35,10 +41,17 @@ import mlx.nn as nn
 from greenlet import GreenletExit, getcurrent, greenlet
 from mlx_lm.models.cache import make_prompt_cache
 
+from specwire.emulation.pace import ROUND_POSITIONS
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
+from specwire.models import delta_scan
 from specwire.v1 import draft_pb2 as pb
 
 KERNELS = ("scaled_dot_product_attention", "gated_delta_update")
+# specwire's own forms of those kernels: (module, function, the kernel it is walked as).
+STAND_INS = ((delta_scan, "scan_delta_rule", "gated_delta_update"),)
+# The positions of the prefill ``trace`` records for a recurrent model: longer than any round's pass, so it
+# takes the paths a prompt takes (a Gated DeltaNet layer's delta scan on a CPU).
+PREFILL_POSITIONS = ROUND_POSITIONS + 1
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)(?:[.:]|$)")
 
 _RUNS: dict[greenlet, PassRun] = {}  # the passes being walked, by the greenlet that runs each
@@ -184,6 +197,7 @@ def _hooked_class(cls: type) -> type:
 
 
 def _hooked_kernel(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(fn)
     def kernel(*args: Any, **kwargs: Any) -> Any:
         run = _current()
         if run is None:
@@ -195,14 +209,16 @@ def _hooked_kernel(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _hook_kernels() -> None:
-    """Stop at the kernels mlx-lm's model files import (each file's own reference to them)."""
+    """Stop at the kernels mlx-lm's model files import (each file's own reference to them), and at
+    specwire's stand-ins for them."""
+    hooks: list[tuple[Any, str, str]] = list(STAND_INS)
     for module in list(sys.modules.values()):
-        if not getattr(module, "__name__", "").startswith("mlx_lm.models."):
-            continue
-        for kind in KERNELS:
-            fn = getattr(module, kind, None)
-            if callable(fn) and not getattr(fn, "_walked", False):
-                setattr(module, kind, _hooked_kernel(kind, fn))
+        if getattr(module, "__name__", "").startswith("mlx_lm.models."):
+            hooks.extend((module, kind, kind) for kind in KERNELS)
+    for module, name, kind in hooks:
+        fn = getattr(module, name, None)
+        if callable(fn) and not getattr(fn, "_walked", False):
+            setattr(module, name, _hooked_kernel(kind, fn))
 
 
 def hook_cache(cache: list[Any]) -> None:
@@ -243,10 +259,10 @@ def _is_module_tree(value: Any) -> bool:
     return False
 
 
-def _record(model: nn.Module, cache: list[Any], token: int) -> list[str]:
-    """The operations one one-token pass stops at."""
+def _record(model: nn.Module, cache: list[Any], token: int, positions: int = 1) -> list[str]:
+    """The operations one pass of ``positions`` copies of ``token`` stops at."""
     recorder = _Recorder()
-    runner = greenlet(lambda: model(mx.array([[token]]), cache=cache))
+    runner = greenlet(lambda: model(mx.array([[token] * positions]), cache=cache))
     _RUNS[runner] = recorder  # type: ignore[assignment]
     try:
         mx.eval(runner.switch())
@@ -257,25 +273,42 @@ def _record(model: nn.Module, cache: list[Any], token: int) -> list[str]:
     return recorder.steps
 
 
+def _parting(first: list[str], second: list[str]) -> str | None:
+    """The first operation where two passes' walks part, or None if they are the same."""
+    if first == second:
+        return None
+    longer = first if len(first) > len(second) else second
+    return next(
+        (a for a, b in zip(first, second, strict=False) if a != b), longer[min(len(first), len(second))]
+    )
+
+
 def trace(model: nn.Module) -> Walk:
     """Hook ``model`` and record the operations of its pass; refuses a pass that cannot be split.
 
-    Two passes are recorded: a module called inside a compiled function stops
-    the first (which traces it) but not the second (which replays it), and a
-    walk must stop at the same operations every pass.
+    A walk must stop at the same operations every pass. Two one-position
+    passes are recorded: a module called inside a compiled function stops
+    the first (which traces it) but not the second (which replays it). A
+    model with recurrent layers records a prefill too, of ``PREFILL_POSITIONS``:
+    such a layer may run a long run of positions another way (the emulation's
+    delta scan), and must still stop where a one-position pass does. (An
+    attention model's prefill is the same operations at another shape, and
+    on a CPU costs seconds for the default model.)
     """
     hook(model)
     cache = make_prompt_cache(model)
     hook_cache(cache)
     first, second = _record(model, cache, 0), _record(model, cache, 1)
-    if first != second:
-        longer = first if len(first) > len(second) else second
-        where = next(
-            (a for a, b in zip(first, second, strict=False) if a != b), longer[min(len(first), len(second))]
-        )
+    if where := _parting(first, second):
         raise UnsupportedModelError(
             f"the per-op baseline cannot split this model's pass at {where}: it stops there in one pass and "
             "not the next (a compiled function?)"
+        )
+    recurrent = any(not hasattr(c, "update_and_fetch") for c in cache)
+    if recurrent and (where := _parting(first, _record(model, cache, 1, PREFILL_POSITIONS))):
+        raise UnsupportedModelError(
+            f"the per-op baseline cannot split this model's pass at {where}: a pass of one position and a "
+            f"prefill of {PREFILL_POSITIONS} part there (a path for long runs the walk does not stop in)"
         )
     layers = len(getattr(model, "layers", []))
     walked = {layer_of(step) for step in first} - {None}
@@ -285,5 +318,4 @@ def trace(model: nn.Module) -> Walk:
             f"the per-op baseline cannot split block {missing[0]} of this model: its pass calls no module "
             "or kernel there that the walk can stop at (a compiled or fused block)"
         )
-    recurrent = any(not hasattr(c, "update_and_fetch") for c in cache)
     return Walk(tuple(first), recurrent)

@@ -1,7 +1,7 @@
 """Hybrid draft models (Qwen3.5's layout) on a real worker: the per-op walk and the stream protocol.
 
-The worker serves ``tiny-hybrid-draft`` (three Gated DeltaNet blocks and a
-gated attention block); the target is ``tiny-hybrid``, which accepts some of
+The worker serves ``tiny-hybrid-draft`` (a Gated DeltaNet block and a gated
+attention block); the target is ``tiny-hybrid``, which accepts some of
 its drafts, so rejected drafts roll the worker's recurrent state back.
 """
 
@@ -16,16 +16,25 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
+from specwire.models.delta_scan import CHUNK
 from specwire.models.loading import LoadedModel, load_model
 from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import PROMPTS, ar_tokens
 from tests.support.remote import assert_per_op_drafts_as_stream, generate_per_op, generate_remote
 from tests.support.rounding import assert_lossless, assert_rejections_are_ties
 from tests.support.walks import ops, walked
+from worker.per_op.op_walk import trace
 from worker.per_op.tensor_session import MAX_KEPT, UNSPOKEN
 
 pytestmark = pytest.mark.anyio
 TOKENS = 24
+# Longer than any round and than one of the delta scan's chunks: its prefill takes the scan on a CPU.
+LONG_PROMPT = (
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk, trimmed the wick, wound the "
+    "clockwork that turned the great lens, and wrote the weather in a leather logbook. On the night of the "
+    "storm the glass fell faster than he had ever seen it fall, and the boats were still out past the reef "
+    "when the first wave broke over the harbour wall"
+)
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +126,26 @@ async def test_per_op_with_a_hybrid_draft_is_lossless(
     assert any(r.accepted < r.drafted for r in run.result.rounds)  # the worker rolled its state back
     assert run.client_ops == run.worker_counters.ops
     (stream,) = await generate_remote(hybrid_worker.address, hybrid, [prompt], 4, tokens, SamplingParams())
+    assert [r.draft.tokens for r in run.result.rounds] == [r.draft.tokens for r in stream.result.rounds]
+
+
+async def test_per_op_walks_a_long_prompts_delta_scan_losslessly(
+    hybrid_worker: WorkerProcess, hybrid: LoadedModel, hybrid_draft: LoadedModel
+) -> None:
+    # The worker's Gated DeltaNet layer runs a long prompt's prefill as a delta scan on a CPU
+    # (specwire.models.delta_scan); the walk stops at it as the one gated delta rule operation, and drafts
+    # on from there one call per operation.
+    prompt = hybrid.tokenizer.encode(LONG_PROMPT)
+    assert len(prompt) > CHUNK + 1
+    (run,) = await generate_per_op(hybrid_worker.address, hybrid, [prompt], 4, TOKENS, SamplingParams(), "op")
+    assert_lossless(hybrid, prompt, ar_tokens(hybrid, prompt, TOKENS), run.result.tokens)
+    assert any(r.accepted < r.drafted for r in run.result.rounds)  # the worker rolled its state back
+    ops_per_pass = trace(hybrid_draft.model).ops_per_pass
+    assert run.prefill_calls == ops_per_pass  # the prompt in one pass, one call per operation
+    assert run.client_ops == run.client_calls == run.worker_counters.ops
+    draft_calls = sum(len(r.draft.calls) for r in run.result.rounds)  # a pass per draft token, and the trims
+    assert run.result.drafted * ops_per_pass < draft_calls < run.result.drafted * (ops_per_pass + 1)
+    (stream,) = await generate_remote(hybrid_worker.address, hybrid, [prompt], 4, TOKENS, SamplingParams())
     assert [r.draft.tokens for r in run.result.rounds] == [r.draft.tokens for r in stream.result.rounds]
 
 

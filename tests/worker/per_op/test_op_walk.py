@@ -10,19 +10,26 @@ in one line that names where.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
+from mlx.utils import tree_flatten
 from mlx_lm.models import gemma3_text, llama, phi3, qwen2, qwen3, qwen3_5
 from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.emulation import paper
+from specwire.emulation.pace import ROUND_POSITIONS
 from specwire.errors import UnsupportedModelError
+from specwire.models import delta_scan, tiny_hybrid
+from specwire.models.delta_scan import CHUNK, MIN_POSITIONS
+from specwire.models.loading import load_model
 from tests.support.models.tiny_models import as_loaded
 from tests.support.walks import ops, walked
+from worker.per_op import op_walk
 from worker.per_op.op_walk import trace
 
 VOCAB = 64
@@ -103,6 +110,61 @@ def test_the_papers_draft_is_walked_in_the_recorded_number_of_operations() -> No
     # the blocks, not their size. paper.WALKED_OPS_PER_PASS is what `coordinator plan --profile paper` shows.
     model = build(qwen3_5, {**HYBRID, "num_hidden_layers": 24})
     assert trace(model).ops_per_pass == paper.WALKED_OPS_PER_PASS == 18 * 13 + 6 * 15 + 5
+
+
+@pytest.mark.parametrize("spec", ["tiny-hybrid", "tiny-hybrid-draft"])
+def test_a_walked_prefill_takes_the_delta_scan_as_the_models_own_pass_does(
+    spec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The emulation's hybrid model runs a long run's delta rule as a scan on a CPU: the walk stops at it as
+    # the one gated delta rule operation, so a prompt's prefill, and the decoding after it, stay bit-exact.
+    loaded = load_model(spec)
+    model = loaded.model
+    scanned = []
+    forward_scanned = tiny_hybrid.forward_scanned
+    monkeypatch.setattr(tiny_hybrid, "forward_scanned", lambda *a: scanned.append(1) or forward_scanned(*a))
+    session, graph = walked(loaded)
+    cache = make_prompt_cache(model)
+    spoken = model.language_model.lm_head.weight.shape[0]
+
+    def step(tokens: list[int]) -> None:
+        pass_ops = ops(graph, session.position, tokens)
+        assert len(pass_ops) == session.walk.ops_per_pass
+        walked_row = np.frombuffer(session.execute(pass_ops).tensors[-1], np.float32)[:spoken]
+        own = np.array(model(mx.array([tokens]), cache=cache)[0, -1].astype(mx.float32))
+        assert np.array_equal(walked_row, own), f"{spec}: {np.abs(walked_row - own).max()}"
+        walked_state, own_state = (tree_flatten([layer.state for layer in c]) for c in (session.cache, cache))
+        assert [name for name, _ in walked_state] == [name for name, _ in own_state]
+        for (name, a), (_, b) in zip(walked_state, own_state, strict=True):  # the same cache, bit for bit
+            assert mx.array_equal(a, b).item() if isinstance(a, mx.array) else a == b, name
+
+    scanned.clear()  # the trace's own prefill took it too
+    prompt = [(7 * i + 3) % spoken for i in range(CHUNK + 2 * MIN_POSITIONS)]  # over two of the scan's chunks
+    step(prompt)
+    for tokens in ([2], [4, 6, 8, 10], list(range(20, 20 + ROUND_POSITIONS)), [12]):
+        step(tokens)  # a round's passes keep mlx-lm's loop
+    # The walked prefill and the model's own took the scan (a GPU takes mlx-lm's kernel), no round's pass did.
+    assert len(scanned) == (2 if mx.default_device() == mx.cpu else 0)
+    session.execute([graph.trim(1)])  # back to the end of the round's longest pass, where the state was kept
+    cache = make_prompt_cache(model)
+    for tokens in (prompt, [2], [4, 6, 8, 10], list(range(20, 20 + ROUND_POSITIONS))):
+        mx.eval(model(mx.array([tokens]), cache=cache))
+    step([14])
+
+
+def test_a_model_whose_prefill_stops_elsewhere_is_refused_naming_where(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The delta scan as the walk knew it before: a recurrent model's prefill that stops at no gated delta
+    # rule is refused when the model is traced, not at a session's first prompt.
+    monkeypatch.setattr(op_walk, "STAND_INS", ())
+    monkeypatch.setattr(delta_scan, "scan_delta_rule", inspect.unwrap(delta_scan.scan_delta_rule))
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"at language_model\.model\.layers\.0\.linear_attn:gated_delta_update: a pass of one position "
+        r"and a prefill of 34 part there",
+    ):
+        trace(load_model("tiny-hybrid").model)
 
 
 class CompiledMLP(llama.MLP):
