@@ -28,9 +28,6 @@ from specwire.emulation.profile import Machine, PassCurve, Profile
 
 PAPER_TARGET_PARAMS_B = 9.0
 PAPER_TARGET_PAYLOAD_GB = 12.07  # Table 6: the 9B Q8_0's weight payload
-PAPER_TARGET_TOK_S = 42.4
-PAPER_TARGET_PREFILL_TOK_S = 1163.9
-EFFECTIVE_BANDWIDTH_GBPS = PAPER_TARGET_TOK_S * PAPER_TARGET_PAYLOAD_GB  # about 512 GB/s
 
 
 @dataclass(frozen=True)
@@ -41,14 +38,6 @@ class BigTarget:
     size_gb: float
     params_b: float
 
-    @property
-    def decode_tok_s(self) -> float:
-        return EFFECTIVE_BANDWIDTH_GBPS / self.size_gb
-
-    @property
-    def prefill_tok_s(self) -> float:
-        return PAPER_TARGET_PREFILL_TOK_S * PAPER_TARGET_PARAMS_B / self.params_b
-
 
 TARGETS = {
     "m2-ultra-27b": BigTarget("Qwen3.5-27B Q8_0", 26.7, 27.0),
@@ -57,8 +46,13 @@ TARGETS = {
 
 
 def profile(name: str, paper: Profile) -> Profile:
-    """The paper's profile with its target replaced by ``TARGETS[name]`` (module docstring)."""
-    big = TARGETS[name]
+    """The paper's profile with its target replaced by ``TARGETS[name]``, its curve scaled from the 9B's
+    (module docstring): decode by the weights read, the prompt rate by the parameters."""
+    big, nine_b = TARGETS[name], paper.target
+    bandwidth_gbps = nine_b.decode_tok_s * PAPER_TARGET_PAYLOAD_GB  # about 512 GB/s
+    assert nine_b.prefill_tok_s is not None
+    curve = PassCurve(
+        bandwidth_gbps / big.size_gb, nine_b.prefill_tok_s * PAPER_TARGET_PARAMS_B / big.params_b
+    )
     machine = paper.target_machine
-    target = Machine(machine.name, machine.draft, PassCurve(big.decode_tok_s, big.prefill_tok_s))
-    return replace(paper, name=name, target_machine=target)
+    return replace(paper, name=name, target_machine=Machine(machine.name, machine.draft, curve))
