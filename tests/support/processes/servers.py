@@ -53,7 +53,7 @@ def running_server(*args: str) -> Iterator[ServerProcess]:
     """Start ``coordinator serve`` with ``args``; stop it with SIGTERM (it must exit 0)."""
     env = {**os.environ, "SPECWIRE_MDNS_INTERFACES": "127.0.0.1"}
     command = [sys.executable, "-m", "coordinator.cli", "serve", "--port", "0", "--json", *args]
-    process = zygote.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = zygote.popen(command, env=env)
     server = ServerProcess(process, read_ready(process, "server"))
     try:
         yield server

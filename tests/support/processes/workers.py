@@ -84,7 +84,7 @@ def running_worker(*args: str) -> Iterator[WorkerProcess]:
     env = {**os.environ, "SPECWIRE_MDNS_INTERFACES": "127.0.0.1"}
     command = [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
     command += ["--interface", "127.0.0.1", "--json", "--warmup-tokens", "4", *args]
-    process = zygote.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = zygote.popen(command, env=env)
     worker = WorkerProcess(process, read_ready(process))
     try:
         yield worker

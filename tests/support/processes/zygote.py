@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import io
 import json
 import os
 import selectors
@@ -145,8 +144,6 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
         ):  # SIGPIPE stays ignored, as python sets it
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        if request.get("new_session"):
-            os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -226,8 +223,6 @@ class ZygoteProcess:
         stdin: Any,
         stdout: Any,
         stderr: Any,
-        text: bool,
-        start_new_session: bool,
     ) -> None:
         self.args = args
         self.returncode: int | None = None
@@ -240,23 +235,10 @@ class ZygoteProcess:
                 child_end, our_end = (w, r) if reading else (r, w)
                 own.append(child_end)
                 ours.append((our_end, "r" if reading else "w"))
-            elif spec == subprocess.DEVNULL:
-                own.append(os.open(os.devnull, os.O_RDWR))
+            else:  # DEVNULL, or None: this process's own stream
+                own.append(os.open(os.devnull, os.O_RDWR) if spec == subprocess.DEVNULL else os.dup(target))
                 ours.append(None)
-            elif spec == subprocess.STDOUT and target == 2:
-                own.append(os.dup(own[1]))
-                ours.append(None)
-            else:
-                fd = spec if isinstance(spec, int) else (target if spec is None else spec.fileno())
-                own.append(os.dup(fd))
-                ours.append(None)
-        request = {
-            "module": module,
-            "args": args[3:],
-            "env": env,
-            "cwd": cwd,
-            "new_session": start_new_session,
-        }
+        request = {"module": module, "args": args[3:], "env": env, "cwd": cwd}
         body = json.dumps(request).encode()
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -268,7 +250,8 @@ class ZygoteProcess:
                 os.close(fd)
         self._reader = self._conn.makefile("rb", buffering=0)  # unbuffered: select() sees the status line
         self.pid = int(json.loads(self._reader.readline())["pid"])
-        self.stdin, self.stdout, self.stderr = (None if end is None else _wrap(*end, text) for end in ours)
+        streams = [None if end is None else open(*end, encoding="utf-8") for end in ours]  # noqa: SIM115
+        self.stdin, self.stdout, self.stderr = streams
 
     def poll(self) -> int | None:
         """The exit code, if the child has exited."""
@@ -329,26 +312,11 @@ class ZygoteProcess:
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return results.get("out"), results.get("err")
 
-    def __enter__(self) -> ZygoteProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for stream in (self.stdin, self.stdout, self.stderr):
-            if stream is not None:
-                stream.close()
-        self.wait()
-
     def _read_status(self) -> None:
         line = self._reader.readline()
         self.returncode = int(json.loads(line)["returncode"]) if line else -signal.SIGKILL
         self._reader.close()
         self._conn.close()
-
-
-def _wrap(fd: int, mode: str, text: bool) -> io.IOBase:
-    if text:
-        return open(fd, mode, encoding="utf-8", errors="strict", newline=None if mode == "r" else "")
-    return open(fd, mode + "b")
 
 
 class _Zygote:
@@ -408,54 +376,22 @@ def _forkable(args: list[str], env: dict[str, str]) -> str | None:
     return args[2]
 
 
-def popen(
-    args: list[str],
-    *,
-    env: dict[str, str] | None = None,
-    cwd: str | None = None,
-    stdin: Any = None,
-    stdout: Any = None,
-    stderr: Any = None,
-    text: bool = False,
-    start_new_session: bool = False,
-) -> Any:
-    """``subprocess.Popen(args, ...)``, forked from the zygote where it can be (module docstring)."""
+def popen(args: list[str], *, env: dict[str, str] | None = None, stdin: Any = None) -> Any:
+    """``subprocess.Popen(args, stdin=stdin, stdout=PIPE, stderr=PIPE, text=True)``, forked from the
+    zygote where it can be (module docstring)."""
     env = dict(os.environ if env is None else env)
+    pipe = subprocess.PIPE
     module = _forkable(args, env)
     if module is None:
-        return subprocess.Popen(
-            args,
-            env=env,
-            cwd=cwd,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            text=text,
-            start_new_session=start_new_session,
-        )
-    return ZygoteProcess(
-        args, module, env, os.path.abspath(cwd or os.getcwd()), stdin, stdout, stderr, text, start_new_session
-    )
+        return subprocess.Popen(args, env=env, stdin=stdin, stdout=pipe, stderr=pipe, text=True)
+    return ZygoteProcess(args, module, env, os.getcwd(), stdin, pipe, pipe)
 
 
 def run(
-    args: list[str],
-    *,
-    input: str | None = None,
-    timeout: float | None = None,
-    env: dict[str, str] | None = None,
-    cwd: str | None = None,
+    args: list[str], *, input: str | None = None, timeout: float | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(args, capture_output=True, text=True)``, forked from the zygote where it can be."""
-    process = popen(
-        args,
-        env=env,
-        cwd=cwd,
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = popen(args, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
     try:
         out, err = process.communicate(input, timeout)
     except subprocess.TimeoutExpired:
