@@ -247,10 +247,8 @@ class LocalTreeDraftSource:
             visible[:, :context] = True
             for row, i in enumerate(expand):
                 visible[row, cached + row] = True
-                parent = self._nodes[i].parent
-                while parent >= 0:
-                    visible[row, self._fed[parent]] = True
-                    parent = self._nodes[parent].parent
+                for above in self._line(i)[:-1]:
+                    visible[row, self._fed[above]] = True
                 self._fed[i] = cached + row
             rows = self._level(expand, [context + depth - 2] * len(expand), visible)
             passes += 1
@@ -319,11 +317,7 @@ class LocalTreeDraftSource:
         ids: list[list[int]] = []
         probs: list[list[float]] = []
         for parent, row in zip(parents, rows, strict=True):
-            path = []
-            while parent >= 0:
-                path.append(self._nodes[parent].token)
-                parent = self._nodes[parent].parent
-            scores = self.processing.row(row, path[::-1])
+            scores = self.processing.row(row, [self._nodes[n].token for n in self._line(parent)])
             if not np.isfinite(scores).any():  # past the grammar's end: nothing follows
                 ids.append([])
                 probs.append([])
@@ -334,6 +328,14 @@ class LocalTreeDraftSource:
             ids.append(best.tolist())
             probs.append(p[best].tolist())
         return ids, probs
+
+    def _line(self, node: int) -> list[int]:
+        """The nodes from the context down to ``node``, ``node`` last (none for -1, the context itself)."""
+        line = []
+        while node >= 0:
+            line.append(node)
+            node = self._nodes[node].parent
+        return line[::-1]
 
     def _bar(self) -> float:
         """The ``nodes``-th best score so far: nothing below it can make the tree."""
