@@ -197,9 +197,15 @@ def changelog(h: Headline) -> list[str]:
 RUN_27B = ROOT / "docs" / "runs" / "testbed-m2-ultra-27b-2026-11-28.json"
 
 
+@functools.cache
+def run_27b() -> dict[str, Any]:
+    """The 27B target's recorded run (profile m2-ultra-27b)."""
+    return dict(json.loads(RUN_27B.read_text()))
+
+
 def big_target_tok(label: str) -> float:
-    """A row of the 27B target's run (profile m2-ultra-27b), by its label up to the pace tag."""
-    rows = [r for r in json.loads(RUN_27B.read_text())["rows"] if r["label"].split(" [paced")[0] == label]
+    """A row of the 27B target's run, by its label up to the pace tag."""
+    rows = [r for r in run_27b()["rows"] if r["label"].split(" [paced")[0] == label]
     assert len(rows) == 1, f"{label}: {len(rows)} rows in {RUN_27B.name}"
     return float(rows[0]["decode_tok_s"])
 
@@ -211,12 +217,12 @@ def readme_27b() -> list[str]:
         f"tree verification → M1 Max makes {m1:.1f} tok/s, {m1 / tree:.2f}× local tree SD ({tree:.1f}), "
         f"→ M2 Pro {pro:.1f} ({pro / tree:.2f}×); `auto` took the M1 Max and made {auto:.1f}, "
         f"and the target alone makes {big_target_tok(AR):.1f}.",
-        f"2026-11-28, commit {json.loads(RUN_27B.read_text())['recorded']['commit']}, the same VM",
+        f"2026-11-28, commit {run_27b()['recorded']['commit']}, the same VM",
     ]
 
 
 def test_the_27b_figures_are_that_runs_and_every_row_held_lossless_and_verified() -> None:
-    data = json.loads(RUN_27B.read_text())
+    data = run_27b()
     assert data["settings"]["pace"].startswith("m2-ultra-27b")
     assert all(r["lossless"] and r["pace"]["held"] and r["measured"] for r in data["rows"])
     assert all(r["verified"] for r in data["rows"] if r["kind"] in ("remote", "auto"))
