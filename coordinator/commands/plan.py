@@ -188,7 +188,14 @@ def run(args: argparse.Namespace) -> int:
     elif args.from_bench is None:
         out = plan_here(args)
     else:
-        out = {"rows": checked_rows(read_bench(args.from_bench))}
+        bench = read_bench(args.from_bench)
+        if "runs" not in bench:
+            raise InvalidArgumentError(
+                f"{args.from_bench} holds no per-run records ('runs'; a run recorded in docs/runs "
+                "leaves them out), and --from-bench fits its inputs to them: pass the JSON the bench "
+                "wrote (--json), or check the run against a profile with --profile NAME --check-bench"
+            )
+        out = {"rows": checked_rows(bench)}
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0

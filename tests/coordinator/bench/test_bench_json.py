@@ -18,6 +18,8 @@ from coordinator.planning.setups import MODES
 from tests.support.processes.cli import run_cli
 from tests.support.processes.workers import WorkerProcess
 
+# A run recorded in docs/runs: its per-run records are left out.
+RECORDED_RUN = Path(__file__).parents[3] / "docs" / "runs" / "testbed-paper-2026-11-28-run1.json"
 ROW_FIELDS = {
     "label": str,
     "kind": str,
@@ -259,6 +261,9 @@ def test_plan_refuses_a_file_that_is_not_a_bench(tmp_path: Path) -> None:
     assert out.returncode == 1 and "is not a coordinator bench JSON" in out.stderr
     missing = run_cli("coordinator", "plan", "--from-bench", str(tmp_path / "missing.json"))
     assert missing.returncode == 1 and "cannot read the bench JSON" in missing.stderr
+    recorded = run_cli("coordinator", "plan", "--from-bench", str(RECORDED_RUN))
+    assert recorded.returncode == 1 and "holds no per-run records" in recorded.stderr
+    assert "Traceback" not in recorded.stderr
 
 
 def test_plan_measures_this_set_up_and_predicts_what_auto_chooses_from(
