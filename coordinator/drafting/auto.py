@@ -6,33 +6,41 @@ knows across generations: this set-up as measured at warm-up, and the
 predictions of every set-up it could run.
 
 ``AutoDraftSource`` is the draft source of one generation. It starts on the
-fastest predicted set-up (AR, local SD, local tree SD, or a worker in one of
-the stream protocol's modes, with its k) and tells the engine each round's k (0 for an
+set-up expected fastest (AR, local SD, local tree SD, or a worker in one of
+the stream protocol's modes, with its k): the simplest within
+``START_MARGIN`` of the best, each predicted and scaled by what its session
+measured in earlier generations. It tells the engine each round's k (0 for an
 autoregressive round). After every round it learns:
 
 * the pair's acceptance (a moving average of accepted per drafted, from
   chain rounds: a tree's accepted path may take any of the draft's choices),
   which moves every prediction;
-* the current set-up's measured tok/s over its last ``WINDOW`` rounds, as a
-  share of what the model predicts for it: every set-up is then expected
-  to give its prediction times its own measured share, or, never measured,
-  the share this machine's set-ups measured (the model's bias here). A
-  worker whose set-up measured below ``SLOW`` of its prediction, where the
-  wait for its drafts explains the shortfall, has every set-up of its own
-  scaled down as much (what slowed one, its link or its compute, slows
-  all); a shortfall the wait does not explain fell with the text, and
-  becomes the bias every set-up is expected at. A share is forgotten after
-  ``FORGET_ROUNDS``.
+* the current session's measured tok/s over its last ``WINDOW`` rounds, as a
+  share of what the model predicts for it. The planner keeps each session's
+  moving mean across generations (``Planner.learn``). The window over that
+  mean is how the text runs now, and every session is expected at its
+  prediction times its own mean times that: set-ups are compared as they
+  measured, not as the text happened to run when each was measured. A
+  session never measured is expected at the current one's share. A worker
+  whose set-up measured below ``SLOW`` of its prediction, where the wait
+  for its drafts explains the shortfall, has every set-up of its own scaled
+  down as much for ``SLOW_ROUNDS`` (what slowed one, its link or its
+  compute, slows all).
 
 It moves to another session (mode and worker) when that one is expected
 ``MARGIN`` faster than the current one, at most once per window of rounds;
 at once when a worker is lost (never to it again in this generation); and
-within a session to the k predicted fastest. In AR, the acceptance estimate drifts
-back to the calibrated one, so drafting is tried again. Every move is kept
-with its reason. Switching opens the new set-up's session from the whole
-context so far; the target never notices, so the output is what the
-target's own decoding gives (T = 0: token for token; T > 0: the same
-distribution, each round's rejection sampling being exact whatever drafted).
+within a session to the k predicted fastest. A session never measured and
+expected within ``PROBE`` of the current one (the planner's error) is tried
+for one window, then the policy goes to whichever measured best, with no
+margin: the planner cannot rank set-ups closer than its own error, and
+each try is paid once per ``FORGET_ROUNDS`` of the planner, not per
+generation. In AR, the acceptance estimate drifts back to the calibrated
+one, so drafting is tried again. Every move is kept with its reason.
+Switching opens the new set-up's session from the whole context so far; the
+target never notices, so the output is what the target's own decoding gives
+(T = 0: token for token; T > 0: the same distribution, each round's
+rejection sampling being exact whatever drafted).
 """
 
 from __future__ import annotations
@@ -41,12 +49,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.drafting.failover import abandon
-from coordinator.planning.planner import Planner, simplest_near_best
+from coordinator.planning.planner import Planner, Session, simplest_near_best
 from coordinator.planning.setups import (
     CHAIN_KS,
     Predicted,
@@ -64,7 +72,8 @@ WINDOW = 8  # rounds the current set-up's tok/s is measured over
 SETTLE = 2  # rounds after a switch before its window counts (the session's start overlaps them)
 MARGIN = 0.10  # another set-up must be expected this much faster before the policy moves to it
 SLOW = 0.7  # a worker's set-up measuring below this share of its prediction marks the worker slow
-FORGET_ROUNDS = 64  # after this, a measured share is forgotten and the prediction trusted again
+SLOW_ROUNDS = 64  # rounds after which a worker marked slow is expected at its sessions' shares again
+PROBE = 0.10  # a session never measured, expected within this of the current one, is tried for a window
 ALPHA_DECAY = 0.97  # per round, of the acceptance estimate's counts (accepted drafts, rejections)
 PRIOR_REJECTIONS = 6.0  # the calibrated acceptance weighs as much as this many rounds' rejections
 K_GAIN = 0.03  # a k predicted at least this much faster than the current one replaces it
@@ -86,7 +95,7 @@ class Switch:
 
 @dataclass
 class _Seen:
-    """What a set-up measured when it was left, and at which round."""
+    """The share a worker's set-up measured when it was marked slow, and at which round."""
 
     tok_s: float
     round: int
@@ -138,9 +147,9 @@ class AutoDraftSource:
         self._round = 0
         self._since_switch = 0
         self._window: deque[tuple[int, int, int]] = deque(maxlen=WINDOW + 1)  # (tokens, end_ns, draft_ns)
-        self._share: dict[tuple[str, str], _Seen] = {}  # by session: measured over predicted tok/s
         self._slow: dict[str, _Seen] = {}  # by worker: the share of a set-up of its that measured slow
-        self._bias = 1.0  # the share this machine's set-ups measured, for those not measured yet
+        self._text = 1.0  # the current window's share over its session's mean: how the text runs now
+        self._probed: Setup | None = None  # the session being tried for a window (PROBE), if one is
         self._ranked: tuple[float, frozenset[str], list[Predicted]] | None = None
         self._lost: set[str] = set()
         self._started = time.perf_counter()
@@ -153,20 +162,23 @@ class AutoDraftSource:
         self._params, self._temperature = params, 0.0 if params.greedy else params.temperature
         self._processing = None
         self._context, self._last, self._round = list(prompt), [], 0
-        self.switches, self.segments, self._share, self._lost, self._slow = [], [], {}, set(), {}
-        self._bias, self._ranked = 1.0, None
+        self.switches, self.segments, self._lost, self._slow = [], [], set(), {}
+        self._text, self._probed, self._ranked = 1.0, None, None
         self._started = time.perf_counter()
         alpha = self.planner.prior(self._temperature)
         self._prior = (PRIOR_REJECTIONS * alpha / max(1e-3, 1 - alpha), PRIOR_REJECTIONS)
         self._accepted, self._rejections = self._prior
-        ranking = self._ranking()
-        first = simplest_near_best(ranking)
-        rest = [p for p in _distinct(ranking) if _key(p.setup) != _key(first.setup)]
+        expected = sorted(
+            (replace(p, tok_s=self._expected(p)) for p in self._ranking()), key=lambda p: -p.tok_s
+        )
+        first = simplest_near_best(expected)
+        rest = [p for p in _distinct(expected) if _key(p.setup) != _key(first.setup)]
         self.decision = Decision(
             first.setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in [first, *rest[:2]]]
         )
         self.current, self.source = Setup("ar"), None
-        self._enter(first.setup, "predicted fastest" if first is ranking[0] else "predicted as fast, simpler")
+        reason = "predicted fastest" if first is expected[0] else "predicted as fast, simpler"
+        self._enter(first.setup, reason if not self.planner.shares else f"{reason}, as measured before")
 
     def use_processing(self, processing: Processing) -> None:
         """Draft under the request's penalties and grammar too, in every set-up that drafts locally."""
@@ -196,6 +208,7 @@ class AutoDraftSource:
         """Learn from one finished round, then maybe move to another set-up."""
         self._context += r.tokens
         self._round += 1
+        self.planner.rounds += 1
         self._since_switch += 1
         if r.draft.tree is not None:
             pass  # a tree's path may take any of the draft's choices: no measure of its first choice's
@@ -251,11 +264,13 @@ class AutoDraftSource:
         return held[2]
 
     def _expected(self, p: Predicted) -> float:
-        """The tok/s ``p``'s set-up is expected to give: its prediction times the share measured."""
-        for share in (self._share.get(_key(p.setup)), self._slow.get(p.setup.worker)):
-            if share is not None and self._round - share.round < FORGET_ROUNDS:
-                return p.tok_s * share.tok_s
-        return p.tok_s * self._bias
+        """The tok/s ``p``'s set-up is expected to give now: its prediction times its session's measured
+        share (else the share last measured) times how the text runs now; a slow worker's, its share."""
+        slow = self._slow.get(p.setup.worker)
+        if slow is not None and self._round - slow.round < SLOW_ROUNDS:
+            return p.tok_s * slow.tok_s
+        share = self.planner.share(_key(p.setup))
+        return p.tok_s * (share.value if share is not None else self.planner.bias) * self._text
 
     def _learn_share(self, ranking: list[Predicted]) -> None:
         """The current set-up's measured tok/s over its window, as a share of its prediction."""
@@ -263,17 +278,17 @@ class AutoDraftSource:
         predicted = next((p.tok_s for p in ranking if p.setup == self.current), 0.0)
         if measured is None or predicted <= 0:
             return
-        share = _Seen(measured / predicted, self._round)
-        self._share[_key(self.current)] = share
+        window = measured / predicted
+        mean = self.planner.learn(_key(self.current), window).value
         # A worker is slow only if waiting for it explains the shortfall: were the wait gone, the window
         # would reach SLOW. Otherwise the window fell with the text (fewer tokens a round for any
         # drafter: a worker's tree served from its cache waits about nothing), and every set-up is
         # expected to fall with it.
-        worker_fault = share.tok_s / max(1e-9, 1 - self.waited_share()) >= SLOW
-        if self.current.remote and share.tok_s < SLOW and worker_fault:
-            self._slow[self.current.worker] = share
+        worker_fault = window / max(1e-9, 1 - self.waited_share()) >= SLOW
+        if self.current.remote and window < SLOW and worker_fault:
+            self._slow[self.current.worker] = _Seen(window, self._round)
         else:
-            self._bias = share.tok_s
+            self._text, self.planner.bias = (window / mean if mean > 0 else 1.0), mean
 
     def _decide(self) -> None:
         ranking = self._ranking()
@@ -283,18 +298,34 @@ class AutoDraftSource:
         settled = self._since_switch > SETTLE + WINDOW
         if settled and mine and others:
             now, best = self._expected(mine[0]), max(others, key=self._expected)
-            if self._expected(best) > now * (1 + MARGIN):
-                measured = self.measured_tok_s()
-                seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
+            measured = self.measured_tok_s()
+            seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
+            tried, self._probed = self._probed, None
+            margin = 0.0 if tried is not None else MARGIN  # after a try, the better of what measured
+            if self._expected(best) > now * (1 + margin):
                 self._enter(
                     best.setup,
                     f"{self.current.label} expected {now:.1f} tok/s ({seen}); {best.setup.label} expected "
                     f"{self._expected(best):.1f} (acceptance {self.alpha:.2f})",
                 )
                 return
+            untried = [p for p in _distinct(others) if self._untried(p)]
+            probe = max(untried, key=self._expected, default=None)
+            if tried is None and probe is not None and self._expected(probe) >= now * (1 - PROBE):
+                self._probed = probe.setup
+                self._enter(
+                    probe.setup,
+                    f"trying {probe.setup.label}, never measured: expected {self._expected(probe):.1f} "
+                    f"tok/s, within {PROBE:.0%} of {self.current.label}'s {now:.1f} ({seen})",
+                )
+                return
         at_k = next((p.tok_s for p in mine if p.setup == self.current), 0.0)
         if self.source is not None and mine and mine[0].tok_s > at_k * (1 + K_GAIN):
             self._switch_k(mine[0].setup)
+
+    def _untried(self, p: Predicted) -> bool:
+        """A session no generation under this planner has measured, on a worker not marked slow."""
+        return self.planner.share(_key(p.setup)) is None and p.setup.worker not in self._slow
 
     def _switch_k(self, setup: Setup) -> None:
         """The same session at another k: nothing to reopen."""
@@ -381,7 +412,7 @@ def predicted_start(planner: Planner, temperature: float) -> Predicted:
     return simplest_near_best(planner.ranking(t, planner.prior(t)))
 
 
-def _key(setup: Setup) -> tuple[str, str]:
+def _key(setup: Setup) -> Session:
     """A session: the mode and the worker (k may change within it)."""
     return setup.mode, setup.worker
 

@@ -5,14 +5,16 @@ as measured at warm-up (``coordinator.planning.measured``: the target's
 verification curve, the local draft's pass, the pair's agreement, each
 worker's advertised pass curve and measured link), and the predictions of
 every set-up it could run (``coordinator.planning.setups``), cached by
-temperature and acceptance. ``--draft auto`` (``coordinator.drafting.auto``)
+temperature and acceptance, and what each drafting session measured against
+its prediction when auto ran it (``learn``, ``share``), so that a later
+generation starts from what was measured. ``--draft auto`` (``coordinator.drafting.auto``)
 and ``coordinator plan`` read it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from coordinator.planning.measured import MeasuredSetup, WorkerSpeed
 from coordinator.planning.setups import (
@@ -27,6 +29,20 @@ from coordinator.planning.setups import (
 
 START_MARGIN = 0.03  # at the start, the simplest set-up predicted within this of the fastest is taken
 ALPHA_STEP = 0.02  # predictions are cached at this resolution of acceptance
+SHARE_ROUNDS = 32  # a session's share: the moving mean of its windows (one a round) over about this many
+FORGET_ROUNDS = 1024  # rounds after which a session's share is forgotten (and it may be tried again)
+
+Session = tuple[str, str]  # a drafting session: the mode and the worker (its k may change within it)
+
+
+@dataclass(frozen=True)
+class Share:
+    """A session's measured tok/s over its predicted: the moving mean of its windows, how many it holds
+    (up to ``SHARE_ROUNDS``), and the planner's round count when it was last measured."""
+
+    value: float
+    windows: int
+    round: int
 
 
 class Planner:
@@ -38,6 +54,25 @@ class Planner:
         self._ranking: dict[tuple[bool, float, float, frozenset[str]], list[Predicted]] = {}
         self._prior: dict[float, float] = {}
         self._trees: dict[tuple[float, str, str], Predicted] = {}  # by temperature, worker, mode
+        self.rounds = 0  # rounds decoded by auto under this planner, every generation together
+        self.shares: dict[Session, Share] = {}  # what each session measured against its prediction
+        self.bias = 1.0  # what a session never measured is expected at: the last share the text explained
+
+    def learn(self, session: Session, share: float) -> Share:
+        """One window of ``session``: its tok/s over its prediction, folded into the session's mean."""
+        seen = self.share(session)
+        if seen is None:
+            learned = Share(share, 1, self.rounds)
+        else:
+            windows = min(SHARE_ROUNDS, seen.windows + 1)
+            learned = Share(seen.value + (share - seen.value) / windows, windows, self.rounds)
+        self.shares[session] = learned
+        return learned
+
+    def share(self, session: Session) -> Share | None:
+        """What ``session`` measured against its prediction, unless that was ``FORGET_ROUNDS`` ago."""
+        seen = self.shares.get(session)
+        return seen if seen is not None and self.rounds - seen.round < FORGET_ROUNDS else None
 
     def prior(self, temperature: float) -> float:
         """The calibrated per-draft acceptance at ``temperature``."""

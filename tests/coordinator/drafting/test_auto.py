@@ -231,4 +231,37 @@ def test_a_window_that_falls_with_the_text_does_not_make_the_worker_slow(waited:
         )
         if auto.current != first:
             break
-    assert (auto.current.worker != "M1 Max") == leaves, auto.switches
+    left = [s for s in auto.switches[1:] if not s.reason.startswith("trying")]  # a try is no verdict
+    assert bool(left) == leaves and all("M1 Max" not in s.to_setup for s in left), auto.switches
+
+
+def _decode(auto: AutoDraftSource, planner: Planner, share: Callable[[str], float], rounds: int) -> None:
+    """``rounds`` rounds of two tokens each, every set-up measuring ``share(its label)`` of its
+    prediction (the policy's arithmetic alone: no sessions)."""
+    auto.start([1, 2, 3], SamplingParams(), AUTO_K)
+    end = 0
+    for _ in range(rounds):
+        predicted = next(p.tok_s for p in planner.ranking(0.0, auto.alpha) if p.setup == auto.current)
+        round_ns = int(2 / (predicted * share(auto.current.label)) * 1e9)
+        end += round_ns
+        auto.record(RoundRecord(0, 0, [7, 7], 0, round_ns, end, DraftBlock([], None, 0, 0)))
+
+
+@pytest.mark.parametrize("rival_share", [1.3, 1.0])
+def test_a_setup_predicted_within_the_planners_error_is_tried_once_and_kept_if_it_measures_faster(
+    rival_share: float,
+) -> None:
+    """Measured on the hybrid preset: auto started on a worker's tree predicted 3% ahead of local tree SD
+    and never measured local tree SD, which ran 6% faster than the set-up auto kept. Now each session
+    predicted within PROBE of the current one is tried for a window, once in the planner's life."""
+    planner = Planner(replace(_measured(), trees=True))
+    auto = AutoDraftSource(planner, lambda setup: None)
+    rival = "local tree SD"  # predicted 7% below the start (local SD k=2), within PROBE
+    _decode(auto, planner, lambda label: rival_share if label == rival else 1.0, 120)
+    tried = [s.to_setup for s in auto.switches if s.reason.startswith("trying")]
+    assert rival in tried and len(tried) == len(set(tried)), auto.switches
+    assert (auto.current.label == rival) == (rival_share > 1), auto.switches
+    _decode(auto, planner, lambda label: rival_share if label == rival else 1.0, 40)  # the next generation
+    assert not any(s.reason.startswith("trying") for s in auto.switches), auto.switches  # tried once only
+    assert (auto.switches[0].to_setup == rival) == (rival_share > 1), auto.switches
+    assert auto.switches[0].reason.endswith("as measured before")
