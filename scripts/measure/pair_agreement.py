@@ -12,7 +12,7 @@ its two and within its four most likely tokens. Pre-speculation guesses the
 target's verdicts from the draft's top choices, so these decide how many of
 its branches can hit. Published figures for real pairs are printed beside.
 
-Its figures are in ``docs/emulation.md#the-emulations-model-pair``.
+Its figures are in ``docs/measurements.md#the-emulations-pair``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the figures that decided the hot-path encoding.
 
     python scripts/measure/payload_bench.py [--repeats N] [--json]
 
-Its figures are in ``docs/protocol.md#why-protobuf``.
+Its figures are in ``docs/measurements.md#per-round-encoding``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ the memory a round takes beyond what was live before it (peak, MiB).
     python scripts/measure/rollback_cost.py --shape qwen3.5-9b --dtype bfloat16   # the paper's target (a GPU)
     python scripts/measure/rollback_cost.py --shape tiny --rounds 60 --json out.json
 
-Its figures are in ``docs/hybrid-models.md#what-rolling-back-costs``.
+Its figures are in ``docs/measurements.md#rolling-back-a-hybrid-target``.
 """
 
 from __future__ import annotations

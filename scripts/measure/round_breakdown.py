@@ -38,7 +38,7 @@ one is a before/after of the same run.
     sudo .venv/bin/python scripts/lan_testbed exec m2-ultra -- \\
         .venv/bin/python scripts/measure/round_breakdown.py --worker 198.18.77.2:PORT
 
-Its figures are in ``docs/protocol.md#one-round-part-by-part``.
+Its figures are in ``docs/measurements.md#one-stream-round-part-by-part``.
 """
 
 from __future__ import annotations

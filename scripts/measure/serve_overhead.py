@@ -17,7 +17,7 @@ Each request's output is checked against ``generate``'s (T = 0).
 
     python scripts/measure/serve_overhead.py [--target tiny] [--draft local:tiny] [--reps 7] [--json FILE]
 
-Its figures are in ``docs/measurements.md#other-figures-that-still-stand``.
+Its figures are in ``docs/measurements.md#what-coordinator-serve-adds``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from specwire.wire.protocol import TENSOR_SERVICE_NAME
 from worker.per_op.op_walk import Walk, trace
 from worker.per_op.tensor_session import TensorSession
 from worker.server.hosting import SessionHost, StreamLoop, encode_timed, server_timing
-from worker.stream.checks import check_peer
+from worker.server.peer import check_peer
 
 
 def walk_of(model: LoadedModel) -> tuple[Walk | None, str]:

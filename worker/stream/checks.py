@@ -1,15 +1,17 @@
-"""What a worker checks before a session touches its model: the peer, the Open message, each token
-and k, and the pre-speculation settings a session asks for."""
+"""What a stream session checks before it touches its model: the Open message (its peer through
+``worker.server.peer``, which the per-op executor shares), each Round, each token and k, and the
+pre-speculation settings a session asks for."""
 
 from __future__ import annotations
 
 from specwire.drafting.ahead.draft_tree import tree_batchable
 from specwire.drafting.ahead.prespec_config import PrespecConfig
 from specwire.drafting.drafter import Drafter
-from specwire.errors import InvalidArgumentError, ProtocolVersionError, VocabularyMismatchError
+from specwire.errors import InvalidArgumentError
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
-from specwire.wire.protocol import MAX_K, MAX_TREE_NODES, PROTOCOL_VERSION, sampling_from_pb
+from specwire.wire.protocol import MAX_K, MAX_TREE_NODES, sampling_from_pb
+from worker.server.peer import check_peer
 
 
 def prespec_config(msg: pb.PreSpeculation, defaults: PrespecConfig) -> PrespecConfig | None:
@@ -48,19 +50,6 @@ def check_token(model: LoadedModel, token: int, what: str) -> None:
     """Raise unless ``token`` is an id of the model's vocabulary."""
     if token >= model.vocab_size:
         raise InvalidArgumentError(f"{what} {token} is outside the vocabulary (size {model.vocab_size})")
-
-
-def check_peer(model: LoadedModel, protocol_version: int, fingerprint: str) -> None:
-    """Raise unless a coordinator with this protocol version and vocabulary can use this worker."""
-    if protocol_version != PROTOCOL_VERSION:
-        raise ProtocolVersionError(
-            f"coordinator speaks protocol version {protocol_version}; this worker speaks {PROTOCOL_VERSION}"
-        )
-    if fingerprint != model.fingerprint:
-        raise VocabularyMismatchError(
-            f"coordinator vocabulary {fingerprint or '(none)'} does not match this worker's "
-            f"{model.fingerprint} (model {model.spec}); draft and target must share one tokenizer"
-        )
 
 
 def check_open(model: LoadedModel, msg: pb.Open) -> None:

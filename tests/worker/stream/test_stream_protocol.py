@@ -94,15 +94,6 @@ async def _hello(address: str) -> pb.HelloReply:
         return await draft_pb2_grpc.DraftWorkerStub(channel).Hello(pb.HelloRequest(), timeout=10)
 
 
-async def test_vocabulary_mismatch_is_refused_and_worker_stays_up(tiny_worker: WorkerProcess) -> None:
-    hello = await _hello(tiny_worker.address)
-    err = await _session_status(tiny_worker.address, open_request("v1:0000000000000000"))
-    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "v1:0000000000000000" in err.details() and hello.model.fingerprint in err.details()
-    after = await _hello(tiny_worker.address)
-    assert after.identity.boot_id == hello.identity.boot_id
-
-
 @pytest.mark.parametrize(
     ("messages", "fragment"),
     [
