@@ -154,10 +154,12 @@ def measurements(h: Headline) -> list[str]:
         f"7.13 ms, reached {drafts:.2f} at most",
         f"The plain stream protocol was {stream[0]:.0%} below local SD on the M1 Max and {stream[1]:.0%} "
         "below on the M2 Pro",
+        *speculation_cache(h),
     ]
 
 
-def tree_verification(h: Headline) -> list[str]:
+def speculation_cache(h: Headline) -> list[str]:
+    """measurements.md's section on the speculation cache: the headline run's tree rows."""
     errors = [pct(planned(x) / tok(x) - 1) for x in (VERIFY16, VERIFY64, AUTO)]
     return [
         f"AR {h.ar:.2f}, local SD {h.local:.2f}, local tree SD {h.tree:.2f}, auto {h.auto:.2f} (tree "
@@ -167,6 +169,12 @@ def tree_verification(h: Headline) -> list[str]:
         f"verdict to the next verification) and {h.verify64:.2f} at 64 ({hit(VERIFY64):.1%}), → M2 Pro "
         f"{tok(PRO16):.2f} ({hit(PRO16):.1%}:",
         f"(tree verification → M1 Max {errors[0]} and {errors[1]}, auto {errors[2]})",
+    ]
+
+
+def tree_verification(h: Headline) -> list[str]:
+    """tree-verification.md's bound and status, which need the run's figures for their argument."""
+    return [
         f"{BOUND_TOK_S:.1f} tok/s, {BOUND_TOK_S / h.tree:.2f}× local tree SD ({h.tree:.2f}) at most",
         f"tree verification → M1 Max made {h.verify16 / h.local:.2f}× local SD, {h.verify16:.2f} tok/s "
         f"against {h.local:.2f}, and auto with it {h.auto / h.local:.2f}×, {h.auto:.2f};",

@@ -14,7 +14,7 @@ its recurrent states and its K/V position): the tree must stop growing at the bo
     python scripts/measure/tree_memory.py --dtype bfloat16 --passes 16     # a GPU
     python scripts/measure/tree_memory.py --shape tiny --json out.json
 
-Its figures are in ``docs/hybrid-models.md#what-works``.
+Its figures are in ``docs/measurements.md#a-hybrid-workers-tree-memory``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ hits each alike. Per model and way: the pass (median ms), the rollback
     python scripts/measure/tree_verify_cost.py --shape qwen3.5-9b --dtype bfloat16   # the paper's
                                                                                    # target (a GPU)
 
-Its figures are in ``docs/hybrid-models.md#what-works``.
+Its figures are in ``docs/measurements.md#verification-per-round-a-tree-against-a-chain``.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ mlx-lm runs it with a fused kernel on Metal; elsewhere it loops over the
 positions in Python, a few operations each. On MLX's CPU backend that is
 about 65 µs a position a layer: a draft model catching up 150 tokens paid
 10 ms, more than the M2 Ultra's paced time for that pass, and the paced
-hybrid rows overran there (docs/emulation.md). Each step is an affine map
-S -> S A_t + B_t, and affine maps compose, so the run is an inclusive scan:
+hybrid rows overran there (docs/measurements.md, "Making the emulation cheap enough").
+Each step is an affine map S -> S A_t + B_t, and affine maps compose, so the run is an inclusive scan:
 log2(n) levels of batched matrix products, chunk by chunk (``CHUNK``
 positions, so the matrices a chunk holds stay small).
 

@@ -23,7 +23,7 @@ output layer alone about 12 ms here. Width 8 over the whole 49,152-token
 vocabulary made a pass about 1.5 ms, but 0.13 ms more for every row of a
 batched pass (a 64-row tree pass overran the M1 Max's 20.8 ms on this 2-core
 machine); over 2,048 tokens a row costs a twentieth of that
-(docs/emulation.md, "The emulation's model pair").
+(docs/measurements.md, "Making the emulation cheap enough").
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ DRAFT_SEED = 4
 # every other token's logit moved by CHOICES_NOISE times a fixed N(0, 1) draw per token
 # (CHOICES_SEED), so the target's token is less often among its second to fourth choices: calibrated
 # (scripts/measure/pair_agreement.py) to SpecInfer's LLaMA-68M/7B top-2 and top-4 agreement
-# (docs/emulation.md).
+# (docs/measurements.md, "The emulation's pair").
 TINY_SPECINFER_DRAFT_MODEL = "tiny-draft-specinfer"
 CHOICES_NOISE = 0.9
 CHOICES_SEED = 68

@@ -20,7 +20,7 @@ MAX_BATCH = 64  # branches in one pass
 TREE_ROWS = 16
 # What a worker's trees may hold together, each node's K/V position and (a hybrid draft's) recurrent states:
 # sized for a 32 GB Mac serving Qwen3.5-0.8B (1.6 GB in bfloat16), a quarter of its memory;
-# docs/hybrid-models.md gives that model's bytes a node.
+# docs/measurements.md ("A hybrid worker's tree: memory") gives that model's bytes a node.
 TREE_MEMORY = 8 << 30
 
 

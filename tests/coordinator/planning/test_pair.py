@@ -38,6 +38,6 @@ def test_the_specinfer_calibrated_draft_keeps_the_first_choices_and_agrees_as_sp
     specinfer = load_model("tiny-draft-specinfer")
     shares = agreement(tiny, specinfer, max_tokens=64)
     assert shares["top1"] == agreement(tiny, tiny_draft, max_tokens=64)["top1"]  # the same drafts accepted
-    # SpecInfer's LLaMA-68M for LLaMA-7B (docs/emulation.md): top-2 76.8%, top-4 84.2%, within 2 points.
+    # SpecInfer's LLaMA-68M for LLaMA-7B (docs/measurements.md): top-2 76.8%, top-4 84.2%, within 2 points.
     assert shares["top2"] == pytest.approx(0.768, abs=0.02)
     assert shares["top4"] == pytest.approx(0.842, abs=0.02)
