@@ -7,9 +7,8 @@ predictions of every set-up it could run.
 
 ``AutoDraftSource`` is the draft source of one generation. It starts on the
 set-up expected fastest (AR, local SD, local tree SD, or a worker in one of
-the stream protocol's modes, with its k): the simplest within
-``START_MARGIN`` of the best, each predicted and scaled by what its session
-measured in earlier generations. It tells the engine each round's k (0 for an
+the stream protocol's modes, with its k), each predicted and scaled by what
+its session measured in earlier generations (the rule is below). It tells the engine each round's k (0 for an
 autoregressive round). After every round it learns:
 
 * the pair's acceptance (a moving average of accepted per drafted, from
@@ -32,10 +31,13 @@ It moves to another session (mode and worker) when that one is expected
 at once when a worker is lost (never to it again in this generation); and
 within a session to the k predicted fastest. A session never measured and
 expected within ``PROBE`` of the current one (the planner's error) is tried
-for one window, then the policy goes to whichever measured best, with no
-margin: the planner cannot rank set-ups closer than its own error, and
-each try is paid once per ``FORGET_ROUNDS`` of the planner, not per
-generation. In AR, the acceptance estimate drifts back to the calibrated
+for one window: the planner cannot rank set-ups closer than its own error,
+and each try is paid once per ``FORGET_ROUNDS`` of the planner, not per
+generation. After a try, as at a generation's start, the policy goes to
+the simplest set-up within ``START_MARGIN`` of the best expected, or a
+measured one within ``MARGIN`` of it: close set-ups measure apart by their
+text as much as by their speed, so a worker is kept only where it measured
+clearly ahead. In AR, the acceptance estimate drifts back to the calibrated
 one, so drafting is tried again. Every move is kept with its reason.
 Switching opens the new set-up's session from the whole context so far; the
 target never notices, so the output is what the target's own decoding gives
@@ -54,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.drafting.failover import abandon
-from coordinator.planning.planner import Planner, Session, simplest_near_best
+from coordinator.planning.planner import START_MARGIN, Planner, Session, simplest_near_best
 from coordinator.planning.setups import (
     CHAIN_KS,
     Predicted,
@@ -171,14 +173,15 @@ class AutoDraftSource:
         expected = sorted(
             (replace(p, tok_s=self._expected(p)) for p in self._ranking()), key=lambda p: -p.tok_s
         )
-        first = simplest_near_best(expected)
+        first = self._choice(expected)
+        measured = self.planner.share(_key(first.setup)) is not None
         rest = [p for p in _distinct(expected) if _key(p.setup) != _key(first.setup)]
         self.decision = Decision(
             first.setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in [first, *rest[:2]]]
         )
         self.current, self.source = Setup("ar"), None
         reason = "predicted fastest" if first is expected[0] else "predicted as fast, simpler"
-        self._enter(first.setup, reason if not self.planner.shares else f"{reason}, as measured before")
+        self._enter(first.setup, f"{reason}, as measured before" if measured else reason)
 
     def use_processing(self, processing: Processing) -> None:
         """Draft under the request's penalties and grammar too, in every set-up that drafts locally."""
@@ -301,8 +304,15 @@ class AutoDraftSource:
             measured = self.measured_tok_s()
             seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
             tried, self._probed = self._probed, None
-            margin = 0.0 if tried is not None else MARGIN  # after a try, the better of what measured
-            if self._expected(best) > now * (1 + margin):
+            chosen = self._choice([replace(p, tok_s=self._expected(p)) for p in _distinct(ranking)])
+            if tried is not None and _key(chosen.setup) != _key(self.current):  # after a try: as at a start
+                self._enter(
+                    chosen.setup,
+                    f"tried {self.current.label}: expected {now:.1f} tok/s ({seen}); {chosen.setup.label} "
+                    f"expected {chosen.tok_s:.1f}, the simplest measured within {MARGIN:.0%} of the best",
+                )
+                return
+            if tried is None and self._expected(best) > now * (1 + MARGIN):
                 self._enter(
                     best.setup,
                     f"{self.current.label} expected {now:.1f} tok/s ({seen}); {best.setup.label} expected "
@@ -322,6 +332,19 @@ class AutoDraftSource:
         at_k = next((p.tok_s for p in mine if p.setup == self.current), 0.0)
         if self.source is not None and mine and mine[0].tok_s > at_k * (1 + K_GAIN):
             self._switch_k(mine[0].setup)
+
+    def _choice(self, expected: list[Predicted]) -> Predicted:
+        """Where to be, of ``expected`` (predictions times measured shares): the simplest set-up within
+        START_MARGIN of the best, or a measured one within MARGIN of it. Close set-ups measure apart by
+        their text as much as by their speed, so a worker is kept only where it measured clearly ahead."""
+        best = max(p.tok_s for p in expected)
+        near = [
+            p
+            for p in expected
+            if p.tok_s >= best * (1 - START_MARGIN)
+            or (self.planner.share(_key(p.setup)) is not None and p.tok_s >= best * (1 - MARGIN))
+        ]
+        return simplest_near_best(near, margin=1.0)
 
     def _untried(self, p: Predicted) -> bool:
         """A session no generation under this planner has measured, on a worker not marked slow."""

@@ -149,10 +149,10 @@ class Planner:
         return Predicted(setup, self._trees[key].tok_s * now / then)
 
 
-def simplest_near_best(ranking: list[Predicted]) -> Predicted:
-    """The simplest set-up (AR, local SD, then the remote modes in order) predicted within
-    ``START_MARGIN`` of the fastest: a worker is not taken for a gain within the model's error."""
-    best = ranking[0].tok_s
-    near = [p for p in ranking if p.tok_s >= best * (1 - START_MARGIN)]
+def simplest_near_best(ranking: list[Predicted], margin: float = START_MARGIN) -> Predicted:
+    """The simplest set-up (AR, local SD, then the remote modes in order) predicted within ``margin`` of
+    the fastest (``START_MARGIN``: a worker is not taken for a gain within the model's error)."""
+    best = max(p.tok_s for p in ranking)
+    near = [p for p in ranking if p.tok_s >= best * (1 - margin)]
     simplest = min(MODES.index(p.setup.mode) for p in near)
-    return next(p for p in near if MODES.index(p.setup.mode) == simplest)
+    return max((p for p in near if MODES.index(p.setup.mode) == simplest), key=lambda p: p.tok_s)

@@ -265,3 +265,20 @@ def test_a_setup_predicted_within_the_planners_error_is_tried_once_and_kept_if_i
     assert not any(s.reason.startswith("trying") for s in auto.switches), auto.switches  # tried once only
     assert (auto.switches[0].to_setup == rival) == (rival_share > 1), auto.switches
     assert auto.switches[0].reason.endswith("as measured before")
+
+
+@pytest.mark.parametrize(("local_share", "stays_local"), [(1.0, True), (0.8, False)])
+def test_a_worker_is_kept_only_where_it_measured_more_than_the_margin_ahead(
+    local_share: float, stays_local: bool
+) -> None:
+    """Measured on the hybrid preset: local tree SD, a worker's tree and tree verification on either worker
+    were within 7% of each other, and a window of each measured its text as much as its speed: auto went
+    by single windows and made 0.94x local tree SD. Now, once measured, the simplest set-up within MARGIN
+    of the best is where a generation starts and where a try ends."""
+    planner = Planner(replace(_measured(), target=PassCurve(12.8), trees=True))  # a worker predicted first
+    auto = AutoDraftSource(planner, lambda setup: None)
+    share = lambda label: 1.0 if "→" in label else local_share  # noqa: E731
+    _decode(auto, planner, share, 150)
+    assert auto.switches[0].to_setup.startswith("tree → M1 Max"), auto.switches
+    _decode(auto, planner, share, 20)  # the next generation
+    assert (not auto.current.remote) == stays_local, auto.switches
