@@ -10,9 +10,13 @@ parsing, auth, discovery and orchestration.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from anyio.pytest_plugin import get_runner
@@ -22,6 +26,10 @@ from specwire.wire.auth import TOKEN_ENV
 from tests.support.processes.isolation import can_isolate, enter_own_network_namespace
 from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 
+SUITE_SIZE = pytest.StashKey[int]()
+# The default model loaded in the test process: the files that take it run in one process (loadfile).
+DEFAULT_MODEL_FIXTURES = frozenset({"default_q4", "default_f32"})
+DEFAULT_MODEL = re.compile(r"\bdefault_(q4|f32)\b")
 PARALLEL_PROCESSES = 3  # on 2 cores: most tests wait on worker processes, and timing tests run alone
 
 
@@ -34,6 +42,53 @@ def pytest_configure(config: pytest.Config) -> None:
     """A process started by pytest-xdist moves into its own network namespace before any test."""
     if hasattr(config, "workerinput"):
         enter_own_network_namespace()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Count the suite, before ``-m`` or ``-k`` deselect any test, when this session collected all of it;
+    check that every test of the default model is in a file the scheduler groups."""
+    if config.args_source is pytest.Config.ArgsSource.TESTPATHS:
+        config.stash[SUITE_SIZE] = len(items)
+    grouped = default_model_files(config.rootpath)
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if DEFAULT_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and path not in grouped:
+            raise pytest.UsageError(f"{path} uses the default model but does not name it ({DEFAULT_MODEL})")
+
+
+@functools.cache
+def default_model_files(root: Path) -> frozenset[str]:
+    """The test files (paths as in node ids) that name the default model's fixtures."""
+    return frozenset(
+        path.relative_to(root).as_posix()
+        for path in (root / "tests").rglob("test_*.py")
+        if DEFAULT_MODEL.search(path.read_text())
+    )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the files of the default model as one unit (``FileScheduling``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        """Each test file is a unit of work, as ``loadfile`` makes it, but the files that load the
+        default model in-process are one unit: its two precisions load, and its greedy references
+        (``tests/support/prompts``) are computed, once a run instead of once in each process."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return DEFAULT_MODEL.pattern if path in default_model_files(config.rootpath) else path
+
+    return FileScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def suite_size(request: pytest.FixtureRequest) -> int | None:
+    """How many tests the whole suite holds, if this session collected all of it (``make test`` does)."""
+    return request.config.stash.get(SUITE_SIZE, None)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.decoding.results import GenerationResult
+from coordinator.drafting.local import LocalDraftSource
 from coordinator.prompts import encode_prompt
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
@@ -20,6 +22,7 @@ PROMPTS = [
 ]
 
 _AR: dict[tuple[str, str, int], list[int]] = {}
+_SD: dict[tuple[str, str, str, int, int], GenerationResult] = {}
 
 
 def ar_tokens(target: LoadedModel, prompt: list[int], max_tokens: int = MAX_TOKENS) -> list[int]:
@@ -32,6 +35,18 @@ def ar_tokens(target: LoadedModel, prompt: list[int], max_tokens: int = MAX_TOKE
         assert result.drafted == 0
         _AR[key] = result.tokens
     return _AR[key]
+
+
+def local_sd(
+    target: LoadedModel, draft: LoadedModel, prompt: list[int], k: int, max_tokens: int = MAX_TOKENS
+) -> GenerationResult:
+    """Greedy local SD of ``target`` drafted by ``draft`` (deterministic at T = 0), run once per pair,
+    prompt, k and length: the lossless test checks it against AR, the remote backends against it."""
+    key = (target.spec, draft.spec, str(prompt), k, max_tokens)
+    if key not in _SD:
+        decoder = SpeculativeDecoder(target, LocalDraftSource(draft))
+        _SD[key] = decoder.generate(prompt, max_tokens=max_tokens, k=k, params=SamplingParams())
+    return _SD[key]
 
 
 def text_ar_tokens(target: LoadedModel, text: str, max_tokens: int) -> list[int]:

@@ -10,11 +10,11 @@ bench starts its per-op row, so that row fails over to the target alone.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.coordinator.workers.unfit import other_token_worker
+from tests.support.processes import zygote
 from tests.support.processes.cli import run_cli
 from tests.support.processes.workers import running_worker, unique_name
 
@@ -60,9 +60,7 @@ def test_a_row_whose_worker_was_lost_prints_no_figure_and_the_bench_fails(tmp_pa
     bench += ["--target", "tiny", "--local-draft", "tiny", "--max-tokens", "24", "--repeats", "2"]
     bench += ["--prompts", str(prompts), "--no-chat", "--json", str(report)]
     with running_worker("--model", "tiny", "--name", unique_name("lost-bench")) as worker:
-        process = subprocess.Popen(
-            [*bench, "--workers", worker.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        process = zygote.popen([*bench, "--workers", worker.address])
         assert process.stderr is not None
         err = []
         for line in process.stderr:  # the progress line names each run before it starts

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
+from tests.support.processes import zygote
 from tests.support.processes.cli import one_error_line, run_cli
 from tests.support.processes.workers import WorkerProcess
 from tests.support.prompts import PROMPTS, text_ar_tokens
@@ -67,10 +67,7 @@ async def test_four_concurrent_sessions_match_their_solo_runs(
     ]
     command += ["--target", "tiny", "--k", "3", "--max-tokens", str(MAX_TOKENS), "--temperature", "0.8"]
     command += ["--seed", "3", "--json", "--prompt"]
-    processes = [
-        subprocess.Popen([*command, p], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for p in prompts
-    ]
+    processes = [zygote.popen([*command, p]) for p in prompts]  # four real processes at once
     outputs = [p.communicate(timeout=600) for p in processes]
     for process, (stdout, stderr), alone in zip(processes, outputs, solo, strict=True):
         assert process.returncode == 0, stderr

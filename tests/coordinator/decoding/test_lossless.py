@@ -35,7 +35,7 @@ from coordinator.drafting.local import LocalDraftSource
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
 from tests.support.models.tiny_models import disagreeing_pair
-from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
+from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens, local_sd
 from tests.support.rounding import assert_lossless, rounding_gap
 
 PAIRS = {"f32-target/q4-draft": ("default_f32", "default_q4")}
@@ -67,11 +67,10 @@ def test_sd_equals_ar_on_every_prompt(
     request: pytest.FixtureRequest, pair: str, k: int, texts: list[str]
 ) -> None:
     target, draft = (request.getfixturevalue(name) for name in PAIRS[pair])
-    decoder = SpeculativeDecoder(target, LocalDraftSource(draft))
     drafted = 0
     for text in texts:
         prompt = target.tokenizer.encode(text)
-        result = decoder.generate(prompt, max_tokens=MAX_TOKENS, k=k, params=SamplingParams())
+        result = local_sd(target, draft, prompt, k)
         assert_lossless(target, prompt, ar_tokens(target, prompt), result.tokens)
         assert all(r.drafted <= k for r in result.rounds)
         drafted += result.drafted

@@ -23,7 +23,7 @@ from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request
 from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
-from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
+from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens, local_sd
 from tests.support.remote import generate_remote
 
 pytestmark = pytest.mark.anyio
@@ -44,9 +44,8 @@ async def test_remote_drafting_is_lossless_and_matches_local(
 ) -> None:
     prompts = [default_f32.tokenizer.encode(PROMPTS[4])]  # prose (code and math go remote in other tests)
     runs = await generate_remote(worker.address, default_f32, prompts, 4, MAX_TOKENS, SamplingParams())
-    local = SpeculativeDecoder(default_f32, LocalDraftSource(default_q4))
     for prompt, run in zip(prompts, runs, strict=True):
-        expected = local.generate(prompt, max_tokens=MAX_TOKENS, k=4, params=SamplingParams())
+        expected = local_sd(default_f32, default_q4, prompt, 4)  # test_lossless's run of this prompt
         assert run.result.tokens == ar_tokens(default_f32, prompt) == expected.tokens
         assert [r.accepted for r in run.result.rounds] == [r.accepted for r in expected.rounds]
         assert [r.draft.tokens for r in run.result.rounds] == [r.draft.tokens for r in expected.rounds]
