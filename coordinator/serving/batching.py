@@ -109,18 +109,33 @@ class Batching:
         ranking = self.planner.ranking(temperature, self.planner.prior(temperature))
         return next((p.setup.k for p in ranking if p.setup.mode in ("ar", "local")), None)
 
-    async def _join(self, generation: Generation, batch: DecodingBatch, k: int) -> None:
-        """Begin ``generation`` with no draft source of its own, in ``batch``."""
-        deliver = self._deliver(generation)
+    async def _join(self, joining: list[tuple[Generation, int]], batch: DecodingBatch) -> list[Generation]:
+        """Begin the generations ``joining`` (each with its k) in ``batch``, with no draft source of their
+        own, their prompts prefilled together (``DecodingBatch.admit``); returns those that joined (one
+        that could not begin has its ``error``; if the prefill fails, every one has it)."""
         decoder = SpeculativeDecoder(self.sources.target, None, prefix_cache=self._target_cache)
+        delivers = [self._deliver(generation) for generation, _ in joining]
 
-        def start() -> Decoding:
-            decoding = begin(decoder, generation, 0, deliver)
-            batch.join(decoding, k)
-            return decoding
+        def start() -> list[tuple[Generation, int]]:
+            begun = []
+            for (generation, k), deliver in zip(joining, delivers, strict=True):
+                try:
+                    generation.decoding = begin(decoder, generation, 0, deliver, prefill=False)
+                    begun.append((generation, k))
+                except Exception as err:  # handed to the request's handler, which answers with it
+                    generation.error = err
+            try:
+                batch.admit([g.decoding for g, _ in begun if g.decoding is not None], [k for _, k in begun])
+            except Exception as err:
+                for generation, _ in begun:
+                    generation.error = err
+                return []
+            return begun
 
-        generation.decoding = await self.runtime.compute.run(start)
-        self._batched(generation, k)
+        joined = await self.runtime.compute.run(start)
+        for generation, k in joined:
+            self._batched(generation, k)
+        return [generation for generation, _ in joined]
 
     async def _move(self, generation: Generation, batch: DecodingBatch) -> None:
         """Move a generation running alone into ``batch`` (it keeps its own draft source if no k fits)."""
