@@ -39,6 +39,7 @@ last row left may be handed back to run alone (``release``).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from coordinator.decoding.acceptance import accept_greedy, accept_sampled
+from coordinator.decoding.batch_prefill import length_groups, own_cache, prefill_together
 from coordinator.decoding.engine import Decoding
 from coordinator.decoding.recurrent_pass import forward_keeping_states, keeps_states
 from specwire.drafting.drafter import DRAFT_STREAM, DraftBlock, prefill_cached
@@ -56,7 +58,15 @@ from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.logits.processors import Choices, ProcessedRows, chain_suffix
 from specwire.models.loading import LoadedModel
-from specwire.models.ragged_cache import LayerRow, RowStates, batchable, kv_rows, ragged_cache, row_of
+from specwire.models.ragged_cache import (
+    LayerRow,
+    RaggedLayout,
+    RowStates,
+    batchable,
+    kv_rows,
+    ragged_cache,
+    row_of,
+)
 
 CATCH_UP = 8  # tokens a row's draft context may lag before it is prefilled on its own
 
@@ -112,6 +122,51 @@ class DecodingBatch:
         drafted = sum(1 for record in decoding.result.rounds if record.k)  # blocks its own drafter drew
         self.rows.append(Row(decoding, k, tokens, drafted))
 
+    def admit(self, decodings: Sequence[Decoding], ks: Sequence[int]) -> None:
+        """Add generations begun without their prefill (``begin(..., prefill=False)``), ``ks[i]`` drafts
+        a round each: their prompts prefilled together, a group of like lengths at a time, and each group
+        joined at once (``coordinator.decoding.batch_prefill``). Compute thread."""
+        if any(ks) and self.draft is None:
+            raise InvalidArgumentError("a batch without a draft model decodes with the target alone (k = 0)")
+        if self.target_layout.recurrent or self.draft_layout.recurrent:
+            # A padded pass stops each row's recurrent state at its own length only over a few tokens
+            # (the draft's first pass of a round); a prompt's state is what its solo, chunked prefill
+            # leaves, which a long padded pass would not reproduce. So each is prefilled alone and joined.
+            for decoding, k in zip(decodings, ks, strict=True):
+                decoding.prefill()
+                self.join(decoding, k)
+            return
+        before = len(self.rows)
+        try:
+            self._admit_together(decodings, ks)
+        except BaseException:  # the batch as it was: none of them joined
+            for layout in (self.target_layout, self.draft_layout):
+                while layout.rows > before:
+                    layout.remove(layout.rows - 1)
+            del self.rows[before:]
+            raise
+
+    def _admit_together(self, decodings: Sequence[Decoding], ks: Sequence[int]) -> None:
+        contexts = [decoding.context()[:-1] for decoding in decodings]
+        for group in length_groups([len(c) for c in contexts]):
+            prompts = decodings[group[0]].decoder.prefix_cache  # the target's prompt cache (serve's one)
+            target, reuses = prefill_together(self.target.model, [contexts[i] for i in group], prompts)
+            drafting = [contexts[i] if ks[i] else None for i in group]  # a row that drafts nothing
+            # has no draft context until it does (_catch_up)
+            draft = (
+                prefill_together(self.draft.model, drafting, self.draft_prompts)[0]
+                if self.draft is not None and any(drafting)
+                else _rows_without_positions(self.draft_layout, len(group))
+            )
+            self.target_layout.extend(target)
+            self.draft_layout.extend(draft)
+            for i, reuse in zip(group, reuses, strict=True):
+                decoding = decodings[i]
+                decoding.detach_source()
+                decoding.prefilled_by(reuse)
+                del decoding.rollback.cache[:]  # its rows live in the batch
+                self.rows.append(Row(decoding, ks[i], decoding.context()))
+
     def round(self) -> list[Decoding]:
         """One round for every row; returns the generations that ended (and left the batch). Compute
         thread."""
@@ -143,14 +198,7 @@ class DecodingBatch:
         """The batch's one row, handed back to run alone: its target cache a KV cache of its own again
         (``Decoding.rebind``), its draft source left to the caller. Compute thread."""
         (row,) = self.rows
-        cache = make_prompt_cache(self.target.model)
-        for layer, (a, b) in zip(cache, self.target_layout.row(0) or [], strict=False):
-            if isinstance(layer, KVCache):
-                assert a is not None
-                layer.keys, layer.values, layer.offset = a, b, a.shape[2]
-            else:  # a recurrent layer's convolution and recurrent states
-                layer[0], layer[1] = a, b
-        row.decoding.rebind(cache)
+        row.decoding.rebind(own_cache(self.target.model, self.target_layout.row(0)))
         self._leave(row)
         return row.decoding
 
@@ -283,6 +331,13 @@ class DecodingBatch:
         self.target_layout.tidy()
         self.draft_layout.tidy()
         return verdicts
+
+
+def _rows_without_positions(layout: RaggedLayout, rows: int) -> RaggedLayout:
+    """A layout like ``layout`` of ``rows`` rows that hold no position yet."""
+    empty = layout.empty()
+    empty.rebuild([None] * rows)
+    return empty
 
 
 def batch_refusal(target: LoadedModel, draft: LoadedModel | None) -> str | None:

@@ -50,7 +50,7 @@ from coordinator.decoding.results import GenerationResult, RoundRecord
 from coordinator.decoding.rollback import Rollback, warm_states
 from coordinator.drafting.base import DraftSource, Outcome
 from specwire.drafting.drafter import DraftBlock, prefill_cached
-from specwire.drafting.prefix_cache import PrefixCache
+from specwire.drafting.prefix_cache import PrefixCache, Reuse
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.drafting.warmup import warm_drafter, warm_target
@@ -141,23 +141,26 @@ class SpeculativeDecoder:
         on_tokens: Callable[[list[int]], None] | None = None,
         halt: threading.Event | None = None,
         processing: Processing | None = None,
+        prefill: bool = True,
     ) -> Decoding:
         """Start a generation (the draft source's session, the target's prefill), to run a round at a time.
 
         The caller runs ``round()`` until it returns False, then ``close()``s it whatever happened: ``serve``
         interleaves the rounds of several generations this way. ``processing`` (a request's penalties and
         grammar: ``specwire.logits.processors``) shapes the target's distribution at every position.
+        ``prefill`` False leaves the prompt to the caller (``Decoding.prefill``, or a batch's
+        ``DecodingBatch.admit``), with no draft source.
         """
         self._check(prompt, k)
         max_tokens = min(max_tokens, self.target.context_length - len(prompt))
-        source = self.source if k > 0 and max_tokens > 1 else None
+        source = self.source if k > 0 and max_tokens > 1 and prefill else None
         start = time.perf_counter_ns()
         try:
             if source is not None:
                 source.start(prompt, params, min(k, max_tokens - 1))
                 if processing is not None and hasattr(source, "use_processing"):
                     source.use_processing(processing)  # its drafts processed as the verdict will be
-            decoding = Decoding(self, prompt, max_tokens, k, params, source, start, on_tokens, halt)
+            decoding = Decoding(self, prompt, max_tokens, k, params, source, start, on_tokens, halt, prefill)
             decoding.processing = processing
             return decoding
         except BaseException:
@@ -266,6 +269,7 @@ class Decoding:
         start: int,
         on_tokens: Callable[[list[int]], None] | None,
         halt: threading.Event | None,
+        prefill: bool = True,
     ) -> None:
         self.decoder = decoder
         self.prompt = list(prompt)
@@ -284,16 +288,30 @@ class Decoding:
             self.rollback = Rollback(target.model, cache, len(prompt) - 1, decoder.rollback)
         except UnsupportedModelError as err:
             raise UnsupportedModelError(f"{target.spec}: {err}") from err
-        fed = list(prompt[:-1])
-        _, reuse = prefill_cached(target.model, cache, fed, decoder.prefix_cache)
-        self.result = GenerationResult(len(prompt), [], "length", start, time.perf_counter_ns(), 0)
+        self.result = GenerationResult(len(prompt), [], "length", start, start, 0)
         self.result.rollback = self.rollback.stats
-        self.result.cached_tokens, self.result.cache_note = reuse.cached, reuse.why_not
+        self.prefilled = False
+        if prefill:
+            self.prefill()
         self.rng = np.random.default_rng([params.seed, VERIFY_STREAM])
         self.pending = int(prompt[-1])
         self.outcome: Outcome | None = None
         self.processing: Processing | None = None  # the request's penalties and grammar, if any
         self.stop_ids = target.eos_token_ids  # tokens that end the generation (none: a client's ignore_eos)
+
+    def prefill(self) -> None:
+        """Prefill the prompt but its last token into the target's cache (from the prompt cache)."""
+        decoder = self.decoder
+        fed = self.prompt[:-1]
+        _, reuse = prefill_cached(decoder.target.model, self.rollback.cache, fed, decoder.prefix_cache)
+        self.prefilled_by(reuse)
+
+    def prefilled_by(self, reuse: Reuse) -> None:
+        """Record the prompt's prefill, done here or elsewhere (``serve``'s batch prefills the prompts
+        admitted together in one pass), and what it took from the prompt cache."""
+        self.prefilled = True
+        self.result.prefill_end_ns = time.perf_counter_ns()
+        self.result.cached_tokens, self.result.cache_note = reuse.cached, reuse.why_not
 
     def round(self) -> bool:
         """Run one round; False once the generation has ended (its result is then complete)."""

@@ -109,18 +109,33 @@ class Batching:
         ranking = self.planner.ranking(temperature, self.planner.prior(temperature))
         return next((p.setup.k for p in ranking if p.setup.mode in ("ar", "local")), None)
 
-    async def _join(self, generation: Generation, batch: DecodingBatch, k: int) -> None:
-        """Begin ``generation`` with no draft source of its own, in ``batch``."""
-        deliver = self._deliver(generation)
+    async def _join(self, joining: list[tuple[Generation, int]], batch: DecodingBatch) -> list[Generation]:
+        """Begin the generations ``joining`` (each with its k) in ``batch``, with no draft source of their
+        own, their prompts prefilled together (``DecodingBatch.admit``); returns those that joined (one
+        that could not begin has its ``error``; if the prefill fails, every one has it)."""
         decoder = SpeculativeDecoder(self.sources.target, None, prefix_cache=self._target_cache)
+        delivers = [self._deliver(generation) for generation, _ in joining]
 
-        def start() -> Decoding:
-            decoding = begin(decoder, generation, 0, deliver)
-            batch.join(decoding, k)
-            return decoding
+        def start() -> list[tuple[Generation, int]]:
+            begun = []
+            for (generation, k), deliver in zip(joining, delivers, strict=True):
+                try:
+                    generation.decoding = begin(decoder, generation, 0, deliver, prefill=False)
+                    begun.append((generation, k))
+                except Exception as err:  # handed to the request's handler, which answers with it
+                    generation.error = err
+            try:
+                batch.admit([g.decoding for g, _ in begun if g.decoding is not None], [k for _, k in begun])
+            except Exception as err:
+                for generation, _ in begun:
+                    generation.error = err
+                return []
+            return begun
 
-        generation.decoding = await self.runtime.compute.run(start)
-        self._batched(generation, k)
+        joined = await self.runtime.compute.run(start)
+        for generation, k in joined:
+            self._batched(generation, k)
+        return [generation for generation, _ in joined]
 
     async def _move(self, generation: Generation, batch: DecodingBatch) -> None:
         """Move a generation running alone into ``batch`` (it keeps its own draft source if no k fits)."""
@@ -165,11 +180,18 @@ class Batching:
 
     async def _release(self, batch: DecodingBatch) -> None:
         """Under auto, the batch's last request goes on alone with a draft source of its own, chosen
-        again (a worker's tree, local tree SD, ...), unless too few tokens are left to pay for its start."""
+        again (a worker's tree, local tree SD, ...), unless too few tokens are left to pay for its start.
+        With ``--draft none`` it goes on alone too: a round alone (a KV cache of its own) is shorter than
+        the batch's round of one row (its ragged mask and offsets: 9.58 ms on the H100 with the default
+        model, ``docs/serving.md``, where ``serve`` alone made 159 tok/s, 6.3 ms a token, HTTP
+        included), and leaving costs one copy of its cache."""
         decoding = batch.rows[0].decoding
         generation = next((g for g in self._active if g.decoding is decoding), None)
         left = decoding.max_tokens - len(decoding.result.tokens)
-        if self.drafting.spec.kind != "auto" or left < RELEASE_MIN_TOKENS or generation is None:
+        kind = self.drafting.spec.kind
+        if kind not in ("auto", "none") or generation is None or left < 2:
+            return
+        if kind == "auto" and left < RELEASE_MIN_TOKENS:
             return
         if (decoding.halt is not None and decoding.halt.is_set()) or "release_failed" in generation.source:
             return
@@ -179,7 +201,7 @@ class Batching:
         source = None
         try:  # the new source first: if it cannot be had, the request stays in the batch
             source, described = await self._open()
-            k = AUTO_K if isinstance(source, AutoDraftSource) else self.drafting.k
+            k = 0 if source is None else AUTO_K if isinstance(source, AutoDraftSource) else self.drafting.k
             if source is not None:
                 start = functools.partial(source.start, decoding.context(), params, min(k, left - 1))
                 await self.runtime.compute.run(start)

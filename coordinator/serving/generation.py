@@ -44,9 +44,14 @@ class Generation:
 
 
 def begin(
-    decoder: SpeculativeDecoder, generation: Generation, k: int, deliver: Callable[[list[int]], None]
+    decoder: SpeculativeDecoder,
+    generation: Generation,
+    k: int,
+    deliver: Callable[[list[int]], None],
+    prefill: bool = True,
 ) -> Decoding:
-    """Start ``generation``'s request on ``decoder`` with up to ``k`` drafts a round (compute thread)."""
+    """Start ``generation``'s request on ``decoder`` with up to ``k`` drafts a round (compute thread);
+    ``prefill`` False leaves its prompt to a batch's ``admit``."""
     request = generation.request
     generation.processing = processing = request.processing()
     decoding = decoder.begin(
@@ -57,6 +62,7 @@ def begin(
         on_tokens=deliver,
         halt=generation.halt,
         processing=processing,
+        prefill=prefill,
     )
     if request.ignore_eos:
         decoding.stop_ids = frozenset()

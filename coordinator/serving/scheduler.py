@@ -176,29 +176,39 @@ class Scheduler(Batching):
                     await self._finish(generation)
 
     async def _admit(self) -> None:
-        """Start waiting requests while there is a free slot (a request whose client left ends unstarted)."""
-        while self._waiting and len(self._active) < self.concurrency:
+        """Start waiting requests while there is a free slot (a request whose client left ends unstarted).
+        Those that join the batch join together, their prompts prefilled in the same passes."""
+        joining: list[tuple[Generation, int]] = []
+        batch = None
+        while self._waiting and len(self._active) + len(joining) < self.concurrency:
             generation = self._waiting.popleft()
             generation.started_ns = time.perf_counter_ns()
             if generation.halt.is_set():  # its client left while it waited
                 await self._finish(generation)
                 continue
             try:
-                together = len(self._active) + len(self._waiting) > 0
+                together = len(self._active) + len(joining) + len(self._waiting) > 0
                 batch = await self._batch_for() if together else None
                 k = await self._batch_k(generation) if batch is not None else None
                 if batch is not None and k is not None:
-                    await self._join(generation, batch, k)
-                else:
-                    await self._begin(generation)
+                    joining.append((generation, k))
+                    continue
+                await self._begin(generation)
                 self._active.insert(0, generation)  # its first round next: its first token comes soonest
             except Exception as err:  # handed to the request's handler, which answers with it
                 generation.error = err
                 await self._finish(generation)
-                continue
-            if generation.batched:
-                for other in [g for g in self._active if not g.batched]:
-                    await self._move_or_fail(other)
+        if not joining or batch is None:
+            return
+        joined = await self._join(joining, batch)
+        for generation, _ in joining:
+            if generation in joined:
+                self._active.insert(0, generation)
+            else:
+                await self._finish(generation)
+        if joined:
+            for other in [g for g in self._active if not g.batched]:
+                await self._move_or_fail(other)
 
     async def _move_or_fail(self, generation: Generation) -> None:
         """Move a request running alone into the batch; if that fails, it ends with the error."""

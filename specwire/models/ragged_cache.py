@@ -163,7 +163,29 @@ class RaggedLayout:
     def add(self, layers: Sequence[LayerRow] | None) -> None:
         """A new last row holding ``layers`` (as ``row`` gives them: keys and values [1, heads, length,
         dim], or a recurrent layer's states; None for a row with no position yet)."""
-        self.rebuild([*(self.row(b) for b in range(self.rows)), layers])
+        one = self.empty()
+        one.rebuild([layers])
+        self.extend(one)
+
+    def empty(self) -> RaggedLayout:
+        """A layout with no rows, its layers of the same kinds as these."""
+        layout = RaggedLayout()
+        for layer in self.layers:
+            type(layer)(layout)
+        return layout
+
+    def extend(self, other: RaggedLayout) -> None:
+        """Append ``other``'s rows (a layout of the same model), the two storages right-aligned to the
+        longer: a concatenation a layer, as mlx-lm's ``BatchKVCache.extend``, rather than every row
+        gathered and padded anew (``rebuild``). Holes stay, for ``tidy``."""
+        size = max(self.size, other.size)
+        for mine, theirs in zip(self.layers, other.layers, strict=True):
+            mine.append_rows(theirs, size)  # type: ignore[arg-type]  # layers of one kind, layer by layer
+        mx.eval(*[a for layer in self.layers for a in layer.arrays()])
+        shift, other_shift = size - self.size, size - other.size
+        self.slots = [s + shift for s in self.slots] + [s + other_shift for s in other.slots]
+        self.size = size
+        self._mask = self._offsets = None
 
     def rebuild(self, rows: Sequence[Sequence[LayerRow] | None]) -> None:
         """The storage made anew from each row's layers (None: no positions yet), the keys and values
@@ -226,6 +248,10 @@ class RowStates(ArraysCache):
 
     def rebuild(self, rows: Sequence[LayerRow | None], size: int) -> None:
         self.set_rows([r if r is not None else (None, None) for r in rows])
+
+    def append_rows(self, other: RowStates, size: int) -> None:
+        mine = [self.row(b) for b in range(self.layout.rows)]
+        self.set_rows([*mine, *(other.row(b) for b in range(other.layout.rows))])
 
     def take(self, index: mx.array) -> None:
         self.cache = [None if a is None else a[index] for a in self.cache]
@@ -295,6 +321,30 @@ class RaggedKV:
             keys.append(_padded(k, size, capacity))
             values.append(_padded(v, size, capacity))
         self.keys, self.values = mx.concatenate(keys), mx.concatenate(values)
+
+    def append_rows(self, other: RaggedKV, size: int) -> None:
+        """Append ``other``'s rows; both storages' positions moved to end at slot ``size``."""
+        mine, theirs = self._aligned(size), other._aligned(size)
+        shaped = mine or theirs
+        if shaped is None:  # no row of either holds a position yet
+            return
+        rows = (self.layout.rows, other.layout.rows)
+        keys, values = [], []
+        for part, n in zip((mine, theirs), rows, strict=True):
+            if n == 0:
+                continue
+            k, v = part or tuple(mx.zeros((n, *a.shape[1:]), a.dtype) for a in shaped)
+            keys.append(k)
+            values.append(v)
+        self.keys, self.values = mx.concatenate(keys), mx.concatenate(values)
+
+    def _aligned(self, size: int) -> tuple[mx.array, mx.array] | None:
+        """The stored positions moved to end at slot ``size``, with room to grow (None: none stored)."""
+        if self.keys is None or self.values is None:
+            return None
+        n = self.layout.size
+        pad = [(0, 0), (0, 0), (size - n, STEP), (0, 0)]
+        return mx.pad(self.keys[:, :, :n], pad), mx.pad(self.values[:, :, :n], pad)
 
     def take(self, index: mx.array) -> None:
         if self.keys is not None and self.values is not None:

@@ -103,5 +103,6 @@ def test_requests_with_no_draft_are_decoded_together_each_as_alone() -> None:
         for t in threads:
             t.join(120)
         assert [r["token_ids"] for r in replies] == solo
-        assert any(r.get("batched") for r in replies)
+        # Batched to its end, or for a while: the last row left goes on alone (its reply says where).
+        assert any(r.get("batched") or "left_batch_at" in r for r in replies)
         assert status(server)["batching"]["widest"] >= 2
