@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.drafting.failover import abandon
-from coordinator.planning.planner import START_MARGIN, Planner, Session, simplest_near_best
+from coordinator.planning.planner import FORGET_ROUNDS, START_MARGIN, Planner, Session, simplest_near_best
 from coordinator.planning.setups import (
     CHAIN_KS,
     Predicted,
@@ -174,7 +174,7 @@ class AutoDraftSource:
             (replace(p, tok_s=self._expected(p)) for p in self._ranking()), key=lambda p: -p.tok_s
         )
         first = self._choice(expected)
-        measured = self.planner.share(_key(first.setup)) is not None
+        measured = self._share(first.setup) is not None
         rest = [p for p in _distinct(expected) if _key(p.setup) != _key(first.setup)]
         self.decision = Decision(
             first.setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in [first, *rest[:2]]]
@@ -272,8 +272,18 @@ class AutoDraftSource:
         slow = self._slow.get(p.setup.worker)
         if slow is not None and self._round - slow.round < SLOW_ROUNDS:
             return p.tok_s * slow.tok_s
-        share = self.planner.share(_key(p.setup))
-        return p.tok_s * (share.value if share is not None else self.planner.bias) * self._text
+        share = self._share(p.setup)
+        return p.tok_s * (share if share is not None else self.planner.bias) * self._text
+
+    def _share(self, setup: Setup) -> float | None:
+        """The session's measured share, else its mode's on another worker (the planner ranks workers
+        by their pass curves and links, which it measured; what it misjudges is the mode)."""
+        own = self.planner.share(_key(setup))
+        if own is not None or not setup.remote:
+            return own.value if own is not None else None
+        kin = [s for (mode, _), s in self.planner.shares.items() if mode == setup.mode]
+        kin = [s for s in kin if self.planner.rounds - s.round < FORGET_ROUNDS]
+        return max(kin, key=lambda s: s.windows).value if kin else None
 
     def _learn_share(self, ranking: list[Predicted]) -> None:
         """The current set-up's measured tok/s over its window, as a share of its prediction."""
@@ -305,6 +315,19 @@ class AutoDraftSource:
             seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
             tried, self._probed = self._probed, None
             chosen = self._choice([replace(p, tok_s=self._expected(p)) for p in _distinct(ranking)])
+            untried = [p for p in _distinct(others) if self._untried(p)]
+            probe = max(untried, key=self._expected, default=None)
+            if probe is not None and self._expected(probe) < chosen.tok_s * (1 - PROBE):
+                probe = None
+            if tried is not None and probe is not None:  # the next try straight away: one move, not two
+                self._probed = probe.setup
+                self._enter(
+                    probe.setup,
+                    f"trying {probe.setup.label}, never measured: expected {self._expected(probe):.1f} "
+                    f"tok/s, within {PROBE:.0%} of {chosen.setup.label}'s {chosen.tok_s:.1f} (tried "
+                    f"{self.current.label}: {seen})",
+                )
+                return
             if tried is not None and _key(chosen.setup) != _key(self.current):  # after a try: as at a start
                 self._enter(
                     chosen.setup,
@@ -319,8 +342,6 @@ class AutoDraftSource:
                     f"{self._expected(best):.1f} (acceptance {self.alpha:.2f})",
                 )
                 return
-            untried = [p for p in _distinct(others) if self._untried(p)]
-            probe = max(untried, key=self._expected, default=None)
             if tried is None and probe is not None and self._expected(probe) >= now * (1 - PROBE):
                 self._probed = probe.setup
                 self._enter(
@@ -342,13 +363,14 @@ class AutoDraftSource:
             p
             for p in expected
             if p.tok_s >= best * (1 - START_MARGIN)
-            or (self.planner.share(_key(p.setup)) is not None and p.tok_s >= best * (1 - MARGIN))
+            or (self._share(p.setup) is not None and p.tok_s >= best * (1 - MARGIN))
         ]
         return simplest_near_best(near, margin=1.0)
 
     def _untried(self, p: Predicted) -> bool:
-        """A session no generation under this planner has measured, on a worker not marked slow."""
-        return self.planner.share(_key(p.setup)) is None and p.setup.worker not in self._slow
+        """A session no generation under this planner has measured, nor its mode on another worker, on a
+        worker not marked slow."""
+        return self._share(p.setup) is None and p.setup.worker not in self._slow
 
     def _switch_k(self, setup: Setup) -> None:
         """The same session at another k: nothing to reopen."""

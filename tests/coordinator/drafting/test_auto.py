@@ -280,5 +280,7 @@ def test_a_worker_is_kept_only_where_it_measured_more_than_the_margin_ahead(
     share = lambda label: 1.0 if "→" in label else local_share  # noqa: E731
     _decode(auto, planner, share, 150)
     assert auto.switches[0].to_setup.startswith("tree → M1 Max"), auto.switches
+    tried = [s.to_setup for s in auto.switches if s.reason.startswith("trying")]
+    assert tried and not any("→ M2 Pro" in t for t in tried), auto.switches  # its modes measured on M1 Max
     _decode(auto, planner, share, 20)  # the next generation
     assert (not auto.current.remote) == stays_local, auto.switches
