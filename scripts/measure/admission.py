@@ -8,6 +8,8 @@ same prompts begun without a prefill and admitted together
 decode one round, and the texts must agree.
 
     python scripts/measure/admission.py --model default@float32 --rows 4,8
+
+Its figures are in ``docs/serving.md#prompts-admitted-together``.
 """
 
 from __future__ import annotations
