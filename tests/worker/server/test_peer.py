@@ -10,9 +10,8 @@ import pytest
 
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
-from specwire.v1 import draft_pb2_grpc
 from specwire.wire.protocol import DRAFT_METHOD, EXECUTE_METHOD, PROTOCOL_VERSION
-from tests.support.credentials import channel as worker_channel
+from tests.support.calls import hello, refusal
 from tests.support.messages import open_request
 from tests.support.processes.workers import WorkerProcess
 
@@ -38,39 +37,22 @@ def _stream_open(version: int, fingerprint: str) -> bytes:
 BACKENDS = [(DRAFT_METHOD, _stream_open), (EXECUTE_METHOD, _tensor_open)]
 
 
-async def _refusal(address: str, method: str, message: bytes) -> grpc.aio.AioRpcError:
-    async with worker_channel(address) as channel:
-        call = channel.stream_stream(method)(timeout=60)
-        await call.write(message)
-        await call.done_writing()
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            async for _ in call:
-                pass
-            raise grpc.aio.AioRpcError(await call.code(), None, None, await call.details())
-        return err.value
-
-
-async def _hello(address: str) -> pb.HelloReply:
-    async with worker_channel(address) as channel:
-        return await draft_pb2_grpc.DraftWorkerStub(channel).Hello(pb.HelloRequest(), timeout=10)
-
-
 @pytest.mark.parametrize(("method", "opening"), BACKENDS, ids=["stream", "per-op"])
 async def test_a_vocabulary_mismatch_is_refused_and_the_worker_stays_up(
     tiny_worker: WorkerProcess, method: str, opening: Opening
 ) -> None:
-    hello = await _hello(tiny_worker.address)
-    err = await _refusal(tiny_worker.address, method, opening(PROTOCOL_VERSION, BAD_FP))
+    greeting = await hello(tiny_worker.address)
+    err = await refusal(tiny_worker.address, method, opening(PROTOCOL_VERSION, BAD_FP))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert BAD_FP in (err.details() or "") and hello.model.fingerprint in (err.details() or "")
-    after = await _hello(tiny_worker.address)
-    assert after.identity.boot_id == hello.identity.boot_id
+    assert BAD_FP in (err.details() or "") and greeting.model.fingerprint in (err.details() or "")
+    after = await hello(tiny_worker.address)
+    assert after.identity.boot_id == greeting.identity.boot_id
 
 
 @pytest.mark.parametrize(("method", "opening"), BACKENDS, ids=["stream", "per-op"])
 async def test_another_protocol_version_is_refused(
     tiny_worker: WorkerProcess, tiny: LoadedModel, method: str, opening: Opening
 ) -> None:
-    err = await _refusal(tiny_worker.address, method, opening(PROTOCOL_VERSION + 1, tiny.fingerprint))
+    err = await refusal(tiny_worker.address, method, opening(PROTOCOL_VERSION + 1, tiny.fingerprint))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert f"protocol version {PROTOCOL_VERSION + 1}" in (err.details() or "")

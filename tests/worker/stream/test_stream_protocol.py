@@ -18,8 +18,8 @@ from coordinator.drafting.local import LocalDraftSource
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
-from specwire.v1 import draft_pb2_grpc
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION
+from tests.support.calls import hello, refusal
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request
 from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
@@ -75,24 +75,6 @@ async def test_sampled_drafts_travel_exactly(tiny_worker: WorkerProcess, tiny: L
     check_message_counts(run)
 
 
-async def _session_status(address: str, *messages: bytes) -> grpc.aio.AioRpcError:
-    async with worker_channel(address) as channel:
-        call = channel.stream_stream(DRAFT_METHOD)(timeout=60)
-        for m in messages:
-            await call.write(m)
-        await call.done_writing()
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            async for _ in call:
-                pass
-            raise grpc.aio.AioRpcError(await call.code(), None, None, await call.details())
-        return err.value
-
-
-async def _hello(address: str) -> pb.HelloReply:
-    async with worker_channel(address) as channel:
-        return await draft_pb2_grpc.DraftWorkerStub(channel).Hello(pb.HelloRequest(), timeout=10)
-
-
 @pytest.mark.parametrize(
     ("messages", "fragment"),
     [
@@ -119,10 +101,10 @@ async def test_bad_messages_get_invalid_argument(
         messages = [open_request(fp, [1, 10**6])]
     elif messages == "big-k":
         messages = [open_request(fp, k=40)]
-    err = await _session_status(tiny_worker.address, *messages)
+    err = await refusal(tiny_worker.address, DRAFT_METHOD, *messages)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert fragment in err.details()
-    assert (await _hello(tiny_worker.address)).protocol_version == PROTOCOL_VERSION
+    assert (await hello(tiny_worker.address)).protocol_version == PROTOCOL_VERSION
 
 
 async def test_health_service_reports_serving(tiny_worker: WorkerProcess) -> None:
@@ -150,5 +132,5 @@ async def test_a_silent_session_is_freed_after_the_idle_timeout(tiny: LoadedMode
             assert replies == 2 and time.monotonic() - t0 >= IDLE_TIMEOUT_S * 0.9
             assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             assert "idle" in (err.value.details() or "")
-        hello = await _hello(worker.address)
-        assert hello.counters.sessions_active == 0 and hello.counters.sessions_opened == 1
+        greeting = await hello(worker.address)
+        assert greeting.counters.sessions_active == 0 and greeting.counters.sessions_opened == 1
