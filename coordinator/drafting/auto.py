@@ -51,12 +51,19 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from coordinator.decoding.results import RoundRecord
+from coordinator.drafting.auto_report import Decision, Segment, Switch
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.drafting.failover import abandon
-from coordinator.planning.planner import FORGET_ROUNDS, START_MARGIN, Planner, Session, simplest_near_best
+from coordinator.planning.planner import (
+    START_MARGIN,
+    Planner,
+    session_of,
+    sessions,
+    simplest_near_best,
+)
 from coordinator.planning.setups import (
     CHAIN_KS,
     Predicted,
@@ -83,47 +90,12 @@ RERANK = 0.05  # the predictions in use are redone once the acceptance estimate 
 AR_DRIFT = 1 / 32  # per AR round, the acceptance estimate moves this share back to the calibrated one
 
 
-@dataclass(frozen=True)
-class Switch:
-    """One move of the policy: when (round, seconds in, wall clock), from what, to what, and why."""
-
-    round: int
-    after_s: float
-    wall_time: float
-    from_setup: str
-    to_setup: str
-    reason: str
-
-
 @dataclass
 class _Seen:
     """The share a worker's set-up measured when it was marked slow, and at which round."""
 
     tok_s: float
     round: int
-
-
-@dataclass
-class Segment:
-    """A stretch of the generation on one set-up: its source (None: AR) and the rounds it served."""
-
-    setup: Setup
-    source: DraftSource | None
-    first_round: int
-    last_round: int = -1
-    lost: bool = False
-
-
-@dataclass
-class Decision:
-    """Why the generation started where it did: the set-up and the two predicted next to it."""
-
-    setup: str
-    predicted: list[tuple[str, float]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, object]:
-        """The JSON form: the set-up, and each of the three with its predicted tok/s."""
-        return {"setup": self.setup, "predicted": [{"setup": s, "tok_s": t} for s, t in self.predicted]}
 
 
 class AutoDraftSource:
@@ -175,7 +147,7 @@ class AutoDraftSource:
         )
         first = self._choice(expected)
         measured = self._share(first.setup) is not None
-        rest = [p for p in _distinct(expected) if _key(p.setup) != _key(first.setup)]
+        rest = [p for p in sessions(expected) if session_of(p.setup) != session_of(first.setup)]
         self.decision = Decision(
             first.setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in [first, *rest[:2]]]
         )
@@ -278,11 +250,11 @@ class AutoDraftSource:
     def _share(self, setup: Setup) -> float | None:
         """The session's measured share, else its mode's on another worker (the planner ranks workers
         by their pass curves and links, which it measured; what it misjudges is the mode)."""
-        own = self.planner.share(_key(setup))
+        own = self.planner.share(session_of(setup))
         if own is not None or not setup.remote:
             return own.value if own is not None else None
-        kin = [s for (mode, _), s in self.planner.shares.items() if mode == setup.mode]
-        kin = [s for s in kin if self.planner.rounds - s.round < FORGET_ROUNDS]
+        shares = (self.planner.share(key) for key in list(self.planner.shares) if key[0] == setup.mode)
+        kin = [s for s in shares if s is not None]
         return max(kin, key=lambda s: s.windows).value if kin else None
 
     def _learn_share(self, ranking: list[Predicted]) -> None:
@@ -292,7 +264,7 @@ class AutoDraftSource:
         if measured is None or predicted <= 0:
             return
         window = measured / predicted
-        mean = self.planner.learn(_key(self.current), window).value
+        mean = self.planner.learn(session_of(self.current), window).value
         # A worker is slow only if waiting for it explains the shortfall: were the wait gone, the window
         # would reach SLOW. Otherwise the window fell with the text (fewer tokens a round for any
         # drafter: a worker's tree served from its cache waits about nothing), and every set-up is
@@ -306,16 +278,16 @@ class AutoDraftSource:
     def _decide(self) -> None:
         ranking = self._ranking()
         self._learn_share(ranking)
-        mine = [p for p in ranking if _key(p.setup) == _key(self.current)]  # fastest k first
-        others = [p for p in ranking if _key(p.setup) != _key(self.current)]
+        mine = [p for p in ranking if session_of(p.setup) == session_of(self.current)]  # fastest k first
+        others = [p for p in ranking if session_of(p.setup) != session_of(self.current)]
         settled = self._since_switch > SETTLE + WINDOW
         if settled and mine and others:
             now, best = self._expected(mine[0]), max(others, key=self._expected)
             measured = self.measured_tok_s()
             seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
             tried, self._probed = self._probed, None
-            chosen = self._choice([replace(p, tok_s=self._expected(p)) for p in _distinct(ranking)])
-            untried = [p for p in _distinct(others) if self._untried(p)]
+            chosen = self._choice([replace(p, tok_s=self._expected(p)) for p in sessions(ranking)])
+            untried = [p for p in sessions(others) if self._untried(p)]
             probe = max(untried, key=self._expected, default=None)
             if probe is not None and self._expected(probe) < chosen.tok_s * (1 - PROBE):
                 probe = None
@@ -328,7 +300,9 @@ class AutoDraftSource:
                     f"{self.current.label}: {seen})",
                 )
                 return
-            if tried is not None and _key(chosen.setup) != _key(self.current):  # after a try: as at a start
+            if tried is not None and session_of(chosen.setup) != session_of(
+                self.current
+            ):  # after a try: as at a start
                 self._enter(
                     chosen.setup,
                     f"tried {self.current.label}: expected {now:.1f} tok/s ({seen}); {chosen.setup.label} "
@@ -455,19 +429,3 @@ def predicted_start(planner: Planner, temperature: float) -> Predicted:
     chooses before any round is measured (the calibrated acceptance, no worker lost)."""
     t = max(0.0, temperature)
     return simplest_near_best(planner.ranking(t, planner.prior(t)))
-
-
-def _key(setup: Setup) -> Session:
-    """A session: the mode and the worker (k may change within it)."""
-    return setup.mode, setup.worker
-
-
-def _distinct(ranking: list[Predicted]) -> list[Predicted]:
-    """The best k of each (mode, worker), fastest first."""
-    seen: set[tuple[str, str]] = set()
-    out = []
-    for p in ranking:
-        if _key(p.setup) not in seen:
-            seen.add(_key(p.setup))
-            out.append(p)
-    return out

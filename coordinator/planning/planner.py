@@ -156,3 +156,19 @@ def simplest_near_best(ranking: list[Predicted], margin: float = START_MARGIN) -
     near = [p for p in ranking if p.tok_s >= best * (1 - margin)]
     simplest = min(MODES.index(p.setup.mode) for p in near)
     return max((p for p in near if MODES.index(p.setup.mode) == simplest), key=lambda p: p.tok_s)
+
+
+def session_of(setup: Setup) -> Session:
+    """A session: the mode and the worker (k may change within it)."""
+    return setup.mode, setup.worker
+
+
+def sessions(ranking: list[Predicted]) -> list[Predicted]:
+    """The best k of each session, fastest first."""
+    seen: set[Session] = set()
+    out = []
+    for p in ranking:
+        if session_of(p.setup) not in seen:
+            seen.add(session_of(p.setup))
+            out.append(p)
+    return out
