@@ -152,7 +152,8 @@ def verify_auto(
     source: AutoDraftSource, result: GenerationResult
 ) -> tuple[bool, dict[str, Any], dict[str, Any]]:
     """Each of the drafting policy's sessions against the rounds it served; a lost one is counted, not
-    checked. Counters and identities by session, with the rounds each set-up served."""
+    checked, and one that served no round (opened as the generation ended) is marked unused. Counters
+    and identities by session, with the rounds each set-up served."""
     ok, sessions = True, []
     rounds_by_setup: dict[str, int] = {}
     by_worker: dict[str, dict[str, Any]] = {}
@@ -164,6 +165,9 @@ def verify_auto(
             continue
         if segment.lost:
             sessions.append({"setup": label, "lost": True, "rounds": len(served)})
+            continue
+        if not served:  # opened as the generation ended: it drafted nothing, so there is nothing to check
+            sessions.append({"setup": label, "rounds": 0, "unused": True})
             continue
         good, counters, identity = verify(segment.source, _served(served))
         ok = ok and good and bool(identity)
