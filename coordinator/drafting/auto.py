@@ -35,12 +35,9 @@ for one window: the planner cannot rank set-ups closer than its own error,
 and each try is paid once per ``FORGET_ROUNDS`` of the planner, not per
 generation. After a try, as at a generation's start, the policy goes to
 the simplest set-up within ``START_MARGIN`` of the best expected, or a
-measured one within the best's noise of it: ``MARGIN`` over one window of
-the best's own, shrinking with the square root of its windows, never below
-``START_MARGIN``. Close set-ups measure apart by their text as much as by
-their speed, so a worker is kept only where it measured ahead by more than
-its windows explain; one ahead by less is tried again until its share holds
-``SHARE_ROUNDS`` windows. In AR, the acceptance estimate drifts back to the calibrated
+measured one within ``MARGIN`` of it: close set-ups measure apart by their
+text as much as by their speed, so a worker is kept only where it measured
+clearly ahead. In AR, the acceptance estimate drifts back to the calibrated
 one, so drafting is tried again. Every move is kept with its reason.
 Switching opens the new set-up's session from the whole context so far; the
 target never notices, so the output is what the target's own decoding gives
@@ -61,7 +58,6 @@ from coordinator.drafting.auto_report import Decision, Segment, Switch
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.drafting.failover import abandon
 from coordinator.planning.planner import (
-    SHARE_ROUNDS,
     START_MARGIN,
     Planner,
     session_of,
@@ -291,7 +287,7 @@ class AutoDraftSource:
             seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
             tried, self._probed = self._probed, None
             chosen = self._choice([replace(p, tok_s=self._expected(p)) for p in sessions(ranking)])
-            untried = [p for p in sessions(others) if self._untried(p, chosen.tok_s)]
+            untried = [p for p in sessions(others) if self._untried(p)]
             probe = max(untried, key=self._expected, default=None)
             if probe is not None and self._expected(probe) < chosen.tok_s * (1 - PROBE):
                 probe = None
@@ -299,8 +295,7 @@ class AutoDraftSource:
                 self._probed = probe.setup
                 self._enter(
                     probe.setup,
-                    f"trying {probe.setup.label}, {self._evidence(probe.setup)}: "
-                    f"expected {self._expected(probe):.1f} "
+                    f"trying {probe.setup.label}, never measured: expected {self._expected(probe):.1f} "
                     f"tok/s, within {PROBE:.0%} of {chosen.setup.label}'s {chosen.tok_s:.1f} (tried "
                     f"{self.current.label}: {seen})",
                 )
@@ -311,7 +306,7 @@ class AutoDraftSource:
                 self._enter(
                     chosen.setup,
                     f"tried {self.current.label}: expected {now:.1f} tok/s ({seen}); {chosen.setup.label} "
-                    f"expected {chosen.tok_s:.1f}, the simplest within the best's measured noise",
+                    f"expected {chosen.tok_s:.1f}, the simplest measured within {MARGIN:.0%} of the best",
                 )
                 return
             if tried is None and self._expected(best) > now * (1 + MARGIN):
@@ -325,8 +320,7 @@ class AutoDraftSource:
                 self._probed = probe.setup
                 self._enter(
                     probe.setup,
-                    f"trying {probe.setup.label}, {self._evidence(probe.setup)}: "
-                    f"expected {self._expected(probe):.1f} "
+                    f"trying {probe.setup.label}, never measured: expected {self._expected(probe):.1f} "
                     f"tok/s, within {PROBE:.0%} of {self.current.label}'s {now:.1f} ({seen})",
                 )
                 return
@@ -336,42 +330,21 @@ class AutoDraftSource:
 
     def _choice(self, expected: list[Predicted]) -> Predicted:
         """Where to be, of ``expected`` (predictions times measured shares): the simplest set-up within
-        START_MARGIN of the best, or a measured one within the best's noise of it (``lead``). Close
-        set-ups measure apart by their text as much as by their speed, so a worker is kept only where it
-        measured ahead by more than its windows explain."""
-        top = max(expected, key=lambda p: p.tok_s)
-        best, noise = top.tok_s, self._lead(top.setup)
+        START_MARGIN of the best, or a measured one within MARGIN of it. Close set-ups measure apart by
+        their text as much as by their speed, so a worker is kept only where it measured clearly ahead."""
+        best = max(p.tok_s for p in expected)
         near = [
             p
             for p in expected
             if p.tok_s >= best * (1 - START_MARGIN)
-            or (self._share(p.setup) is not None and p.tok_s >= best * (1 - noise))
+            or (self._share(p.setup) is not None and p.tok_s >= best * (1 - MARGIN))
         ]
         return simplest_near_best(near, margin=1.0)
 
-    def _lead(self, setup: Setup) -> float:
-        """How far ahead ``setup`` must have measured to be taken over a simpler measured one: MARGIN for
-        one window of its own, shrinking as the square root of its windows, never below START_MARGIN."""
-        own = self.planner.share(session_of(setup))
-        return max(START_MARGIN, MARGIN / max(1, own.windows if own is not None else 1) ** 0.5)
-
-    def _untried(self, p: Predicted, chosen: float) -> bool:
-        """A session to try, on a worker not marked slow: one no generation under this planner has
-        measured, nor its mode on another worker; or one expected ahead of ``chosen`` by more than
-        START_MARGIN but less than its windows' noise (``_lead``), until its share holds SHARE_ROUNDS of
-        them: a lead one window cannot tell from its text is measured again, not dropped."""
-        if p.setup.worker in self._slow:
-            return False
-        if self._share(p.setup) is None:
-            return True
-        own = self.planner.share(session_of(p.setup))
-        ahead = self._expected(p) / max(chosen, 1e-9) - 1
-        return own is not None and own.windows < SHARE_ROUNDS and START_MARGIN < ahead <= self._lead(p.setup)
-
-    def _evidence(self, setup: Setup) -> str:
-        """What a try goes on: never measured, or measured over too few windows to tell."""
-        own = self.planner.share(session_of(setup))
-        return "never measured" if own is None else f"measured over {own.windows} window(s), too few to tell"
+    def _untried(self, p: Predicted) -> bool:
+        """A session no generation under this planner has measured, nor its mode on another worker, on a
+        worker not marked slow."""
+        return self._share(p.setup) is None and p.setup.worker not in self._slow
 
     def _switch_k(self, setup: Setup) -> None:
         """The same session at another k: nothing to reopen."""
