@@ -60,7 +60,6 @@ from specwire.logits.processors import Choices, ProcessedRows, chain_suffix
 from specwire.models.loading import LoadedModel
 from specwire.models.ragged_cache import (
     LayerRow,
-    RaggedLayout,
     RowStates,
     batchable,
     kv_rows,
@@ -156,7 +155,7 @@ class DecodingBatch:
             draft = (
                 prefill_together(self.draft.model, drafting, self.draft_prompts)[0]
                 if self.draft is not None and any(drafting)
-                else _rows_without_positions(self.draft_layout, len(group))
+                else self.draft_layout.holding([None] * len(group))  # no position yet
             )
             self.target_layout.extend(target)
             self.draft_layout.extend(draft)
@@ -331,13 +330,6 @@ class DecodingBatch:
         self.target_layout.tidy()
         self.draft_layout.tidy()
         return verdicts
-
-
-def _rows_without_positions(layout: RaggedLayout, rows: int) -> RaggedLayout:
-    """A layout like ``layout`` of ``rows`` rows that hold no position yet."""
-    empty = layout.empty()
-    empty.rebuild([None] * rows)
-    return empty
 
 
 def batch_refusal(target: LoadedModel, draft: LoadedModel | None) -> str | None:

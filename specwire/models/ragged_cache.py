@@ -163,15 +163,15 @@ class RaggedLayout:
     def add(self, layers: Sequence[LayerRow] | None) -> None:
         """A new last row holding ``layers`` (as ``row`` gives them: keys and values [1, heads, length,
         dim], or a recurrent layer's states; None for a row with no position yet)."""
-        one = self.empty()
-        one.rebuild([layers])
-        self.extend(one)
+        self.extend(self.holding([layers]))
 
-    def empty(self) -> RaggedLayout:
-        """A layout with no rows, its layers of the same kinds as these."""
+    def holding(self, rows: Sequence[Sequence[LayerRow] | None]) -> RaggedLayout:
+        """A new layout, its layers of the same kinds as these, whose row b holds ``rows[b]`` (as ``add``
+        takes them)."""
         layout = RaggedLayout()
         for layer in self.layers:
             type(layer)(layout)
+        layout.rebuild(rows)
         return layout
 
     def extend(self, other: RaggedLayout) -> None:

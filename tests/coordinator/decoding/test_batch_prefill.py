@@ -137,9 +137,7 @@ def test_extending_a_layout_keeps_every_rows_keys(tiny: LoadedModel) -> None:
         model(mx.array([seq]), cache=own)
         own_rows.append(kv_rows(own))
     layout.add(own_rows[0])
-    other = layout.empty()
-    other.rebuild(own_rows[1:])
-    layout.extend(other)
+    layout.extend(layout.holding(own_rows[1:]))
     layout.add(None)  # a row with no position yet
     assert layout.lengths() == [7, 20, 3, 0]
     for b, want in enumerate(own_rows):
