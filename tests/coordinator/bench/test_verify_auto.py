@@ -8,14 +8,14 @@ from coordinator.drafting.auto import AutoDraftSource
 from coordinator.drafting.auto_report import Segment
 from coordinator.planning.planner import Planner
 from specwire.drafting.draft_block import DraftBlock
-from tests.coordinator.drafting.test_auto import _measured
+from tests.support.measured import paper_setup
 
 
 def test_a_session_opened_as_the_generation_ended_is_unused_not_a_failed_check() -> None:
     """Measured on the hybrid preset: auto switched to a worker's set-up at the generation's last round; the
     session's open was sent and its reply never read, so its counters disagreed and the row printed no
     figure. A session that served no round drafted nothing; it is marked unused."""
-    planner = Planner(_measured())
+    planner = Planner(paper_setup())
     auto = AutoDraftSource(planner, lambda setup: None)
     ranking = planner.ranking(0.0, 0.7)
     local, remote = (next(p.setup for p in ranking if p.setup.remote == r) for r in (False, True))

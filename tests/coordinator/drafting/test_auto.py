@@ -24,7 +24,6 @@ from coordinator.drafting.auto import AUTO_K, SETTLE, WINDOW, AutoDraftSource
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.spec import DraftSpec
 from coordinator.pacing import CoordinatorPace
-from coordinator.planning.measured import MeasuredSetup, WorkerSpeed
 from coordinator.planning.planner import Planner
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.draft_block import DraftBlock
@@ -33,6 +32,7 @@ from specwire.emulation.pace import parse_pace
 from specwire.emulation.profile import PassCurve
 from specwire.models.loading import LoadedModel, load_model
 from tests.support.credentials import credentials
+from tests.support.measured import paper_setup
 from tests.support.processes.relay import delay_relay, free_port
 from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 from tests.support.prompts import PROMPTS, ar_tokens
@@ -46,17 +46,8 @@ SLOW_DELAY_MS = 40.0  # each way: rounds of about 40 ms become about 120 ms (3x 
 SETTLE_AND_WINDOW = SETTLE + WINDOW + 1  # rounds before auto may move
 
 
-def _measured(tree_b: bool = True) -> MeasuredSetup:
-    """The paper's machines, written as a measured set-up (two workers; ``b`` maybe without trees)."""
-    workers = (
-        WorkerSpeed("a", "M1 Max", "127.0.0.1:1", PassCurve(86.6), 3e-4, True, "d"),
-        WorkerSpeed("b", "M2 Pro", "127.0.0.1:2", PassCurve(62.9), 3e-4, tree_b, "d"),
-    )
-    return MeasuredSetup(PassCurve(42.4), PassCurve(140.2), None, workers)
-
-
 def test_the_planner_ranks_every_setup_it_can_run_and_leaves_out_the_rest() -> None:
-    planner = Planner(_measured(tree_b=False))
+    planner = Planner(paper_setup(tree_b=False))
     greedy = planner.ranking(0.0, 0.7)
     assert [p.tok_s for p in greedy] == sorted((p.tok_s for p in greedy), reverse=True)
     modes = {(p.setup.mode, p.setup.worker) for p in greedy}
@@ -71,7 +62,7 @@ def test_the_planner_ranks_every_setup_it_can_run_and_leaves_out_the_rest() -> N
 
 
 def test_trees_verified_in_one_pass_are_ranked_where_both_models_and_the_worker_can_pass_over_them() -> None:
-    with_trees = Planner(replace(_measured(tree_b=False), trees=True))
+    with_trees = Planner(replace(paper_setup(tree_b=False), trees=True))
     modes = {(p.setup.mode, p.setup.worker) for p in with_trees.ranking(0.0, 0.7)}
     assert {("local-tree", ""), ("tree-verify", "M1 Max")} <= modes
     assert ("tree-verify", "M2 Pro") not in modes  # its model cannot draft a tree
@@ -80,7 +71,7 @@ def test_trees_verified_in_one_pass_are_ranked_where_both_models_and_the_worker_
     assert ranked.index("local") < ranked.index("local-tree")
     sampled = {p.setup.mode for p in with_trees.ranking(0.7, 0.5)}  # a worker's tree: verified by draws
     assert "tree-verify" in sampled and "local-tree" not in sampled
-    without = {p.setup.mode for p in Planner(_measured()).ranking(0.0, 0.7)}  # a hybrid target, say
+    without = {p.setup.mode for p in Planner(paper_setup()).ranking(0.0, 0.7)}  # a hybrid target, say
     assert not without & {"local-tree", "tree-verify"}
 
 
@@ -215,7 +206,7 @@ def test_a_window_that_falls_with_the_text_does_not_make_the_worker_slow(waited:
     """Measured on the 70B profile: a tree served from the worker's cache waits for it about 2% of a round,
     and a hard stretch of text gives fewer tokens a round to any drafter; auto read that as the worker's
     fault and left the best row. Now only a shortfall the wait explains marks the worker slow."""
-    slow_target = replace(_measured(), target=PassCurve(12.8), trees=True)  # the 70B's decode rate
+    slow_target = replace(paper_setup(), target=PassCurve(12.8), trees=True)  # the 70B's decode rate
     planner = Planner(slow_target)
     auto = AutoDraftSource(planner, lambda setup: None)  # the policy's arithmetic alone: no sessions
     auto.start([1, 2, 3], SamplingParams(), AUTO_K)
@@ -254,7 +245,7 @@ def test_a_setup_predicted_within_the_planners_error_is_tried_once_and_kept_if_i
     """Measured on the hybrid preset: auto started on a worker's tree predicted 3% ahead of local tree SD
     and never measured local tree SD, which ran 6% faster than the set-up auto kept. Now each session
     predicted within PROBE of the current one is tried for a window, once in the planner's life."""
-    planner = Planner(replace(_measured(), trees=True))
+    planner = Planner(replace(paper_setup(), trees=True))
     auto = AutoDraftSource(planner, lambda setup: None)
     rival = "local tree SD"  # predicted 7% below the start (local SD k=2), within PROBE
     _decode(auto, planner, lambda label: rival_share if label == rival else 1.0, 120)
@@ -275,7 +266,7 @@ def test_a_worker_is_kept_only_where_it_measured_more_than_the_margin_ahead(
     were within 7% of each other, and a window of each measured its text as much as its speed: auto went
     by single windows and made 0.94x local tree SD. Now, once measured, the simplest set-up within MARGIN
     of the best is where a generation starts and where a try ends."""
-    planner = Planner(replace(_measured(), target=PassCurve(12.8), trees=True))  # a worker predicted first
+    planner = Planner(replace(paper_setup(), target=PassCurve(12.8), trees=True))  # a worker predicted first
     auto = AutoDraftSource(planner, lambda setup: None)
     share = lambda label: 1.0 if "→" in label else local_share  # noqa: E731
     _decode(auto, planner, share, 150)
