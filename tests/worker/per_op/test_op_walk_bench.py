@@ -29,15 +29,15 @@ from tests.worker.per_op.test_op_walk import ARCHITECTURES, build
 
 @pytest.mark.parametrize("architecture", ["gemma3", "phi3"])
 def test_the_per_op_row_is_lossless_and_verified(
-    architecture: str, tmp_path: Path, default_q4: LoadedModel
+    architecture: str, tmp_path: Path, tiny: LoadedModel
 ) -> None:
     module, args, per_block = ARCHITECTURES[architecture]
-    args: dict[str, Any] = {**args, "vocab_size": default_q4.vocab_size}
+    args: dict[str, Any] = {**args, "vocab_size": tiny.vocab_size}
     model = build(module, args)
     mx.eval(model.parameters())
     save_model(tmp_path / "model", model)
     save_config(args, config_path=tmp_path / "model" / "config.json")
-    default_q4.tokenizer.save_pretrained(str(tmp_path / "model"))
+    tiny.tokenizer.save_pretrained(str(tmp_path / "model"))
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The sky is blue because\n")
     with running_worker("--model", str(tmp_path / "model"), "--name", unique_name(architecture)) as worker:

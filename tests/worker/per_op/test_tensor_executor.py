@@ -141,20 +141,20 @@ def test_backend_can_be_switched_off() -> None:
 
 
 def test_a_qwen3_model_saved_to_disk_drafts_per_op_losslessly(
-    tmp_path: Path, default_q4: LoadedModel, tiny: LoadedModel
+    tmp_path: Path, tiny: LoadedModel
 ) -> None:
     # A qwen3 model (per-head q/k norms, tied head), saved as mlx-lm saves: walked from its own modules.
     args = {
         "model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "rms_norm_eps": 1e-6,
-        "vocab_size": default_q4.vocab_size, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+        "vocab_size": tiny.vocab_size, "max_position_embeddings": 4096, "rope_theta": 10000.0,
         "tie_word_embeddings": True,
     }  # fmt: skip
     model = qwen3.Model(qwen3.ModelArgs.from_dict(args))
     mx.eval(model.parameters())
     save_model(tmp_path, model)
     save_config(args, config_path=tmp_path / "config.json")
-    default_q4.tokenizer.save_pretrained(str(tmp_path))
+    tiny.tokenizer.save_pretrained(str(tmp_path))
     with running_worker("--model", str(tmp_path), "--name", unique_name("qwen3")) as w:
         assert w.ready["backends"] == ["stream", "ggml-rpc"]
         common = ["--prompt", "hi", "--target", "tiny", "--draft", "remote", "--worker", w.address]

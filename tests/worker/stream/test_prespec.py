@@ -1,9 +1,9 @@
 """Pre-speculation: branches drafted ahead are exactly the drafts on demand, and are served only on a hit.
 
 The first tests drive the worker's session in-process on tiny models; the
-last speak to real ``worker serve`` subprocesses: the tiny model for the
-protocol (hits, misses, sampled drafts), the default model for lossless
-output at T = 0.
+last speak to a real ``worker serve`` subprocess of the tiny model for the
+protocol (hits, misses, sampled drafts). Lossless output at T = 0 through a
+worker of the default model: ``test_prespec_lossless.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request, round_request
 from tests.support.models.tiny_models import disagreeing_pair, hybrid_pair
 from tests.support.processes.workers import WorkerProcess
-from tests.support.prompts import MAX_TOKENS, PROMPTS, ar_tokens
+from tests.support.prompts import PROMPTS
 from tests.support.remote import generate_remote
 from tests.support.rounding import first_divergence, rounding_gap, top2_gap
 from tests.support.session_source import SessionSource
@@ -248,24 +248,6 @@ async def test_forced_hit_is_served_from_the_cache_and_forced_miss_is_drafted(
     assert after.prespec_hits - before.prespec_hits == 1
     assert after.prespec_misses - before.prespec_misses == 1
     print(f"hit answered in {hit_s * 1e3:.1f} ms; saved {hit.speculation.saved_ns / 1e6:.1f} ms of compute")
-
-
-@pytest.mark.anyio
-async def test_prespec_is_lossless_at_t0(worker: WorkerProcess, default_f32: LoadedModel) -> None:
-    prompts = [default_f32.tokenizer.encode(PROMPTS[2])]  # math, whose AR test_lossless already made
-    batched = pb.PreSpeculation(enabled=True, batch=4)  # the default model's branches, four a pass
-    runs = await generate_remote(
-        worker.address, default_f32, prompts, 4, MAX_TOKENS, SamplingParams(), batched
-    )
-    for prompt, run in zip(prompts, runs, strict=True):
-        assert run.result.tokens == ar_tokens(default_f32, prompt)
-        served = [r.draft.speculation for r in run.result.rounds if r.draft.calls]
-        assert served[0] == "" and all(s in ("hit", "partial", "miss") for s in served[1:])
-        assert run.worker_counters.prespec_hits == served.count("hit")
-        assert run.worker_counters.prespec_misses == served.count("miss")
-        # Which rounds it serves whole depends on how this CPU shares its cores with the target; that
-        # it drafted ahead does not (hits are tested on the tiny model, where timing is controlled).
-        assert run.worker_counters.speculative_passes > 0
 
 
 @pytest.mark.anyio
