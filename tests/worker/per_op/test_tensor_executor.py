@@ -140,9 +140,7 @@ def test_backend_can_be_switched_off() -> None:
         assert "does not offer the ggml-rpc backend" in one_error_line(out.stderr)
 
 
-def test_a_qwen3_model_saved_to_disk_drafts_per_op_losslessly(
-    tmp_path: Path, tiny: LoadedModel
-) -> None:
+def test_a_qwen3_model_saved_to_disk_drafts_per_op_losslessly(tmp_path: Path, tiny: LoadedModel) -> None:
     # A qwen3 model (per-head q/k norms, tied head), saved as mlx-lm saves: walked from its own modules.
     args = {
         "model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64,
