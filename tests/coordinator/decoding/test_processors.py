@@ -39,7 +39,7 @@ from tests.coordinator.decoding.test_rejection_sampling import (
     exact_joint,
     sd_joint_counts,
 )
-from tests.support.models.tiny_models import as_loaded, tiny_llama
+from tests.support.models.tiny_models import sampling_pair
 from tests.support.session_source import SessionSource
 
 PENALTIES = Penalties(
@@ -50,9 +50,7 @@ SAMPLING = {"temperature": 1.0, "top_k": 6, "min_p": 0.02, "draft_top_k": 4}
 
 @pytest.fixture(scope="module")
 def pair() -> tuple[LoadedModel, LoadedModel]:
-    target, args = tiny_llama(0)
-    draft, _ = tiny_llama(1)
-    return as_loaded(target, args, "tiny-target"), as_loaded(draft, args, "tiny-draft")
+    return sampling_pair()
 
 
 def test_penalties_are_mlx_lms() -> None:
