@@ -183,8 +183,9 @@ async def test_a_worker_that_slows_down_is_left_within_ten_rounds(
     assert tokens == ar_tokens(target, target.tokenizer.encode(PROMPTS[4]), MAX_TOKENS)
     first, *moves = source.switches
     assert first.to_setup.startswith(tuple(f"{m} → fast" for m in ("stream", "tree", "tree-verify")))
-    left = next(s for s in moves if "→ fast" not in s.to_setup)  # the first set-up without the worker
-    assert harmed_at and left.round - harmed_at <= LEAVE_WITHIN_ROUNDS, (harmed_at, source.switches)
+    left = next((s for s in moves if "→ fast" not in s.to_setup), None)  # the first set-up without it
+    assert harmed_at and left is not None, f"harmed at round {harmed_at}, never left: {source.switches}"
+    assert left.round - harmed_at <= LEAVE_WITHIN_ROUNDS, (harmed_at, source.switches)
     assert "measured" in left.reason or "measured" in moves[0].reason
 
 
