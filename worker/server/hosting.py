@@ -131,11 +131,7 @@ class SessionHost:
         """Run one session to its end and set the stream's status from how it ended."""
         context = loop.context
         try:
-            try:
-                self._admit()
-            except (SpecwireError, SessionEnded):
-                await _opening_read(requests)
-                raise
+            await self._admit(requests)
             self.totals.sessions_active += 1
             try:
                 await self._run(requests, loop)
@@ -149,13 +145,21 @@ class SessionHost:
             context.set_code(grpc.StatusCode.UNAVAILABLE)
             context.set_details(str(err))
 
-    def _admit(self) -> None:
+    async def _admit(self, requests: AsyncIterator[bytes]) -> None:
+        """Raise why a new session is refused, once its first message is read (``_opening_read``)."""
+        refusal = self._refusal()
+        if refusal is not None:
+            await _opening_read(requests)
+            raise refusal
+
+    def _refusal(self) -> SpecwireError | SessionEnded | None:
         if self.shutting_down.is_set():
-            raise SessionEnded(f"worker {self.info.name} is shutting down")
+            return SessionEnded(f"worker {self.info.name} is shutting down")
         if self.totals.sessions_active >= self.info.max_sessions:
-            raise CapacityError(
+            return CapacityError(
                 f"worker {self.info.name} is serving its maximum of {self.info.max_sessions} sessions"
             )
+        return None
 
     async def _run(self, requests: AsyncIterator[bytes], loop: StreamLoop) -> None:
         error: BaseException | None = None
