@@ -7,7 +7,6 @@ the whole time. Its event loop must not wait behind that work.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,7 +24,7 @@ from specwire.v1 import draft_pb2_grpc
 from specwire.wire.protocol import DRAFT_METHOD
 from tests.support.credentials import ProvingChannel
 from tests.support.credentials import channel as worker_channel
-from tests.support.messages import open_request, round_request
+from tests.support.messages import open_request, refused_open, round_request
 from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
 
 pytestmark = [pytest.mark.anyio, pytest.mark.serial]  # serial: it times Hello, health and a refusal
@@ -95,13 +94,10 @@ async def test_a_busy_worker_answers_hello_health_bonjour_and_refuses_a_ninth_at
         assert status.status == health_pb2.HealthCheckResponse.SERVING
         assert health_s < PROMPT_S, f"the health check took {health_s:.2f} s"
 
-        ninth = channel.stream_stream(DRAFT_METHOD)(timeout=10)
         t0 = time.perf_counter()
-        with contextlib.suppress(grpc.aio.AioRpcError):  # the refusal may come before the write ends
-            await ninth.write(open_request(tiny.fingerprint))
-        code = await ninth.code()
+        code, details = await refused_open(channel, tiny.fingerprint)
         refused_s = time.perf_counter() - t0
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, await ninth.details()
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
         assert refused_s < PROMPT_S, f"the ninth session was refused after {refused_s:.2f} s"
 
         async with WorkerDirectory(["127.0.0.1"]) as directory:

@@ -11,7 +11,6 @@ the race returns. How promptly a busy worker refuses is timed in
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 
 import grpc
@@ -20,7 +19,7 @@ import pytest
 from specwire.models.loading import LoadedModel
 from specwire.wire.protocol import DRAFT_METHOD
 from tests.support.credentials import channel as worker_channel
-from tests.support.messages import open_request
+from tests.support.messages import open_request, refused_open
 from tests.support.processes.workers import running_worker, unique_name
 
 REFUSED_OPENS = 300
@@ -36,9 +35,7 @@ async def test_every_session_past_the_maximum_is_refused_as_resource_exhausted(t
             await held.read()  # opened: the worker's one session is taken
             codes: Counter[grpc.StatusCode] = Counter()
             for _ in range(REFUSED_OPENS):
-                call = channel.stream_stream(DRAFT_METHOD)(timeout=30)
-                with contextlib.suppress(grpc.aio.AioRpcError):  # the refusal may end the call mid-write
-                    await call.write(open_request(tiny.fingerprint))
-                codes[await call.code()] += 1
+                code, _ = await refused_open(channel, tiny.fingerprint, timeout=30)
+                codes[code] += 1
             held.cancel()
     assert codes == {grpc.StatusCode.RESOURCE_EXHAUSTED: REFUSED_OPENS}, codes
