@@ -48,7 +48,7 @@ from coordinator.decoding.acceptance import (
 )
 from coordinator.decoding.results import GenerationResult, RoundRecord
 from coordinator.decoding.rollback import Rollback, warm_states
-from coordinator.drafting.base import DraftSource, Outcome
+from coordinator.drafting.base import DraftSource, Outcome, offer_processing
 from specwire.drafting.drafter import DraftBlock, prefill_cached
 from specwire.drafting.prefix_cache import PrefixCache, Reuse
 from specwire.drafting.sampling import SamplingParams
@@ -157,9 +157,8 @@ class SpeculativeDecoder:
         start = time.perf_counter_ns()
         try:
             if source is not None:
+                offer_processing(source, processing)  # its drafts processed as the verdict will be
                 source.start(prompt, params, min(k, max_tokens - 1))
-                if processing is not None and hasattr(source, "use_processing"):
-                    source.use_processing(processing)  # its drafts processed as the verdict will be
             decoding = Decoding(self, prompt, max_tokens, k, params, source, start, on_tokens, halt, prefill)
             decoding.processing = processing
             return decoding

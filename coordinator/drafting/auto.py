@@ -55,7 +55,7 @@ from dataclasses import dataclass, replace
 
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto_report import Decision, Segment, Switch
-from coordinator.drafting.base import DraftSource, Outcome
+from coordinator.drafting.base import DraftSource, Outcome, offer_processing
 from coordinator.drafting.failover import abandon
 from coordinator.planning.planner import (
     START_MARGIN,
@@ -134,7 +134,6 @@ class AutoDraftSource:
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Choose the set-up for this generation and open it with the prompt."""
         self._params, self._temperature = params, 0.0 if params.greedy else params.temperature
-        self._processing = None
         self._context, self._last, self._round = list(prompt), [], 0
         self.switches, self.segments, self._lost, self._slow = [], [], set(), {}
         self._text, self._probed, self._ranked = 1.0, None, None
@@ -155,11 +154,10 @@ class AutoDraftSource:
         reason = "predicted fastest" if first is expected[0] else "predicted as fast, simpler"
         self._enter(first.setup, f"{reason}, as measured before" if measured else reason)
 
-    def use_processing(self, processing: Processing) -> None:
-        """Draft under the request's penalties and grammar too, in every set-up that drafts locally."""
+    def use_processing(self, processing: Processing | None) -> None:
+        """The next generation's penalties and grammar (before ``start``), offered to every set-up it
+        opens, on a worker too."""
         self._processing = processing
-        if self.source is not None and hasattr(self.source, "use_processing"):
-            self.source.use_processing(processing)
 
     def k_now(self) -> int:
         """Drafts this round asks for (0: an autoregressive round)."""
@@ -376,9 +374,8 @@ class AutoDraftSource:
             try:
                 source = self.build(setup)
                 if source is not None:
+                    offer_processing(source, self._processing)
                     source.start(self._context, self._params, setup.k)
-                    if self._processing is not None and hasattr(source, "use_processing"):
-                        source.use_processing(self._processing)
             except RemoteWorkerError as err:
                 segment.lost, segment.source = True, source
                 abandon(source)

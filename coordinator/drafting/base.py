@@ -8,6 +8,7 @@ from typing import Protocol
 
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
+from specwire.logits.processors import Processing
 
 
 @dataclass(frozen=True)
@@ -49,3 +50,12 @@ class DraftSource(Protocol):
     def close(self) -> None:
         """End the session and free its state; safe to call twice."""
         ...
+
+
+def offer_processing(source: object, processing: Processing | None) -> None:
+    """Tell ``source``, before its ``start``, the next generation's penalties and grammar (None: none), so
+    that its drafts are chosen from logits processed as the verdict will be; a source without
+    ``use_processing`` drafts unprocessed (still lossless: the verdict is the target's)."""
+    use = getattr(source, "use_processing", None)
+    if use is not None:
+        use(processing)

@@ -25,10 +25,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from coordinator.drafting.base import DraftSource, Outcome
+from coordinator.drafting.base import DraftSource, Outcome, offer_processing
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError, RemoteWorkerError, SpecwireError
+from specwire.logits.processors import Processing
 
 log = logging.getLogger(__name__)
 POLICIES = ("failover", "local", "ar", "fail")
@@ -69,6 +70,11 @@ class FailoverDraftSource:
         self._last: list[int] = []
         self._params = SamplingParams()
         self._failed: set[str] = set()
+        self._processing: Processing | None = None  # the generation's, offered to each source it opens
+
+    def use_processing(self, processing: Processing | None) -> None:
+        """The next generation's penalties and grammar (before ``start``)."""
+        self._processing = processing
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Begin on the first worker; if it fails right away, recover like any other loss."""
@@ -104,6 +110,7 @@ class FailoverDraftSource:
         """Open a session on the current source with the accepted context, recovering from losses."""
         while self.current is not None:
             try:
+                offer_processing(self.current, self._processing)
                 self.current.start(self._context, self._params, k)
                 return
             except RemoteWorkerError as err:

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.drafting.base import DraftSource, Outcome
+from coordinator.drafting.base import DraftSource, Outcome, offer_processing
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
+from specwire.logits.processors import Processing
 from specwire.models.loading import LoadedModel
 
 
@@ -41,6 +42,7 @@ class FilledDraftSource:
         self.name = f"{remote.name}+fill:{draft.spec}"
         self.filled = 0  # drafts made here, over the session
         self._drafter: Drafter | None = None
+        self._processing: Processing | None = None  # the next generation's (use_processing)
         self._last: list[int] = []
         self._round = 0
 
@@ -49,11 +51,17 @@ class FilledDraftSource:
         """Workers lost on the way (the remote source's record)."""
         return list(getattr(self.remote, "losses", []))
 
+    def use_processing(self, processing: Processing | None) -> None:
+        """The next generation's penalties and grammar, for the worker's drafts and those made here."""
+        offer_processing(self.remote, processing)
+        self._processing = processing
+
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Open the worker's session (it prefills meanwhile), then prefill the local draft model."""
         self.filled, self._last, self._round = 0, [], 0
         self.remote.start(prompt, params, k)
         self._drafter = Drafter(self.draft.model, params)
+        self._drafter.processing = self._processing
         self._drafter.start(prompt)
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:

@@ -21,16 +21,17 @@ class LocalDraftSource:
         self.name = f"local:{draft.spec}"
         self.prefix_cache = prefix_cache  # the draft's prompt cache across generations (serve)
         self._drafter: Drafter | None = None
+        self._processing: Processing | None = None  # the next generation's (use_processing)
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Prefill the prompt into a fresh draft cache (from the prompt cache, when one is kept)."""
         self._drafter = Drafter(self.draft.model, params)
+        self._drafter.processing = self._processing
         self._drafter.start(prompt, self.prefix_cache)
 
-    def use_processing(self, processing: Processing) -> None:
-        """Draft under the request's penalties and grammar too (after ``start``)."""
-        if self._drafter is not None:
-            self._drafter.processing = processing
+    def use_processing(self, processing: Processing | None) -> None:
+        """Draft the next generation under the request's penalties and grammar (before ``start``)."""
+        self._processing = processing
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Apply the last outcome, then draft ``k`` tokens."""

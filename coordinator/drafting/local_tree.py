@@ -170,9 +170,9 @@ class LocalTreeDraftSource:
         self._context = list(prompt)
         self._nodes, self._fed, self._sent, self._grown_at = [], {}, None, None
 
-    def use_processing(self, processing: Processing) -> None:
-        """Draft under the request's penalties and grammar too: each node's children chosen from its
-        processed logits (its path the suffix), as the verdict will be."""
+    def use_processing(self, processing: Processing | None) -> None:
+        """Draft the next generation under the request's penalties and grammar (before ``start``): each
+        node's children chosen from its processed logits (its path the suffix), as the verdict will be."""
         self.processing = processing
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:

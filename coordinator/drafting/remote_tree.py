@@ -35,12 +35,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from coordinator.drafting.base import DraftSource, Outcome
+from coordinator.drafting.base import DraftSource, Outcome, offer_processing
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
+from specwire.logits.processors import Processing
 from specwire.models.loading import LoadedModel
 
 FIRST_K = 2  # the first round's chain, drafted by the worker on demand while it prefills the tree
@@ -72,6 +73,11 @@ class RemoteTreeDraftSource:
     def losses(self) -> list:
         """Workers lost on the way (the remote source's record)."""
         return list(getattr(self.remote, "losses", []))
+
+    def use_processing(self, processing: Processing | None) -> None:
+        """The next generation's penalties and grammar, for the worker's trees and the local ones."""
+        offer_processing(self.remote, processing)
+        self.local.use_processing(processing)
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Open the worker's session (it prefills meanwhile), then prefill the local draft model."""

@@ -31,7 +31,9 @@ from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import counted
 from specwire.errors import InvalidArgumentError, RemoteWorkerError
+from specwire.logits.processors import Processing
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.processing import processing_to_pb
 from specwire.wire.protocol import (
     DRAFT_METHOD,
     PROTOCOL_VERSION,
@@ -71,6 +73,7 @@ class StreamDraftSource:
         self.round_timeout = round_timeout
         self.prespec = prespec
         self.name = f"stream+prespec:{connection.name}" if prespec else f"stream:{connection.name}"
+        self.processing: Processing | None = None  # the next generation's penalties and grammar
         self._stream: StreamCall | None = None
         self._reset()
 
@@ -96,6 +99,11 @@ class StreamDraftSource:
         return self.connection.name
 
     # The engine's interface; called on the compute thread.
+
+    def use_processing(self, processing: Processing | None) -> None:
+        """The next generation's penalties and grammar (before ``start``): the Open carries them, and the
+        worker drafts under them."""
+        self.processing = processing
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Open a session on the worker; it prefills and drafts k tokens right away."""
@@ -181,6 +189,7 @@ class StreamDraftSource:
                 vocab_fingerprint=self.fingerprint,
                 prespec=prespec,
                 cache_key=self.cache_key,
+                processing=processing_to_pb(self.processing),
             )
         )
         self._open_record = await self._send(request, "opening a session")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
+from specwire.drafting.sampling import SparseDistribution
+
 BLOCK = 64  # logits per block when looking for a row's likeliest tokens
 SPANS = 8  # blocks kept a row: they hold its likeliest tokens and normalise their probabilities
 
@@ -77,3 +79,16 @@ def _ranked_with_numpy(rows: mx.array, width: int) -> tuple[np.ndarray, np.ndarr
         logits[every, best] = -np.inf
     probs = np.exp(values - top - log_total[:, None]).astype(np.float32)
     return ids, probs
+
+
+def likeliest(row: np.ndarray, width: int) -> SparseDistribution:
+    """A processed logits row's ``width`` likeliest tokens (lower id first among equals) and their
+    probabilities over the whole row; tokens it masks (-inf) are never among them."""
+    allowed = np.flatnonzero(np.isfinite(row))
+    if not allowed.size:
+        return SparseDistribution(np.zeros(0, np.int64), np.zeros(0, np.float64))
+    values = row[allowed]
+    order = np.lexsort((allowed, -values))[:width]
+    top = values.max()
+    log_total = np.log(np.exp(values - top).sum())
+    return SparseDistribution(allowed[order].astype(np.int64), np.exp(values[order] - top - log_total))

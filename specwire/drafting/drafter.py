@@ -33,7 +33,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from specwire.drafting.choices import top_choices
+from specwire.drafting.choices import likeliest, top_choices
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.prefix_cache import PrefixCache, Reuse, shared_prefix
 from specwire.drafting.rollback import Checkpoints
@@ -162,7 +162,7 @@ class Drafting:
         self.batch = None  # drafted on from the drafter's own cache from here
         t0 = time.perf_counter_ns()
         drafter = self.drafter
-        if drafter.params.greedy and (drafter.processing is None or self.alternatives):
+        if drafter.params.greedy and drafter.processing is None:
             drafter.greedy_passes(self, n)
         else:
             drafter.sampled_passes(self, n)
@@ -406,19 +406,24 @@ class Drafter:
 
     def sampled_passes(self, block: Drafting, n: int) -> None:
         """Extend ``block`` by ``n`` drafts sampled from the truncated q with the block's generator (or,
-        greedy with ``processing``, the processed argmax), a pass and a host read each."""
+        greedy with ``processing``, the processed argmax), a pass and a host read each. ``processing``
+        has accepted the context: a block's suffix is what its prefix adds to it (a branch's verdict),
+        then its drafts."""
+        ahead = block.prefix[len(self.context) :] if self.processing is not None else []
         for _ in range(n):
             sequence = block.prefix + block.tokens
             row = self._forward(sequence).astype(mx.float32)
             self._settle(row)
             logits = np.array(row)
             if self.processing is not None:
-                logits = self.processing.row(logits, block.tokens)
+                logits = self.processing.row(logits, [*ahead, *block.tokens])
             token, dist = choose_draft_token(logits, self.params, block.rng)
             if dist is not None:
                 block.dists.append(dist)
                 if block.alternatives:
                     block.candidates.append(dist)
+            elif block.alternatives:  # greedy under processing: the processed row's likeliest
+                block.candidates.append(likeliest(logits, block.alternatives))
             # The token goes last: a reader on another thread may take every token it sees.
             block.tokens.append(token)
         # The last draft is never fed: the cache holds everything before it.

@@ -70,17 +70,20 @@ def json_schema_grammar(schema: object, what: str, lltokenizer: Any) -> GrammarS
 
     if not isinstance(schema, dict):
         raise InvalidArgumentError(f"{what} must be a JSON schema object")
-    return _checked(LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT), what, lltokenizer)
+    grammar = LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)
+    return checked_grammar(grammar, what, lltokenizer)
 
 
 def lark_grammar(lark: str, what: str, lltokenizer: Any) -> GrammarSpec:
     """A grammar in llguidance's Lark dialect (``%json {...}`` embeds a JSON schema)."""
     from llguidance import LLMatcher
 
-    return _checked(LLMatcher.grammar_from_lark(lark), what, lltokenizer)
+    return checked_grammar(LLMatcher.grammar_from_lark(lark), what, lltokenizer)
 
 
-def _checked(grammar: str, what: str, lltokenizer: Any) -> GrammarSpec:
+def checked_grammar(grammar: str, what: str, lltokenizer: Any) -> GrammarSpec:
+    """``grammar`` (llguidance's serialized form) for ``lltokenizer``'s model; ``InvalidArgumentError``
+    naming ``what`` when the model cannot take it (a worker checks a coordinator's grammar here)."""
     from llguidance import LLMatcher
 
     error = LLMatcher.validate_grammar(grammar, lltokenizer)

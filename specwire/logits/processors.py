@@ -99,6 +99,7 @@ class Processing:
         self.logprobs_out: list[TokenLogprob] = []
         self.ns = 0  # time spent processing rows (drafts' and verdicts'), and how many
         self.rows = 0
+        self.output = 0  # tokens accepted after ``history`` (a session opened later starts the grammar there)
         self._recent = list(history[-PENALTY_CONTEXT:])
         bias = penalties.logit_bias
         self._bias_ids = np.array([t for t, _ in bias], dtype=np.int64)
@@ -161,6 +162,7 @@ class Processing:
     def accept(self, tokens: Sequence[int]) -> None:
         """The output grew by ``tokens``."""
         self._recent = [*self._recent, *tokens][-PENALTY_CONTEXT:]
+        self.output += len(tokens)
         if self.constraint is not None:
             self.constraint.accept(tokens)
 

@@ -182,7 +182,7 @@ class DraftRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., round: _Optional[_Union[Round, _Mapping]] = ..., verifying: _Optional[_Union[Verifying, _Mapping]] = ...) -> None: ...
 
 class Open(_message.Message):
-    __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint", "prespec", "cache_key")
+    __slots__ = ("protocol_version", "prompt_tokens", "sampling", "k", "vocab_fingerprint", "prespec", "cache_key", "processing")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +190,7 @@ class Open(_message.Message):
     VOCAB_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     PRESPEC_FIELD_NUMBER: _ClassVar[int]
     CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
+    PROCESSING_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     prompt_tokens: _containers.RepeatedScalarFieldContainer[int]
     sampling: SamplingParams
@@ -197,7 +198,33 @@ class Open(_message.Message):
     vocab_fingerprint: str
     prespec: PreSpeculation
     cache_key: str
-    def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ..., cache_key: _Optional[str] = ...) -> None: ...
+    processing: LogitsProcessing
+    def __init__(self, protocol_version: _Optional[int] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., k: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., prespec: _Optional[_Union[PreSpeculation, _Mapping]] = ..., cache_key: _Optional[str] = ..., processing: _Optional[_Union[LogitsProcessing, _Mapping]] = ...) -> None: ...
+
+class LogitsProcessing(_message.Message):
+    __slots__ = ("logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty", "grammar", "grammar_source", "output_tokens")
+    class LogitBiasEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
+    LOGIT_BIAS_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    PRESENCE_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    GRAMMAR_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    logit_bias: _containers.ScalarMap[int, float]
+    repetition_penalty: float
+    presence_penalty: float
+    frequency_penalty: float
+    grammar: str
+    grammar_source: str
+    output_tokens: int
+    def __init__(self, logit_bias: _Optional[_Mapping[int, float]] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., grammar: _Optional[str] = ..., grammar_source: _Optional[str] = ..., output_tokens: _Optional[int] = ...) -> None: ...
 
 class PreSpeculation(_message.Message):
     __slots__ = ("enabled", "budget", "fanout", "batch", "fill", "tree")

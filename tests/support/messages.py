@@ -19,6 +19,7 @@ def open_request(
     k: int = 2,
     prespec: pb.PreSpeculation | None = None,
     params: SamplingParams | None = None,
+    processing: pb.LogitsProcessing | None = None,
 ) -> bytes:
     """An encoded Open message (greedy sampling unless ``params`` say otherwise)."""
     return pb.DraftRequest(
@@ -29,6 +30,7 @@ def open_request(
             k=k,
             vocab_fingerprint=fingerprint,
             prespec=prespec,
+            processing=processing,
         )
     ).SerializeToString()
 

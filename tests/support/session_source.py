@@ -16,8 +16,10 @@ from collections.abc import Sequence
 
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
+from specwire.logits.processors import Processing
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.processing import processing_to_pb
 from specwire.wire.protocol import PROTOCOL_VERSION, sampling_to_pb
 from worker.server.hosting import WorkerCounters
 from worker.stream.session import DraftSession
@@ -39,6 +41,11 @@ class SessionSource:
         self._first: DraftBlock | None = None
         self._seq = 0
         self._planned = False
+        self.processing: Processing | None = None
+
+    def use_processing(self, processing: Processing | None) -> None:
+        """The next generation's penalties and grammar: the Open carries them, as a stream source's."""
+        self.processing = processing
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         msg = pb.Open(
@@ -48,6 +55,7 @@ class SessionSource:
             k=k,
             vocab_fingerprint=self.model.fingerprint,
             prespec=self.prespec,
+            processing=processing_to_pb(self.processing),
         )
         self._session = DraftSession(self.model, msg, self.totals)
         self._session.prefill()

@@ -40,6 +40,7 @@ from specwire.emulation.pace import Pacer, buckets_of
 from specwire.errors import InvalidArgumentError
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
+from specwire.wire.processing import processing_from_pb
 from specwire.wire.protocol import MAX_TREE_NODES, sampling_from_pb
 from worker.server.hosting import WorkerCounters
 from worker.stream.checks import check_open, check_round, check_tree, prespec_config
@@ -98,6 +99,8 @@ class DraftSession:
         self.k = open_msg.k
         self.prompt = list(open_msg.prompt_tokens)
         self.drafter = Drafter(model.model, sampling_from_pb(open_msg.sampling))
+        if open_msg.HasField("processing"):  # drafts chosen as the target's verdict will process them
+            self.drafter.processing = processing_from_pb(open_msg.processing, model, self.prompt)
         config = prespec_config(open_msg.prespec, prespec_defaults or PrespecConfig())
         self.tree = None
         if config is not None and config.tree:
@@ -385,7 +388,11 @@ class DraftSession:
             self.tree.observe(list(msg.appended))
         elif self.speculator is not None:
             self.speculator.rate.observe(msg.accepted, self._drafted)
+        processing = self.drafter.processing
+        appended = self.drafter.verdict_tokens(msg.accepted, msg.token, list(msg.appended))
         self.drafter.apply(msg.accepted, msg.token, list(msg.appended))
+        if processing is not None:
+            processing.accept(appended)
 
     def _draft_on_demand(self, k: int) -> DraftBlock:
         drafting = self.drafter.drafting(k, self._alternatives)

@@ -54,7 +54,7 @@ from specwire.drafting.ahead.prespec_config import PrespecConfig
 from specwire.drafting.ahead.speculation import AcceptanceRate
 from specwire.drafting.ahead.tree_arena import NONE, TreeArena
 from specwire.drafting.ahead.tree_table import NodeTable
-from specwire.drafting.choices import top_choices_now
+from specwire.drafting.choices import likeliest, top_choices_now
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.sampling import SparseDistribution
 from specwire.emulation.pace import hold_pass
@@ -337,10 +337,14 @@ class DraftTree:
         else:
             with placed(self.drafter.model, self.arena.kv, mx.array(positions), mx.array(visible)):
                 logits = self.drafter.batch_pass(mx.array([tokens]), self.arena.kv)
-        ids, probs = top_choices_now(logits[0] * self.inverse_temperature, self.width)
+        if self.drafter.processing is None:
+            ids, probs = top_choices_now(logits[0] * self.inverse_temperature, self.width)
+            choices = ids.tolist(), probs.tolist()
+        else:
+            choices = self._processed_choices(nodes, logits[0])
         slots = self.arena.grow(visible, after)
         with self._lock:  # the children, unseen by readers until their parents are published below
-            first = self._add_children(nodes, ids.tolist(), probs.tolist())
+            first = self._add_children(nodes, *choices)
         self.drafter.forward_passes += 1
         self.passes += 1
         if self.recurrent:
@@ -368,15 +372,35 @@ class DraftTree:
             nodes = nodes[np.argpartition(-t.prob[nodes], rows - 1)[:rows]]
         return nodes[np.lexsort((nodes, -t.prob[nodes]))]
 
+    def _processed_choices(
+        self, nodes: np.ndarray, rows: mx.array
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Each node's likeliest next tokens under the request's penalties and grammar (the drafter's
+        ``processing``, which has accepted the verified prefix: a node's path is its suffix), as the
+        target's verdict will process them; none after a path the grammar ends or refuses."""
+        processing = self.drafter.processing
+        assert processing is not None
+        ids: list[list[int]] = []
+        probs: list[list[float]] = []
+        for node, row in zip(nodes.tolist(), np.array(rows.astype(mx.float32)), strict=True):
+            processed = processing.row(row, self.table.path(node)) * self.inverse_temperature
+            choices = likeliest(processed, self.width)
+            ids.append(choices.ids.tolist())
+            probs.append(choices.probs.tolist())
+        return ids, probs
+
     def _add_children(self, nodes: np.ndarray, ids: list[list[int]], probs: list[list[float]]) -> list[int]:
         """``ids`` are each of ``nodes``' next tokens, the first choice first, with their ``probs``: add
-        them as children; returns the first choices. A reader sees none of them until ``_publish``."""
+        them as children; returns the first choices (NONE for a node with none: a grammar allows
+        nothing after it). A reader sees none of them until ``_publish``."""
         t = self.table
         alpha = self.rate.alpha
         tokens: list[int] = []
         parents: list[int] = []
         chances: list[float] = []
         for node, row, ps in zip(nodes.tolist(), ids, probs, strict=True):
+            if not row:
+                continue
             base = float(t.prob[node])
             rest = max(1e-12, 1.0 - ps[0])
             tokens.extend(row)
@@ -384,7 +408,7 @@ class DraftTree:
             chances.append(base * alpha)
             chances.extend(base * (1 - alpha) * q / rest for q in ps[1:])
         t.add(np.array(tokens, np.int64), np.array(parents, np.int64), np.array(chances))
-        return [row[0] for row in ids]
+        return [row[0] if row else NONE for row in ids]
 
     def _publish(self, nodes: np.ndarray, slots: np.ndarray, first: list[int], compute_ns: int) -> None:
         """``nodes`` were fed into ``slots`` by a pass of ``compute_ns``: mark them expanded, so readers

@@ -114,7 +114,7 @@ class Speculator:
 
     def step(self) -> bool:
         """Run one speculative forward pass; False when the budget or the plan is spent."""
-        if self.config.batch > 1 and batchable(self.drafter.cache):
+        if self.config.batch > 1 and self.drafter.processing is None and batchable(self.drafter.cache):
             return self._batched_step()
         if self.passes >= self._budget or not self._queue:
             return False

@@ -57,6 +57,14 @@ class NodeTable:
         self.size += n
         return index
 
+    def path(self, node: int) -> list[int]:
+        """The tokens from below the root down to ``node``, in order (none for the root)."""
+        tokens: list[int] = []
+        while node > 0:
+            tokens.append(int(self.token[node]))
+            node = int(self.parent[node])
+        return tokens[::-1]
+
     def child(self, node: int, token: int) -> int:
         """The child of ``node`` holding ``token``, or ``NONE``."""
         return self._child.get((node, token), NONE)

@@ -30,15 +30,19 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from coordinator.decoding.engine import SpeculativeDecoder
+from coordinator.drafting.base import DraftSource
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource
+from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from specwire.drafting.sampling import SamplingParams, target_distribution
 from specwire.logits.grammar import grammar_tokenizer, json_schema_grammar
 from specwire.logits.processors import Penalties, Processing
 from specwire.models.loading import LoadedModel, load_model
-from tests.coordinator.decoding.test_rejection_sampling import P_VALUE_FLOOR, chi_square_p
+from specwire.v1 import draft_pb2 as pb
+from tests.coordinator.decoding.test_rejection_sampling import FREE, P_VALUE_FLOOR, chi_square_p
 from tests.support.models.tool_models import TOOLS_TEMPLATE, write_tool_pair
 from tests.support.processes.servers import ServerProcess, running_server
+from tests.support.session_source import SessionSource
 
 SMALL = {"type": "integer", "minimum": 0, "maximum": 999}  # a random model writes digits forever otherwise
 WEATHER = {
@@ -275,9 +279,22 @@ def _processing(target: LoadedModel, prompt: list[int], schema: dict) -> Process
     return Processing(Penalties(), prompt, json_schema_grammar(schema, "test", lltok).matcher())
 
 
-@pytest.mark.parametrize("tree", [False, True], ids=["local", "local-tree"])
+def _drafting(kind: str, draft: LoadedModel) -> DraftSource:
+    """A local chain or tree, or a worker's session (in process: ``SessionSource``) drafting a chain with
+    pre-speculated branches, or trees."""
+    if kind == "local":
+        return LocalDraftSource(draft)
+    if kind == "local-tree":
+        return LocalTreeDraftSource(draft, None, nodes=6, width=3)
+    if kind == "worker-chain":
+        return SessionSource(draft, pb.PreSpeculation(enabled=True, budget=6, fanout=2))
+    prespec = pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=3, fanout=3, budget=4)
+    return RemoteTreeDraftSource(SessionSource(draft, prespec, tree_nodes=6), draft, FREE, "ar")
+
+
+@pytest.mark.parametrize("kind", ["local", "local-tree", "worker-chain", "worker-tree"])
 def test_sd_under_a_grammar_equals_the_constrained_target_alone(
-    loaded: tuple[LoadedModel, LoadedModel], tree: bool
+    loaded: tuple[LoadedModel, LoadedModel], kind: str
 ) -> None:
     target, draft = loaded
     prompt = list(target.tokenizer.encode("Describe a person as JSON."))
@@ -285,8 +302,7 @@ def test_sd_under_a_grammar_equals_the_constrained_target_alone(
     alone = SpeculativeDecoder(target).generate(
         prompt, max_tokens=40, k=0, params=SamplingParams(), processing=_processing(target, prompt, schema)
     )
-    source = LocalTreeDraftSource(draft, None, nodes=6, width=3) if tree else LocalDraftSource(draft)
-    sd = SpeculativeDecoder(target, source).generate(
+    sd = SpeculativeDecoder(target, _drafting(kind, draft)).generate(
         prompt, max_tokens=40, k=3, params=SamplingParams(), processing=_processing(target, prompt, schema)
     )
     assert sd.tokens == alone.tokens and sd.drafted > 0
@@ -322,13 +338,14 @@ def test_sampled_sd_under_a_grammar_is_distributed_as_the_masked_target(
     assert chi_square_p(counts, np.array([expected[c] for c in cells])) >= P_VALUE_FLOOR
 
 
-@pytest.mark.parametrize("tree", [False, True], ids=["local", "local-tree"])
-def test_local_drafts_follow_the_grammar_too(loaded: tuple[LoadedModel, LoadedModel], tree: bool) -> None:
-    # The draft is processed as the verdict will be, so no draft is rejected for breaking the grammar.
+@pytest.mark.parametrize("kind", ["local", "local-tree", "worker-chain", "worker-tree"])
+def test_drafts_follow_the_grammar_too(loaded: tuple[LoadedModel, LoadedModel], kind: str) -> None:
+    # The draft is processed as the verdict will be, so no draft is rejected for breaking the grammar:
+    # on a worker too (the Open carries the grammar; its session runs here, its code the worker's).
     target, draft = loaded
     prompt = list(target.tokenizer.encode("Describe a person as JSON."))
     schema = SCHEMAS["nested"]
-    source = LocalTreeDraftSource(draft, None, nodes=6, width=3) if tree else LocalDraftSource(draft)
+    source = _drafting(kind, draft)
     result = SpeculativeDecoder(target, source).generate(
         prompt, max_tokens=40, k=3, params=SamplingParams(), processing=_processing(target, prompt, schema)
     )

@@ -86,6 +86,9 @@ async def test_sampled_drafts_travel_exactly(tiny_worker: WorkerProcess, tiny: L
         ("bad-round", "out of order"),
         ("huge-token", "outside the vocabulary"),
         ("big-k", "outside 1..32"),
+        (pb.LogitsProcessing(grammar="start: nonsense", grammar_source="response_format"), "response_format"),
+        (pb.LogitsProcessing(logit_bias={10**6: 1.0}), "logit_bias names token 1000000"),
+        (pb.LogitsProcessing(presence_penalty=0.5, output_tokens=9), "output_tokens 9 exceeds"),
     ],
 )
 async def test_bad_messages_get_invalid_argument(
@@ -101,6 +104,8 @@ async def test_bad_messages_get_invalid_argument(
         messages = [open_request(fp, [1, 10**6])]
     elif messages == "big-k":
         messages = [open_request(fp, k=40)]
+    elif isinstance(messages, pb.LogitsProcessing):  # the request's penalties and grammar, checked
+        messages = [open_request(fp, processing=messages)]
     err = await refusal(tiny_worker.address, DRAFT_METHOD, *messages)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert fragment in err.details()
