@@ -104,6 +104,7 @@ def main() -> int:
     processes: list[Any] = []
     try:
         addresses = start_workers(draft, args.paced, processes)
+        start_up = anyio.run(worker_pace, addresses) if args.paced else {}
         command = [
             sys.executable,
             "-m",
@@ -130,7 +131,7 @@ def main() -> int:
         behind = at_once(url, [(PROMPTS[0], args.tokens), (PROMPTS[1], SHORT)], [0.0, 0.5])
         with urllib.request.urlopen(f"{url}/status", timeout=60) as reply:
             status = json.load(reply)
-        workers = anyio.run(worker_pace, addresses) if args.paced else {}
+        workers = anyio.run(worker_pace, addresses, start_up) if args.paced else {}
     finally:
         for process in processes:
             process.terminate()
@@ -153,6 +154,7 @@ def main() -> int:
         "batching": status.get("batching"),
         "pace": status.get("pace"),
         "worker_pace": workers,
+        "worker_start_up_pace": start_up,
         "pace_held": held(status.get("pace"), workers),
     }
     for name, value in figures.items():
@@ -187,8 +189,12 @@ def pinned(command: list[str], cpu: int) -> list[str]:
     return ["taskset", "-c", str(cpu), *command]
 
 
-async def worker_pace(addresses: list[str]) -> dict[str, dict[str, int]]:
-    """Each worker's paced passes and overruns over the whole run, from its Hello."""
+async def worker_pace(
+    addresses: list[str], before: dict[str, dict[str, int]] | None = None
+) -> dict[str, dict[str, int]]:
+    """Each worker's paced passes and overruns from its Hello: since it started, or since ``before``
+    (the counts at the run's start: a worker's start-up passes, which measure its speed and curve
+    before it serves, are no pass of the run)."""
     from coordinator.workers.connection import connect
     from coordinator.workers.credentials import Credentials, find_token
 
@@ -197,7 +203,11 @@ async def worker_pace(addresses: list[str]) -> dict[str, dict[str, int]]:
         connection = await connect(address, Credentials(token=find_token(None)))
         try:
             c = connection.hello.counters
-            out[address] = {"passes": c.paced_passes, "overruns": c.pace_overruns}
+            start = (before or {}).get(address, {"passes": 0, "overruns": 0})
+            out[address] = {
+                "passes": c.paced_passes - start["passes"],
+                "overruns": c.pace_overruns - start["overruns"],
+            }
         finally:
             await connection.close()
     return out

@@ -183,14 +183,15 @@ def main() -> int:
     rows: dict[str, Any] = {}
     try:
         addresses = start_workers(str(draft), args.paced, processes)
+        start_up: dict[str, Any] = anyio.run(worker_pace, addresses) if args.paced else {}
         for mode in args.modes.split(","):
             rows[mode] = serve_conversation(args, mode, target, draft, addresses)
-        workers = anyio.run(worker_pace, addresses) if args.paced else {}
+        workers = anyio.run(worker_pace, addresses, start_up) if args.paced else {}
     finally:
         for process in processes:
             process.terminate()
             process.wait(60)
-    return report(rows, workers, args)
+    return report(rows, workers, start_up, args)
 
 
 def serve_conversation(
@@ -223,7 +224,10 @@ def serve_conversation(
     return {"turns": turns, "pace": status.get("pace")}
 
 
-def report(rows: dict[str, Any], workers: dict[str, Any], args: argparse.Namespace) -> int:
+def report(
+    rows: dict[str, Any], workers: dict[str, Any], start_up: dict[str, Any], args: argparse.Namespace
+) -> int:
+    """Print the table; ``workers``' paced passes are the run's, ``start_up`` those before it."""
     alone = next(iter(rows.values()))["turns"]
     print(f"{'--draft':20}{'calls':>7}{'lossless':>10}{'tok/s':>8}{'accepted':>10}{'mask %':>8}  drafted by")
     ok = True
@@ -246,7 +250,15 @@ def report(rows: dict[str, Any], workers: dict[str, Any], args: argparse.Namespa
     if args.json:
         settings = {k: str(v) for k, v in vars(args).items()}
         args.json.write_text(
-            json.dumps({"settings": settings, "rows": rows, "workers": workers, "held": pace_held})
+            json.dumps(
+                {
+                    "settings": settings,
+                    "rows": rows,
+                    "workers": workers,
+                    "workers_start_up": start_up,
+                    "held": pace_held,
+                }
+            )
         )
     return 0 if ok and pace_held is not False else 1
 

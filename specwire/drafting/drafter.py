@@ -423,7 +423,7 @@ class Drafter:
                 if block.alternatives:
                     block.candidates.append(dist)
             elif block.alternatives:  # greedy under processing: the processed row's likeliest
-                block.candidates.append(likeliest(logits, block.alternatives))
+                block.candidates.append(likeliest(logits, block.alternatives)[0])
             # The token goes last: a reader on another thread may take every token it sees.
             block.tokens.append(token)
         # The last draft is never fed: the cache holds everything before it.

@@ -380,14 +380,11 @@ class DraftTree:
         target's verdict will process them; none after a path the grammar ends or refuses."""
         processing = self.drafter.processing
         assert processing is not None
-        ids: list[list[int]] = []
-        probs: list[list[float]] = []
-        for node, row in zip(nodes.tolist(), np.array(rows.astype(mx.float32)), strict=True):
-            processed = processing.row(row, self.table.path(node)) * self.inverse_temperature
-            choices = likeliest(processed, self.width)
-            ids.append(choices.ids.tolist())
-            probs.append(choices.probs.tolist())
-        return ids, probs
+        host = np.array(rows.astype(mx.float32))
+        paths = [self.table.path(node) for node in nodes.tolist()]
+        processed = np.stack([processing.row(row, path) for row, path in zip(host, paths, strict=True)])
+        choices = likeliest(processed * self.inverse_temperature, self.width)
+        return [c.ids.tolist() for c in choices], [c.probs.tolist() for c in choices]
 
     def _add_children(self, nodes: np.ndarray, ids: list[list[int]], probs: list[list[float]]) -> list[int]:
         """``ids`` are each of ``nodes``' next tokens, the first choice first, with their ``probs``: add
