@@ -145,6 +145,22 @@ class Processing:
                 )
         return out
 
+    def masks(self, suffixes: Sequence[Sequence[int]], vocab: int) -> np.ndarray | None:
+        """With a grammar and nothing else, the bool masks over ``vocab`` logits that processing after
+        each of ``suffixes`` amounts to (a row of False where a suffix breaks the grammar), to apply
+        where the logits are; None when penalties or a bias act too (process rows, ``row``)."""
+        if self.constraint is None or self.penalties.active:
+            return None
+        started = time.perf_counter_ns()
+        out = np.zeros((len(suffixes), vocab), dtype=bool)
+        for i, suffix in enumerate(suffixes):
+            allowed = self.constraint.allowed(suffix)
+            if allowed is not None:
+                out[i, : allowed.size] = allowed[:vocab]
+        self.ns += time.perf_counter_ns() - started
+        self.rows += len(suffixes)
+        return out
+
     def record(self, rows: Sequence[np.ndarray], emitted: Sequence[int]) -> None:
         """Keep the log-probabilities of ``emitted``, each under its processed row (with ``logprobs``)."""
         if self.logprobs is None:

@@ -380,8 +380,21 @@ class DraftTree:
         target's verdict will process them; none after a path the grammar ends or refuses."""
         processing = self.drafter.processing
         assert processing is not None
-        host = np.array(rows.astype(mx.float32))
         paths = [self.table.path(node) for node in nodes.tolist()]
+        masks = processing.masks(paths, rows.shape[-1])
+        if masks is not None:  # a grammar alone: masked where the logits are, ranked as unprocessed rows are
+            ids_of: list[list[int]] = [[] for _ in paths]  # a row the grammar allows nothing in: none
+            probs_of: list[list[float]] = [[] for _ in paths]
+            alive = np.flatnonzero(masks.any(axis=1))
+            if alive.size:
+                picked = rows[mx.array(alive)].astype(mx.float32)
+                masked = mx.where(mx.array(masks[alive]), picked, -mx.inf)
+                ids, probs = top_choices_now(masked * self.inverse_temperature, self.width)
+                for row, i, p in zip(alive.tolist(), ids, probs, strict=True):
+                    kept = p > 0  # a masked token's probability is 0
+                    ids_of[row], probs_of[row] = i[kept].tolist(), p[kept].tolist()
+            return ids_of, probs_of
+        host = np.array(rows.astype(mx.float32))
         processed = np.stack([processing.row(row, path) for row, path in zip(host, paths, strict=True)])
         choices = likeliest(processed * self.inverse_temperature, self.width)
         return [c.ids.tolist() for c in choices], [c.probs.tolist() for c in choices]
