@@ -215,13 +215,23 @@ def serve_conversation(
     command += ["--pace", "paper:m2-ultra"] if args.paced else []
     server, ready = start(pinned(command, 0))
     try:
+        start_up = paced_passes(ready["url"])  # its warm-up's, before it serves
         turns = conversation(openai.OpenAI(base_url=ready["url"], api_key="unused"), args.turns)
-        with urllib.request.urlopen(ready["url"] + "/status", timeout=60) as reply:
-            status = json.load(reply)  # the server's paced passes
+        pace = paced_passes(ready["url"])
     finally:
         server.terminate()
         server.wait(60)
-    return {"turns": turns, "pace": status.get("pace")}
+    if pace is not None and start_up is not None:  # the run's passes: those of the conversation
+        for side in ("target", "draft"):
+            for key in ("passes", "overruns"):
+                pace[side][key] -= start_up[side][key]
+    return {"turns": turns, "pace": pace, "pace_start_up": start_up}
+
+
+def paced_passes(url: str) -> dict[str, Any] | None:
+    """The server's paced passes and overruns so far, from its ``/status`` (None unpaced)."""
+    with urllib.request.urlopen(url + "/status", timeout=60) as reply:
+        return json.load(reply).get("pace")
 
 
 def report(
