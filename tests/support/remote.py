@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
@@ -34,8 +37,10 @@ async def generate_remote(
     max_tokens: int,
     params: SamplingParams,
     prespec: pb.PreSpeculation | None = None,
+    round_pause_s: float = 0.0,
 ) -> list[RemoteRun]:
-    """Run each prompt through the stream backend of the worker at ``address``."""
+    """Run each prompt through the stream backend of the worker at ``address``; ``round_pause_s`` after
+    each round (the worker drafts ahead meanwhile, however busy the machine)."""
     runs = []
     async with coordinator_runtime() as runtime:
         connection = await connect(address, credentials())
@@ -44,7 +49,11 @@ async def generate_remote(
             decoder = SpeculativeDecoder(target, source)
             for prompt in prompts:
                 result = await runtime.compute.run(
-                    decoder.generate, prompt, max_tokens=max_tokens, k=k, params=params
+                    functools.partial(decoder.generate, on_tokens=_pause(round_pause_s)),
+                    prompt,
+                    max_tokens=max_tokens,
+                    k=k,
+                    params=params,
                 )
                 runs.append(
                     RemoteRun(result, source.sent, source.received, source.worker_counters, connection.hello)
@@ -103,3 +112,10 @@ async def assert_per_op_drafts_as_stream(
     (stream,) = await generate_remote(address, target, [prompt], k, max_tokens, params)
     assert per_op.result.tokens == stream.result.tokens
     assert [r.draft.tokens for r in per_op.result.rounds] == [r.draft.tokens for r in stream.result.rounds]
+
+
+def _pause(seconds: float) -> Callable[[list[int]], None] | None:
+    """An ``on_tokens`` that sleeps ``seconds`` after each round (None: no pause)."""
+    if seconds <= 0:
+        return None
+    return lambda tokens: time.sleep(seconds)

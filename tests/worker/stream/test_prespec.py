@@ -255,14 +255,15 @@ async def test_prespec_gives_the_same_sampled_tokens_as_drafting_on_demand(
     tiny_worker: WorkerProcess, tiny: LoadedModel
 ) -> None:
     # A hit serves the very drafts (and randomness) that drafting on demand would give. At T = 0.3 the
-    # tiny model's next token is among its eight likeliest often enough that some rounds hit even when
-    # a busy machine leaves the worker one pass a round (64 tokens: 32 once gave none such, under load).
+    # tiny model's next token is among its eight likeliest often enough that some rounds hit. Each round
+    # is followed by a pause, so the worker drafts ahead however busy the machine: without it, a loaded
+    # make test left the worker one pass a round, always the bonus probe, and no round hit (20 of 20).
     params = SamplingParams(temperature=0.3, top_p=0.95, seed=7)
     prompt = tiny.tokenizer.encode(PROMPTS[4])
     (plain,) = await generate_remote(tiny_worker.address, tiny, [prompt], 2, 64, params)
     for batch in (1, 8):  # one branch a pass, and eight side by side (a hit takes its row's cache)
         wide = pb.PreSpeculation(enabled=True, budget=40, fanout=8, batch=batch)
-        (ahead,) = await generate_remote(tiny_worker.address, tiny, [prompt], 2, 64, params, wide)
+        (ahead,) = await generate_remote(tiny_worker.address, tiny, [prompt], 2, 64, params, wide, 0.1)
         assert ahead.result.tokens == plain.result.tokens
         assert [r.draft.tokens for r in ahead.result.rounds] == [r.draft.tokens for r in plain.result.rounds]
         used = ahead.worker_counters.prespec_hits + ahead.worker_counters.prespec_partial
