@@ -50,11 +50,11 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from coordinator.decoding.recurrent_pass import keeps_states
 from coordinator.drafting.base import Outcome
 from coordinator.planning.ahead.tree_verify import best_size
-from specwire.drafting.choices import top_choices
+from specwire.drafting.choices import processed_choices, top_choices
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.drafter import prefill, prefill_cached
 from specwire.drafting.prefix_cache import PrefixCache
-from specwire.drafting.sampling import SamplingParams, softmax
+from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
@@ -297,7 +297,8 @@ class LocalTreeDraftSource:
 
     def _add_children(self, parents: list[int], rows: mx.array) -> None:
         if self.processing is not None:
-            ids, probs = self._processed_choices(parents, np.array(rows.astype(mx.float32)))
+            paths = [[self._nodes[n].token for n in self._line(parent)] for parent in parents]
+            ids, probs = processed_choices(rows, paths, self.processing, self.width)
         else:
             lazy = top_choices(rows, self.width)
             mx.eval(*lazy)
@@ -307,27 +308,6 @@ class LocalTreeDraftSource:
             depth = self._nodes[parent].depth + 1 if parent >= 0 else 1
             for token, p in zip(tokens, ps, strict=True):
                 self._nodes.append(_Node(int(token), parent, base * float(p), depth))
-
-    def _processed_choices(
-        self, parents: list[int], rows: np.ndarray
-    ) -> tuple[list[list[int]], list[list[float]]]:
-        """Each parent's likeliest children under the request's penalties and grammar (its path the
-        suffix they read), the tokens they rule out left out."""
-        assert self.processing is not None
-        ids: list[list[int]] = []
-        probs: list[list[float]] = []
-        for parent, row in zip(parents, rows, strict=True):
-            scores = self.processing.row(row, [self._nodes[n].token for n in self._line(parent)])
-            if not np.isfinite(scores).any():  # past the grammar's end: nothing follows
-                ids.append([])
-                probs.append([])
-                continue
-            p = softmax(scores, 1.0)
-            best = np.argsort(-p, kind="stable")[: self.width]
-            best = best[p[best] > 0]
-            ids.append(best.tolist())
-            probs.append(p[best].tolist())
-        return ids, probs
 
     def _line(self, node: int) -> list[int]:
         """The nodes from the context down to ``node``, ``node`` last (none for -1, the context itself)."""

@@ -13,10 +13,16 @@ machine), so the rows are ranked with NumPy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import mlx.core as mx
 import numpy as np
 
 from specwire.drafting.sampling import SparseDistribution
+
+if TYPE_CHECKING:
+    from specwire.logits.processors import Processing
 
 BLOCK = 64  # logits per block when looking for a row's likeliest tokens
 SPANS = 8  # blocks kept a row: they hold its likeliest tokens and normalise their probabilities
@@ -63,41 +69,69 @@ def top_choices_now(rows: mx.array, width: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def _ranked_with_numpy(rows: mx.array, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """``top_choices`` with NumPy: ``width`` argmaxes a row, each masking the one before."""
-    logits = np.array(rows.astype(mx.float32), copy=True)
+    """``top_choices`` with NumPy (``ranked``)."""
+    return ranked(np.array(rows.astype(mx.float32), copy=True), width)
+
+
+def ranked(logits: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's ``width`` likeliest tokens and their probabilities over the whole row: ``width``
+    argmaxes a row (the first of equal maxima: the lower id), each masking the one before, and one
+    exponential. ``logits`` (float32, a row each) is used up. A token a row masks (-inf) gets
+    probability 0, and a row that masks every token gets 0 throughout."""
     batch, vocab = logits.shape
     width = min(width, vocab)
     every = np.arange(batch)
     top = logits.max(axis=-1, keepdims=True)
-    log_total = np.log(np.exp(logits - top).sum(axis=-1))
+    top[~np.isfinite(top)] = 0.0  # a row with nothing allowed: all its probabilities are 0
+    total = np.exp(logits - top).sum(axis=-1, keepdims=True)
     ids = np.empty((batch, width), np.int32)
     values = np.empty((batch, width), np.float32)
     for j in range(width):
-        best = logits.argmax(axis=-1)  # the first of equal maxima: the lower id
+        best = logits.argmax(axis=-1)
         ids[:, j] = best
         values[:, j] = logits[every, best]
         logits[every, best] = -np.inf
-    probs = np.exp(values - top - log_total[:, None]).astype(np.float32)
-    return ids, probs
+    probs = np.exp(values - top) / np.maximum(total, np.finfo(np.float32).tiny)
+    return ids, probs.astype(np.float32)
 
 
 def likeliest(rows: np.ndarray, width: int) -> list[SparseDistribution]:
-    """Each processed logits row's ``width`` likeliest tokens, most probable first (lower id first among
-    equals, as ``argmax``), and their probabilities over the whole row; tokens a row masks (-inf) are
-    never among them, and a row that masks every token has none. ``width`` argmaxes over all rows at
-    once, each masking the one before, and one exponential in float32 (a processed row is NumPy)."""
-    values = np.array(rows, dtype=np.float32).reshape(-1, rows.shape[-1])
-    batch, vocab = values.shape
-    top = values.max(axis=-1, keepdims=True)
-    top[~np.isfinite(top)] = 0.0  # a row with nothing allowed: its choices are all -inf, left out below
-    log_total = np.log(np.exp(values - top).sum(axis=-1, keepdims=True))
-    every = np.arange(batch)
-    ids = np.empty((batch, min(width, vocab)), np.int64)
-    chosen = np.empty(ids.shape, np.float32)
-    for j in range(ids.shape[1]):
-        best = values.argmax(axis=-1)
-        ids[:, j], chosen[:, j] = best, values[every, best]
-        values[every, best] = -np.inf
-    probs = np.exp(chosen - top - log_total).astype(np.float64)
-    kept = np.isfinite(chosen)
-    return [SparseDistribution(i[k], p[k]) for i, p, k in zip(ids, probs, kept, strict=True)]
+    """Each processed logits row's (NumPy, -inf where masked) ``width`` likeliest tokens, most probable
+    first, and their probabilities over the whole row; masked tokens are never among them."""
+    ids, probs = ranked(np.array(rows, dtype=np.float32).reshape(-1, rows.shape[-1]), width)
+    kept = probs > 0
+    return [
+        SparseDistribution(i[k].astype(np.int64), p[k].astype(np.float64))
+        for i, p, k in zip(ids, probs, kept, strict=True)
+    ]
+
+
+def processed_choices(
+    rows: mx.array,
+    suffixes: Sequence[Sequence[int]],
+    processing: Processing,
+    width: int,
+    inverse_temperature: float = 1.0,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Each row's likeliest next tokens (ids and probabilities, most probable first) under a request's
+    penalties and grammar, the row read after ``suffixes[i]`` (its chain or tree path past the accepted
+    output), as the target's verdict will process it; none where the grammar allows nothing. A grammar
+    alone is a mask, applied where the logits are and ranked as unprocessed rows are (``top_choices``);
+    penalties or a bias process each row on the host."""
+    masks = processing.masks(suffixes, rows.shape[-1])
+    if masks is None:
+        host = np.array(rows.astype(mx.float32))
+        processed = np.stack([processing.row(row, path) for row, path in zip(host, suffixes, strict=True)])
+        choices = likeliest(processed * inverse_temperature, width)
+        return [c.ids.tolist() for c in choices], [c.probs.tolist() for c in choices]
+    ids_of: list[list[int]] = [[] for _ in suffixes]
+    probs_of: list[list[float]] = [[] for _ in suffixes]
+    alive = np.flatnonzero(masks.any(axis=1))
+    if alive.size:
+        picked = rows[mx.array(alive)].astype(mx.float32)
+        masked = mx.where(mx.array(masks[alive]), picked, -mx.inf)
+        ids, probs = top_choices_now(masked * inverse_temperature, width)
+        for row, i, p in zip(alive.tolist(), ids, probs, strict=True):
+            kept = p > 0  # a masked token's probability is 0
+            ids_of[row], probs_of[row] = i[kept].tolist(), p[kept].tolist()
+    return ids_of, probs_of

@@ -215,13 +215,13 @@ class Drafter:
         self.cached = fed
         return time.perf_counter_ns() - t0
 
-    def apply(self, accepted: int, token: int, appended: Sequence[int] | None = None) -> None:
+    def apply(self, accepted: int, token: int, appended: Sequence[int] | None = None) -> list[int]:
         """Record the target's verdict on the last block: ``accepted`` drafts, then ``token``.
 
         ``appended`` (the accepted tokens and ``token``) is given when the
         verified drafts may have come from another drafter; the context then
         takes exactly those tokens, and ``accepted`` may exceed this
-        drafter's own drafts (the rest were drafted elsewhere).
+        drafter's own drafts (the rest were drafted elsewhere). Returns the tokens appended.
         """
         if accepted < 0 or (not appended and accepted > len(self.last_drafts)):
             raise InvalidArgumentError(
@@ -229,9 +229,11 @@ class Drafter:
                 "(the drafts of the last round)"
             )
         settled = len(self.context) - 1  # every later sequence starts with the context: no rollback before
-        self.context.extend(self.verdict_tokens(accepted, token, appended))
+        tokens = self.verdict_tokens(accepted, token, appended)
+        self.context.extend(tokens)
         self.last_drafts = []
         self.checkpoints.forget_before(settled)
+        return tokens
 
     def verdict_tokens(self, accepted: int, token: int, appended: Sequence[int] | None = None) -> list[int]:
         """The tokens a verdict appends to the context."""

@@ -62,9 +62,7 @@ def processing_from_pb(
         what = msg.grammar_source or "processing.grammar"
         lltokenizer = grammar_tokenizer(model.tokenizer, model.vocab_size, sorted(model.eos_token_ids))
         constraint = checked_grammar(msg.grammar, what, lltokenizer).matcher()
-        output = list(prompt[len(prompt) - msg.output_tokens :]) if msg.output_tokens else []
-        if output:
-            constraint.accept(output)
+        constraint.accept(prompt[len(prompt) - msg.output_tokens :])  # the output so far
     if not penalties.active and constraint is None:
         return None
     return Processing(penalties, prompt, constraint)

@@ -388,11 +388,9 @@ class DraftSession:
             self.tree.observe(list(msg.appended))
         elif self.speculator is not None:
             self.speculator.rate.observe(msg.accepted, self._drafted)
-        processing = self.drafter.processing
-        appended = self.drafter.verdict_tokens(msg.accepted, msg.token, list(msg.appended))
-        self.drafter.apply(msg.accepted, msg.token, list(msg.appended))
-        if processing is not None:
-            processing.accept(appended)
+        appended = self.drafter.apply(msg.accepted, msg.token, list(msg.appended))
+        if self.drafter.processing is not None:
+            self.drafter.processing.accept(appended)
 
     def _draft_on_demand(self, k: int) -> DraftBlock:
         drafting = self.drafter.drafting(k, self._alternatives)

@@ -54,7 +54,7 @@ from specwire.drafting.ahead.prespec_config import PrespecConfig
 from specwire.drafting.ahead.speculation import AcceptanceRate
 from specwire.drafting.ahead.tree_arena import NONE, TreeArena
 from specwire.drafting.ahead.tree_table import NodeTable
-from specwire.drafting.choices import likeliest, top_choices_now
+from specwire.drafting.choices import processed_choices, top_choices_now
 from specwire.drafting.drafter import Drafter
 from specwire.drafting.sampling import SparseDistribution
 from specwire.emulation.pace import hold_pass
@@ -341,7 +341,10 @@ class DraftTree:
             ids, probs = top_choices_now(logits[0] * self.inverse_temperature, self.width)
             choices = ids.tolist(), probs.tolist()
         else:
-            choices = self._processed_choices(nodes, logits[0])
+            paths = [self.table.path(node) for node in nodes.tolist()]
+            choices = processed_choices(
+                logits[0], paths, self.drafter.processing, self.width, self.inverse_temperature
+            )
         slots = self.arena.grow(visible, after)
         with self._lock:  # the children, unseen by readers until their parents are published below
             first = self._add_children(nodes, *choices)
@@ -371,33 +374,6 @@ class DraftTree:
         if len(nodes) > rows:
             nodes = nodes[np.argpartition(-t.prob[nodes], rows - 1)[:rows]]
         return nodes[np.lexsort((nodes, -t.prob[nodes]))]
-
-    def _processed_choices(
-        self, nodes: np.ndarray, rows: mx.array
-    ) -> tuple[list[list[int]], list[list[float]]]:
-        """Each node's likeliest next tokens under the request's penalties and grammar (the drafter's
-        ``processing``, which has accepted the verified prefix: a node's path is its suffix), as the
-        target's verdict will process them; none after a path the grammar ends or refuses."""
-        processing = self.drafter.processing
-        assert processing is not None
-        paths = [self.table.path(node) for node in nodes.tolist()]
-        masks = processing.masks(paths, rows.shape[-1])
-        if masks is not None:  # a grammar alone: masked where the logits are, ranked as unprocessed rows are
-            ids_of: list[list[int]] = [[] for _ in paths]  # a row the grammar allows nothing in: none
-            probs_of: list[list[float]] = [[] for _ in paths]
-            alive = np.flatnonzero(masks.any(axis=1))
-            if alive.size:
-                picked = rows[mx.array(alive)].astype(mx.float32)
-                masked = mx.where(mx.array(masks[alive]), picked, -mx.inf)
-                ids, probs = top_choices_now(masked * self.inverse_temperature, self.width)
-                for row, i, p in zip(alive.tolist(), ids, probs, strict=True):
-                    kept = p > 0  # a masked token's probability is 0
-                    ids_of[row], probs_of[row] = i[kept].tolist(), p[kept].tolist()
-            return ids_of, probs_of
-        host = np.array(rows.astype(mx.float32))
-        processed = np.stack([processing.row(row, path) for row, path in zip(host, paths, strict=True)])
-        choices = likeliest(processed * self.inverse_temperature, self.width)
-        return [c.ids.tolist() for c in choices], [c.probs.tolist() for c in choices]
 
     def _add_children(self, nodes: np.ndarray, ids: list[list[int]], probs: list[list[float]]) -> list[int]:
         """``ids`` are each of ``nodes``' next tokens, the first choice first, with their ``probs``: add
