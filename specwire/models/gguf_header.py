@@ -7,10 +7,15 @@ MLX is asked to decode data it cannot handle.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import mmap
+import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
 from specwire.errors import ModelFormatError
 
@@ -79,28 +84,58 @@ class TensorInfo:
 
 
 class _Reader:
-    def __init__(self, f: BinaryIO, path: Path) -> None:
-        self.f = f
+    """A cursor over the file's bytes, memory-mapped: only the header's pages are ever read.
+
+    A vocabulary is 50k-150k strings, so the loop over a string array is the hot path."""
+
+    def __init__(self, data: mmap.mmap, path: Path) -> None:
+        self.data = data
+        self.size = len(data)
+        self.pos = 0
         self.path = path
 
+    def _truncated(self) -> ModelFormatError:
+        return ModelFormatError(f"{self.path}: truncated GGUF header")
+
     def read(self, n: int) -> bytes:
-        data = self.f.read(n)
-        if len(data) != n:
-            raise ModelFormatError(f"{self.path}: truncated GGUF header")
+        end = self.pos + n
+        if end > self.size:
+            raise self._truncated()
+        data = self.data[self.pos : end]
+        self.pos = end
         return data
 
     def unpack(self, fmt: str) -> int:
-        (value,) = struct.unpack("<" + fmt, self.read(struct.calcsize(fmt)))
-        return int(value)
+        return int(self._scalar(_struct(fmt)))
+
+    def _scalar(self, layout: struct.Struct) -> Any:
+        if self.pos + layout.size > self.size:
+            raise self._truncated()
+        (value,) = layout.unpack_from(self.data, self.pos)
+        self.pos += layout.size
+        return value
 
     def string(self) -> str:
         return self.read(self.unpack("Q")).decode("utf-8", errors="replace")
 
+    def strings(self, count: int) -> list[str]:
+        data, pos, size, length = self.data, self.pos, self.size, _struct("Q")
+        out = []
+        for _ in range(count):
+            if pos + 8 > size:
+                raise self._truncated()
+            (n,) = length.unpack_from(data, pos)
+            pos += 8
+            if pos + n > size:
+                raise self._truncated()
+            out.append(data[pos : pos + n].decode("utf-8", errors="replace"))
+            pos += n
+        self.pos = pos
+        return out
+
     def value(self, value_type: int) -> object:
         if value_type in _SCALAR_FORMATS:
-            return struct.unpack(
-                "<" + _SCALAR_FORMATS[value_type], self.read(struct.calcsize(_SCALAR_FORMATS[value_type]))
-            )[0]
+            return self._scalar(_struct(_SCALAR_FORMATS[value_type]))
         if value_type == _STRING:
             return self.string()
         if value_type == _ARRAY:
@@ -108,6 +143,8 @@ class _Reader:
             if item_type in _SCALAR_FORMATS:
                 fmt = _SCALAR_FORMATS[item_type]
                 return list(struct.unpack(f"<{count}{fmt}", self.read(struct.calcsize(fmt) * count)))
+            if item_type == _STRING:
+                return self.strings(count)
             return [self.value(item_type) for _ in range(count)]
         raise ModelFormatError(f"{self.path}: unknown GGUF metadata type {value_type}")
 
@@ -120,11 +157,18 @@ class _Reader:
             item_type, count = self.unpack("I"), self.unpack("Q")
             if item_type in _SCALAR_FORMATS:
                 self.read(struct.calcsize(_SCALAR_FORMATS[item_type]) * count)
+            elif item_type == _STRING:
+                self.strings(count)
             else:
                 for _ in range(count):
                     self.skip_value(item_type)
         else:
             raise ModelFormatError(f"{self.path}: unknown GGUF metadata type {value_type}")
+
+
+@functools.cache
+def _struct(fmt: str) -> struct.Struct:
+    return struct.Struct("<" + fmt)
 
 
 def is_gguf(path: Path) -> bool:
@@ -133,20 +177,26 @@ def is_gguf(path: Path) -> bool:
         return f.read(4) == GGUF_MAGIC
 
 
-def _open_header(f: BinaryIO, path: Path) -> tuple[_Reader, int, int]:
-    r = _Reader(f, path)
-    if r.read(4) != GGUF_MAGIC:
-        raise ModelFormatError(f"{path}: not a GGUF file (bad magic bytes)")
-    version = r.unpack("I")
-    if version < 2:
-        raise ModelFormatError(f"{path}: GGUF version {version} is too old (need 2 or later)")
-    return r, r.unpack("Q"), r.unpack("Q")
+@contextlib.contextmanager
+def _header(path: Path) -> Iterator[tuple[_Reader, int, int]]:
+    """The file mapped and its magic and version checked: a reader past them, with the tensor and
+    key counts."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size < len(GGUF_MAGIC):
+            raise ModelFormatError(f"{path}: not a GGUF file (bad magic bytes)")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            r = _Reader(data, path)
+            if r.read(4) != GGUF_MAGIC:
+                raise ModelFormatError(f"{path}: not a GGUF file (bad magic bytes)")
+            version = r.unpack("I")
+            if version < 2:
+                raise ModelFormatError(f"{path}: GGUF version {version} is too old (need 2 or later)")
+            yield r, r.unpack("Q"), r.unpack("Q")
 
 
 def read_metadata(path: Path) -> dict[str, object]:
     """Every metadata key and value of a GGUF file (no tensor data is read)."""
-    with open(path, "rb") as f:
-        r, _, n_kv = _open_header(f, path)
+    with _header(path) as (r, _, n_kv):
         metadata = {}
         for _ in range(n_kv):
             key = r.string()
@@ -156,8 +206,7 @@ def read_metadata(path: Path) -> dict[str, object]:
 
 def read_tensor_table(path: Path) -> list[TensorInfo]:
     """Return the tensor table of a GGUF file (names, types, shapes), skipping all data."""
-    with open(path, "rb") as f:
-        r, n_tensors, n_kv = _open_header(f, path)
+    with _header(path) as (r, n_tensors, n_kv):
         for _ in range(n_kv):
             r.string()
             r.skip_value(r.unpack("I"))
