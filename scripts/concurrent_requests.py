@@ -14,7 +14,8 @@ requests:
    token against the same request alone.
 
 It ends with the server's ``/v1/status``: how the requests were batched,
-and its paced passes (a side held when at most 1% of its passes overran).
+and its paced passes while it served them, its start-up's apart, as each
+worker's are (a side held when at most 1% of its passes overran).
 
     python scripts/concurrent_requests.py --json concurrent.json
 """
@@ -124,18 +125,24 @@ def main() -> int:
         server, served = start(pinned(command, 0))
         processes.append(server)
         url = served["url"]
+        server_start_up = server_status(url).get("pace")  # its warm-up's passes, before it serves
         jobs = [(PROMPTS[i % len(PROMPTS)], args.tokens) for i in range(args.concurrent)]
         solo = [request(url, *job) for job in jobs]
         together = at_once(url, jobs, [0.0] * len(jobs))
         short_alone = request(url, PROMPTS[1], SHORT)
         behind = at_once(url, [(PROMPTS[0], args.tokens), (PROMPTS[1], SHORT)], [0.0, 0.5])
-        with urllib.request.urlopen(f"{url}/status", timeout=60) as reply:
-            status = json.load(reply)
+        status = server_status(url)
         workers = anyio.run(worker_pace, addresses, start_up) if args.paced else {}
     finally:
         for process in processes:
             process.terminate()
             process.wait(60)
+    pace = status.get("pace")
+    if pace is not None and server_start_up is not None:  # the run's passes: those of the requests
+        for side, counts in pace.items():
+            if isinstance(counts, dict) and isinstance(server_start_up.get(side), dict):
+                for key in ("passes", "overruns"):
+                    counts[key] -= server_start_up[side][key]
     # Each request alone, sent to end (its time to first token in): the median of the solo runs.
     one_tok_s = statistics.median(args.tokens / (r["end"] - r["started"]) for r in solo)
     wall = max(r["end"] for r in together) - min(r["started"] for r in together)
@@ -152,10 +159,11 @@ def main() -> int:
         "short_behind_over_alone": behind[1]["ttft_s"] / short_alone["ttft_s"],
         "short_answered_before_long_ended": behind[1]["end"] < behind[0]["end"],
         "batching": status.get("batching"),
-        "pace": status.get("pace"),
+        "pace": pace,
+        "pace_start_up": server_start_up,
         "worker_pace": workers,
         "worker_start_up_pace": start_up,
-        "pace_held": held(status.get("pace"), workers),
+        "pace_held": held(pace, workers),
     }
     for name, value in figures.items():
         print(f"{name:36} {value:.3f}" if isinstance(value, float) else f"{name:36} {value}")
@@ -165,6 +173,12 @@ def main() -> int:
         record = {"settings": {k: str(v) for k, v in vars(args).items()}, **figures, "drafted": drafted}
         args.json.write_text(json.dumps(record))
     return 0 if all(same) and figures["pace_held"] is not False else 1
+
+
+def server_status(url: str) -> dict[str, Any]:
+    """The server's ``/v1/status``: its batching and, paced, its passes and overruns so far."""
+    with urllib.request.urlopen(f"{url}/status", timeout=60) as reply:
+        return json.load(reply)
 
 
 def start_workers(draft: str, paced: bool, processes: list[Any]) -> list[str]:
