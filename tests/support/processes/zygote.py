@@ -44,6 +44,7 @@ from typing import Any
 PRELOAD = ("numpy", "mlx.core", "mlx.nn", "mlx_lm", "grpc", "grpc.aio")
 # The commands' modules: what they import is preloaded too (0.6 s of CPU a child on the 2-core VM), and
 # they are then forgotten, so that each child runs its command's module afresh, as ``python -m`` would.
+# The project's modules read the environment when called, never at import, so a child's own still counts.
 COMMANDS = ("coordinator.cli", "worker.cli")
 LATER = ("worker.server.server",)  # what ``worker serve`` imports once it runs (0.17 s of CPU)
 # Variables read at import by what PRELOAD imports (or by the interpreter): a child asking other values
