@@ -137,12 +137,7 @@ def main() -> int:
         for process in processes:
             process.terminate()
             process.wait(60)
-    pace = status.get("pace")
-    if pace is not None and server_start_up is not None:  # the run's passes: those of the requests
-        for side, counts in pace.items():
-            if isinstance(counts, dict) and isinstance(server_start_up.get(side), dict):
-                for key in ("passes", "overruns"):
-                    counts[key] -= server_start_up[side][key]
+    pace = since(status.get("pace"), server_start_up)  # the run's passes: those of the requests
     # Each request alone, sent to end (its time to first token in): the median of the solo runs.
     one_tok_s = statistics.median(args.tokens / (r["end"] - r["started"]) for r in solo)
     wall = max(r["end"] for r in together) - min(r["started"] for r in together)
@@ -179,6 +174,17 @@ def server_status(url: str) -> dict[str, Any]:
     """The server's ``/v1/status``: its batching and, paced, its passes and overruns so far."""
     with urllib.request.urlopen(f"{url}/status", timeout=60) as reply:
         return json.load(reply)
+
+
+def since(pace: dict[str, Any] | None, before: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A server's ``pace`` (its ``/status``) less the passes and overruns it had ``before``, side by side."""
+    if pace is None or before is None:
+        return pace
+    for side, counts in pace.items():
+        if isinstance(counts, dict) and isinstance(before.get(side), dict):
+            for key in ("passes", "overruns"):
+                counts[key] -= before[side][key]
+    return pace
 
 
 def start_workers(draft: str, paced: bool, processes: list[Any]) -> list[str]:

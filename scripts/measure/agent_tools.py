@@ -30,7 +30,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ import anyio
 import jsonschema
 import openai
 from agent_session import start
-from concurrent_requests import held, pinned, start_workers, worker_pace
+from concurrent_requests import held, pinned, server_status, since, start_workers, worker_pace
 
 from tests.support.models.tool_models import TOOLS_TEMPLATE, write_tool_pair
 
@@ -215,23 +214,13 @@ def serve_conversation(
     command += ["--pace", "paper:m2-ultra"] if args.paced else []
     server, ready = start(pinned(command, 0))
     try:
-        start_up = paced_passes(ready["url"])  # its warm-up's, before it serves
+        start_up = server_status(ready["url"]).get("pace")  # its warm-up's, before it serves
         turns = conversation(openai.OpenAI(base_url=ready["url"], api_key="unused"), args.turns)
-        pace = paced_passes(ready["url"])
+        pace = since(server_status(ready["url"]).get("pace"), start_up)  # the conversation's passes
     finally:
         server.terminate()
         server.wait(60)
-    if pace is not None and start_up is not None:  # the run's passes: those of the conversation
-        for side in ("target", "draft"):
-            for key in ("passes", "overruns"):
-                pace[side][key] -= start_up[side][key]
     return {"turns": turns, "pace": pace, "pace_start_up": start_up}
-
-
-def paced_passes(url: str) -> dict[str, Any] | None:
-    """The server's paced passes and overruns so far, from its ``/status`` (None unpaced)."""
-    with urllib.request.urlopen(url + "/status", timeout=60) as reply:
-        return json.load(reply).get("pace")
 
 
 def report(
