@@ -118,7 +118,8 @@ class _Reader:
     def string(self) -> str:
         return self.read(self.unpack("Q")).decode("utf-8", errors="replace")
 
-    def strings(self, count: int) -> list[str]:
+    def strings(self, count: int, keep: bool = True) -> list[str]:
+        """The next ``count`` strings (an array's items); not decoded, and none returned, unless ``keep``."""
         data, pos, size, length = self.data, self.pos, self.size, _struct("Q")
         out = []
         for _ in range(count):
@@ -128,7 +129,8 @@ class _Reader:
             pos += 8
             if pos + n > size:
                 raise self._truncated()
-            out.append(data[pos : pos + n].decode("utf-8", errors="replace"))
+            if keep:
+                out.append(data[pos : pos + n].decode("utf-8", errors="replace"))
             pos += n
         self.pos = pos
         return out
@@ -158,7 +160,7 @@ class _Reader:
             if item_type in _SCALAR_FORMATS:
                 self.read(struct.calcsize(_SCALAR_FORMATS[item_type]) * count)
             elif item_type == _STRING:
-                self.strings(count)
+                self.strings(count, keep=False)
             else:
                 for _ in range(count):
                     self.skip_value(item_type)
