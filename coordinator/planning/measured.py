@@ -126,6 +126,8 @@ class Agreement:
         within: dict[int, list[float]] = {1: [], 2: [], 4: [], 8: []}
         for t_row, d_row in zip(self.target_logits, self.draft_logits, strict=True):
             p, q = target_distribution(t_row, params), draft_distribution(d_row, params)
+            if p.size < d_row.size:  # a target speaking fewer ids than its draft: the rest have p = 0
+                p = np.pad(p, (0, d_row.size - p.size))
             accepted.append(float(np.minimum(p[q.ids], q.probs).sum()))
             for j in within:
                 within[j].append(float(p[q.ids[:j]].sum()))
