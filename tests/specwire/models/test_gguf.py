@@ -7,6 +7,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 import pytest
 
 from specwire.errors import ModelFormatError, UnsupportedModelError
@@ -90,11 +91,27 @@ def test_tiny_gguf_matches_the_model_it_was_written_from(tmp_path: Path, matrix_
     assert quantized == matrix_type.startswith("Q")
 
 
+def test_a_float32_cast_dequantizes_in_float32(tmp_path: Path) -> None:
+    # Q4_1 keeps float16 scales and minimums; llama.cpp computes each weight as d * q + m in float32.
+    # Rounding it to float16 on the way (the default target's cast before 2026-11-28) moves it by up
+    # to 5e-4 of its size, far over this bound.
+    model, args = tiny_llama(0, hidden_size=64)
+    write_llama_gguf(model, args, tmp_path / "tiny.gguf", matrix_type="Q4_1")
+    packed = load_model(str(tmp_path / "tiny.gguf")).model.layers[0].mlp.up_proj
+    dense = load_model(f"{tmp_path / 'tiny.gguf'}@float32").model.layers[0].mlp.up_proj
+    assert packed.scales.dtype == mx.float16 and (packed.bits, packed.group_size) == (4, 32)
+    q = (np.array(packed.weight)[..., None] >> np.arange(0, 32, 4, dtype=np.uint32)) & 0xF
+    q = q.reshape(q.shape[0], -1, 32).astype(np.float32)
+    scales = np.array(packed.scales.astype(mx.float32))[..., None]
+    biases = np.array(packed.biases.astype(mx.float32))[..., None]
+    expected = (scales * q + biases).reshape(q.shape[0], -1)
+    assert np.abs(np.array(dense.weight) - expected).max() <= 1e-6 * np.abs(expected).max()
+
+
 def test_tiny_gguf_without_unpermute_would_differ(tmp_path: Path) -> None:
     # The converter's permutation is not the identity on these shapes, so the
     # test above would catch a loader that skipped or misapplied the inverse.
     model, args = tiny_llama(0, hidden_size=64)
-    import numpy as np
 
     w = np.array(model.layers[0].self_attn.q_proj.weight)
     assert not np.array_equal(converter_permute(w, args["num_attention_heads"]), w)
