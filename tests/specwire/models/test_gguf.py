@@ -112,7 +112,6 @@ def test_tiny_gguf_without_unpermute_would_differ(tmp_path: Path) -> None:
     # The converter's permutation is not the identity on these shapes, so the
     # test above would catch a loader that skipped or misapplied the inverse.
     model, args = tiny_llama(0, hidden_size=64)
-
     w = np.array(model.layers[0].self_attn.q_proj.weight)
     assert not np.array_equal(converter_permute(w, args["num_attention_heads"]), w)
 
