@@ -115,22 +115,19 @@ def processed_choices(
 ) -> tuple[list[list[int]], list[list[float]]]:
     """Each row's likeliest next tokens (ids and probabilities, most probable first) under a request's
     penalties and grammar, the row read after ``suffixes[i]`` (its chain or tree path past the accepted
-    output), as the target's verdict will process it; none where the grammar allows nothing. A grammar
-    alone is a mask, applied where the logits are and ranked as unprocessed rows are (``top_choices``);
-    penalties or a bias process each row on the host."""
+    output), as the target's verdict will process it; none where the grammar allows nothing. Both act
+    where the logits are: the bias and penalties on the ids they name (``Processing.penalised``), the
+    grammar as a mask; the rows are then ranked as unprocessed rows are (``top_choices``)."""
+    rows = processing.penalised(rows, suffixes)
     masks = processing.masks(suffixes, rows.shape[-1])
-    if masks is None:
-        host = np.array(rows.astype(mx.float32))
-        processed = np.stack([processing.row(row, path) for row, path in zip(host, suffixes, strict=True)])
-        choices = likeliest(processed * inverse_temperature, width)
-        return [c.ids.tolist() for c in choices], [c.probs.tolist() for c in choices]
     ids_of: list[list[int]] = [[] for _ in suffixes]
     probs_of: list[list[float]] = [[] for _ in suffixes]
-    alive = np.flatnonzero(masks.any(axis=1))
+    alive = np.arange(len(suffixes)) if masks is None else np.flatnonzero(masks.any(axis=1))
     if alive.size:
         picked = rows[mx.array(alive)].astype(mx.float32)
-        masked = mx.where(mx.array(masks[alive]), picked, -mx.inf)
-        ids, probs = top_choices_now(masked * inverse_temperature, width)
+        if masks is not None:
+            picked = mx.where(mx.array(masks[alive]), picked, -mx.inf)
+        ids, probs = top_choices_now(picked * inverse_temperature, width)
         for row, i, p in zip(alive.tolist(), ids, probs, strict=True):
             kept = p > 0  # a masked token's probability is 0
             ids_of[row], probs_of[row] = i[kept].tolist(), p[kept].tolist()

@@ -20,6 +20,9 @@ sample from there, and the acceptance rules need nothing else.
 reads it: rows past a rejected draft are never processed.
 
 Rows are NumPy float64, one vocabulary each; a masked token's logit is -inf.
+Draft trees rank their nodes where the logits are instead (``penalised`` and
+``masks``): only the ids a bias or penalty names, at most a few dozen a row,
+are read and written there, not the whole vocabulary.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import mlx.core as mx
 import numpy as np
 
 from specwire.errors import UnsupportedModelError
@@ -145,11 +149,48 @@ class Processing:
                 )
         return out
 
+    def penalised(self, rows: mx.array, suffixes: Sequence[Sequence[int]]) -> mx.array:
+        """``rows`` (logits where the model ran, a row after each of ``suffixes``) in float32 with the bias
+        and penalties applied as ``row`` applies them (lazily, on the device: only the ids they name
+        are gathered and scattered); the rows as given when neither acts. The grammar is ``masks``'."""
+        p = self.penalties
+        if not p.active:
+            return rows
+        started = time.perf_counter_ns()
+        batch, vocab = rows.shape
+        bias: Counter[int] = Counter()
+        for token, value in zip(self._bias_ids.tolist(), self._bias.tolist(), strict=True):
+            bias[token] += value
+        penalise = p.repetition_penalty != 1.0 or bool(p.presence_penalty or p.frequency_penalty)
+        at, added, times = [], [], []
+        for i, suffix in enumerate(suffixes):
+            window = Counter([*self._recent, *suffix][-PENALTY_CONTEXT:]) if penalise else Counter()
+            for token in sorted(set(bias) | set(window)):
+                if 0 <= token < vocab:
+                    at.append(i * vocab + token)
+                    added.append(bias[token])
+                    times.append(window[token])
+        flat = rows.astype(mx.float32).reshape(-1)
+        if at:
+            index = mx.array(at)
+            value = flat[index] + mx.array(added, dtype=mx.float32)
+            count = mx.array(times, dtype=mx.float32)
+            repeated = value
+            if p.repetition_penalty != 1.0:
+                rp = p.repetition_penalty
+                repeated = mx.where(repeated < 0, repeated * rp, repeated / rp)
+            repeated = repeated - p.presence_penalty - p.frequency_penalty * count
+            flat[index] = mx.where(count > 0, repeated, value)
+        if self.constraint is None:
+            self.rows += batch
+        self.ns += time.perf_counter_ns() - started
+        return flat.reshape(batch, vocab)
+
     def masks(self, suffixes: Sequence[Sequence[int]], vocab: int) -> np.ndarray | None:
-        """With a grammar and nothing else, the bool masks over ``vocab`` logits that processing after
-        each of ``suffixes`` amounts to (a row of False where a suffix breaks the grammar), to apply
-        where the logits are; None when penalties or a bias act too (process rows, ``row``)."""
-        if self.constraint is None or self.penalties.active:
+        """With a grammar, the bool masks over ``vocab`` logits that it amounts to after each of
+        ``suffixes`` (a row of False where a suffix breaks the grammar), to apply where the logits are
+        (after ``penalised``); None without one."""
+        if self.constraint is None:
             return None
         started = time.perf_counter_ns()
         out = np.zeros((len(suffixes), vocab), dtype=bool)

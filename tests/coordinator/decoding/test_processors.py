@@ -26,6 +26,7 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
+from specwire.drafting.choices import likeliest, processed_choices
 from specwire.drafting.sampling import SamplingParams
 from specwire.logits.processors import PENALTY_CONTEXT, Penalties, Processing
 from specwire.models.loading import LoadedModel
@@ -74,6 +75,25 @@ def test_penalties_are_mlx_lms() -> None:
     later.accept(suffix)  # accepting the suffix is the same as reading it
     np.testing.assert_array_equal(later.row(logits, ()), ours)
     assert PENALTY_CONTEXT == 20  # mlx-lm's default window
+
+
+def test_tree_rows_are_penalised_where_the_logits_are_as_on_the_host() -> None:
+    # A draft tree's rows (a worker's or a local tree's) are processed on the device: only the ids the
+    # bias and penalties name move, each as ``row`` moves it, and the nodes chosen are the host's.
+    rng = np.random.default_rng(1)
+    vocab = 4096
+    logits = rng.normal(0, 3, (5, vocab)).astype(np.float32)
+    history = rng.integers(0, 64, 40).tolist()
+    suffixes = [[], [5], [5, 5, 9], [3, 6, 3], [4095, 7]]
+    processing = Processing(PENALTIES, history)
+    on_device = np.array(processing.penalised(mx.array(logits), suffixes))
+    on_host = np.stack([processing.row(row, suffix) for row, suffix in zip(logits, suffixes, strict=True)])
+    np.testing.assert_allclose(on_device, on_host, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(on_device, logits)
+    ids, _ = processed_choices(mx.array(logits), suffixes, processing, 6)
+    assert ids == [c.ids.tolist() for c in likeliest(on_host, 6)]
+    rows = mx.array(logits)
+    assert Processing(Penalties(), history).penalised(rows, suffixes) is rows  # nothing to apply
 
 
 def _source(kind: str, draft: LoadedModel) -> Any:
