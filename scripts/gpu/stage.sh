@@ -35,7 +35,9 @@ done
 (cd "$OUT/big" && tar cf ../big.tar .)
 (cd "$OUT" && sha256sum big.tar > big.sha && split -b "${PART_MB}M" -d -a 1 big.tar part && rm -rf big.tar big)
 for f in "$OUT"/part*; do mkdir -p "$OUT/p${f##*part}" && mv "$f" "$OUT/p${f##*part}/"; done
-last=$(ls -d "$OUT"/p[0-9] | tail -n 1)
-mv "$OUT/big.sha" "$last/" && mv "$OUT/small" "$last/"
+# The small wheels and the checksum go in a part of their own, the last: beside a working tree of 12 MB, a
+# 48 MB part with them no longer fit one call's 64 MiB (2026-11-28).
+last="$OUT/p$(ls -d "$OUT"/p[0-9] | wc -l)"
+mkdir -p "$last" && mv "$OUT/big.sha" "$OUT/small" "$last/"
 du -sh "$OUT"/p*
 echo "stage: carry each of $(ls -d "$OUT"/p[0-9] | tr '\n' ' ')in its own call; the last one last (it holds the checksum)"
