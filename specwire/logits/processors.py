@@ -31,7 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import mlx.core as mx
 import numpy as np
@@ -105,9 +105,12 @@ class Processing:
         self.rows = 0
         self.output = 0  # tokens accepted after ``history`` (a session opened later starts the grammar there)
         self._recent = list(history[-PENALTY_CONTEXT:])
-        bias = penalties.logit_bias
-        self._bias_ids = np.array([t for t, _ in bias], dtype=np.int64)
-        self._bias = np.array([b for _, b in bias], dtype=np.float64)
+        self._bias: dict[int, float] = {}
+        for token, value in penalties.logit_bias:
+            self._bias[token] = self._bias.get(token, 0.0) + value
+        self._penalise = penalties.repetition_penalty != 1.0 or bool(
+            penalties.presence_penalty or penalties.frequency_penalty
+        )
 
     def row(self, logits: np.ndarray, suffix: Sequence[int]) -> np.ndarray:
         """``logits`` (one vocabulary, any float type) processed as after the history and ``suffix``."""
@@ -120,22 +123,10 @@ class Processing:
 
     def _row(self, logits: np.ndarray, suffix: Sequence[int]) -> np.ndarray:
         out = np.array(logits, dtype=np.float64)
-        p = self.penalties
-        if self._bias_ids.size:
-            np.add.at(out, self._bias_ids, self._bias)
-        window = [*self._recent, *suffix][-PENALTY_CONTEXT:]
-        if window and (p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty):
-            counts = Counter(window)
-            ids = np.fromiter(counts, dtype=np.int64, count=len(counts))
-            ids = ids[ids < out.size]
-            if p.repetition_penalty != 1.0:
-                seen = out[ids]
-                out[ids] = np.where(seen < 0, seen * p.repetition_penalty, seen / p.repetition_penalty)
-            if p.presence_penalty:
-                out[ids] -= p.presence_penalty
-            if p.frequency_penalty:
-                times = np.array([counts[int(t)] for t in ids], dtype=np.float64)
-                out[ids] -= p.frequency_penalty * times
+        ids, bias, counts = self._moves(suffix, out.size)
+        if ids:
+            at = np.array(ids)
+            out[at] = self._moved(out[at] + np.array(bias), np.array(counts, dtype=np.float64), np.where)
         if self.constraint is not None:
             allowed = self.constraint.allowed(suffix)
             if allowed is None:  # unreachable: a draft before this position breaks the grammar
@@ -153,38 +144,42 @@ class Processing:
         """``rows`` (logits where the model ran, a row after each of ``suffixes``) in float32 with the bias
         and penalties applied as ``row`` applies them (lazily, on the device: only the ids they name
         are gathered and scattered); the rows as given when neither acts. The grammar is ``masks``'."""
-        p = self.penalties
-        if not p.active:
+        if not self.penalties.active:
             return rows
         started = time.perf_counter_ns()
         batch, vocab = rows.shape
-        bias: Counter[int] = Counter()
-        for token, value in zip(self._bias_ids.tolist(), self._bias.tolist(), strict=True):
-            bias[token] += value
-        penalise = p.repetition_penalty != 1.0 or bool(p.presence_penalty or p.frequency_penalty)
-        at, added, times = [], [], []
+        at: list[int] = []
+        added: list[float] = []
+        times: list[int] = []
         for i, suffix in enumerate(suffixes):
-            window = Counter([*self._recent, *suffix][-PENALTY_CONTEXT:]) if penalise else Counter()
-            for token in sorted(set(bias) | set(window)):
-                if 0 <= token < vocab:
-                    at.append(i * vocab + token)
-                    added.append(bias[token])
-                    times.append(window[token])
+            ids, bias, counts = self._moves(suffix, vocab)
+            at += [i * vocab + t for t in ids]
+            added += bias
+            times += counts
         flat = rows.astype(mx.float32).reshape(-1)
         if at:
             index = mx.array(at)
             value = flat[index] + mx.array(added, dtype=mx.float32)
-            count = mx.array(times, dtype=mx.float32)
-            repeated = value
-            if p.repetition_penalty != 1.0:
-                rp = p.repetition_penalty
-                repeated = mx.where(repeated < 0, repeated * rp, repeated / rp)
-            repeated = repeated - p.presence_penalty - p.frequency_penalty * count
-            flat[index] = mx.where(count > 0, repeated, value)
+            flat[index] = self._moved(value, mx.array(times, dtype=mx.float32), mx.where)
         if self.constraint is None:
             self.rows += batch
         self.ns += time.perf_counter_ns() - started
         return flat.reshape(batch, vocab)
+
+    def _moves(self, suffix: Sequence[int], vocab: int) -> tuple[list[int], list[float], list[int]]:
+        """The ids (below ``vocab``) the bias and penalties move after ``suffix``: each with its bias,
+        and how often it occurs in the penalties' window (0: not there)."""
+        window = Counter([*self._recent, *suffix][-PENALTY_CONTEXT:]) if self._penalise else Counter()
+        ids = [t for t in sorted(self._bias.keys() | window.keys()) if 0 <= t < vocab]
+        return ids, [self._bias.get(t, 0.0) for t in ids], [window[t] for t in ids]
+
+    def _moved(self, value: Any, count: Any, where: Callable[..., Any]) -> Any:
+        """``value`` (the moved ids' logits, bias added; NumPy or MLX, with its ``where``) with the
+        penalties applied where ``count`` > 0, as mlx-lm applies them."""
+        p = self.penalties
+        repeated = where(value < 0, value * p.repetition_penalty, value / p.repetition_penalty)
+        repeated = repeated - p.presence_penalty - p.frequency_penalty * count
+        return where(count > 0, repeated, value)
 
     def masks(self, suffixes: Sequence[Sequence[int]], vocab: int) -> np.ndarray | None:
         """With a grammar, the bool masks over ``vocab`` logits that it amounts to after each of
