@@ -180,11 +180,12 @@ def since(pace: dict[str, Any] | None, before: dict[str, Any] | None) -> dict[st
     """A server's ``pace`` (its ``/status``) less the passes and overruns it had ``before``, side by side."""
     if pace is None or before is None:
         return pace
-    for side, counts in pace.items():
-        if isinstance(counts, dict) and isinstance(before.get(side), dict):
-            for key in ("passes", "overruns"):
-                counts[key] -= before[side][key]
-    return pace
+    return {
+        side: {**counts, **{key: counts[key] - before[side][key] for key in ("passes", "overruns")}}
+        if isinstance(counts, dict) and isinstance(before.get(side), dict)
+        else counts
+        for side, counts in pace.items()
+    }
 
 
 def start_workers(draft: str, paced: bool, processes: list[Any]) -> list[str]:
