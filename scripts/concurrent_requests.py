@@ -13,6 +13,9 @@ requests:
 3. a short request (16 tokens) sent while a long one runs: its time to first
    token against the same request alone.
 
+``--sampling`` adds fields to every request (penalties, a logit bias):
+outputs are then compared with the solo runs under the same fields.
+
 It ends with the server's ``/v1/status``: how the requests were batched,
 and its paced passes while it served them, its start-up's apart, as each
 worker's are (a side held when at most 1% of its passes overran).
@@ -50,9 +53,13 @@ PROMPTS = [
 SHORT = 16
 
 
+SAMPLING: dict[str, Any] = {}  # --sampling: fields every request also sends
+
+
 def request(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     """One streamed completion: its tokens, time to first token and end (perf_counter seconds)."""
     body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body.update(SAMPLING)
     headers = {"Content-Type": "application/json"}
     req = urllib.request.Request(f"{url}/completions", data=json.dumps(body).encode(), headers=headers)
     started = time.perf_counter()
@@ -99,8 +106,15 @@ def main() -> int:
     p.add_argument(
         "--family", choices=sorted(PAIRS), default="llama", help="the emulation pair (default: llama)"
     )
+    p.add_argument(
+        "--sampling",
+        type=json.loads,
+        default={},
+        help="JSON fields every request also sends, e.g. '{\"repetition_penalty\": 1.3}'",
+    )
     p.add_argument("--json", type=Path, help="write every figure here")
     args = p.parse_args()
+    SAMPLING.update(args.sampling)
     target, draft = PAIRS[args.family]
     processes: list[Any] = []
     try:
@@ -118,7 +132,7 @@ def main() -> int:
             target,
         ]
         command += ["--model-name", "tiny", "--draft", args.draft, "--local-draft", draft]
-        command += ["--worker", ",".join(addresses)]
+        command += ["--worker", addresses[0] if args.draft.startswith("remote") else ",".join(addresses)]
         command += ["--interface", "127.0.0.1", "--prompt-cache-size", "0"]
         command += ["--decode-concurrency", str(args.concurrent)]
         command += ["--pace", "paper:m2-ultra"] if args.paced else []
