@@ -124,7 +124,7 @@ class AutoDraftSource:
         self._slow: dict[str, _Seen] = {}  # by worker: the share of a set-up of its that measured slow
         self._text = 1.0  # the current window's share over its session's mean: how the text runs now
         self._probed: Setup | None = None  # the session being tried for a window (PROBE), if one is
-        self._ranked: tuple[float, frozenset[str], list[Predicted]] | None = None
+        self._ranked: tuple[float, frozenset[str], list[Predicted], list[Predicted]] | None = None
         self._lost: set[str] = set()
         self._started = time.perf_counter()
         self._processing: Processing | None = None  # the request's penalties and grammar (use_processing)
@@ -229,12 +229,15 @@ class AutoDraftSource:
         lost = frozenset(self._lost)
         held = self._ranked
         if held is None or held[1] != lost or abs(held[0] - self.alpha) >= RERANK:
-            self._ranked = held = (
-                self.alpha,
-                lost,
-                self.planner.ranking(self._temperature, self.alpha, lost),
-            )
+            ranking = self.planner.ranking(self._temperature, self.alpha, lost)
+            self._ranked = held = (self.alpha, lost, ranking, sessions(ranking))
         return held[2]
+
+    def _heads(self) -> list[Predicted]:
+        """The best k of each session in the ranking in use, fastest first (``sessions``)."""
+        self._ranking()
+        assert self._ranked is not None
+        return self._ranked[3]
 
     def _expected(self, p: Predicted) -> float:
         """The tok/s ``p``'s set-up is expected to give now: its prediction times its session's measured
@@ -286,24 +289,31 @@ class AutoDraftSource:
     def _decide(self) -> None:
         ranking = self._ranking()
         self._learn_share(ranking)
-        mine = [p for p in ranking if session_of(p.setup) == session_of(self.current)]  # fastest k first
-        others = [p for p in ranking if session_of(p.setup) != session_of(self.current)]
+        current = session_of(self.current)
+        mine = [p for p in ranking if session_of(p.setup) == current]  # fastest k first
+        heads = self._heads()  # a session's set-ups share its factor, so its best k stands for it
+        others = [p for p in heads if session_of(p.setup) != current]
         settled = self._since_switch > SETTLE + WINDOW
         if settled and mine and others:
-            now, best = self._expected(mine[0]), max(others, key=self._expected)
+            by_setup = {p.setup: self._expected(p) for p in heads}  # once: this runs every round
+
+            def expected(p: Predicted) -> float:
+                return by_setup[p.setup]
+
+            now, best = expected(mine[0]), max(others, key=expected)
             measured = self.measured_tok_s()
             seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
             tried, self._probed = self._probed, None
-            chosen = self._choice([replace(p, tok_s=self._expected(p)) for p in sessions(ranking)])
-            untried = [p for p in sessions(others) if self._untried(p)]
-            probe = max(untried, key=self._expected, default=None)
-            if probe is not None and self._expected(probe) < chosen.tok_s * (1 - PROBE):
+            chosen = self._choice([replace(p, tok_s=expected(p)) for p in heads])
+            untried = [p for p in others if self._untried(p)]
+            probe = max(untried, key=expected, default=None)
+            if probe is not None and expected(probe) < chosen.tok_s * (1 - PROBE):
                 probe = None
             if tried is not None and probe is not None:  # the next try straight away: one move, not two
                 self._probed = probe.setup
                 self._enter(
                     probe.setup,
-                    f"trying {probe.setup.label}, never measured: expected {self._expected(probe):.1f} "
+                    f"trying {probe.setup.label}, never measured: expected {expected(probe):.1f} "
                     f"tok/s, within {PROBE:.0%} of {chosen.setup.label}'s {chosen.tok_s:.1f} (tried "
                     f"{self.current.label}: {seen})",
                 )
@@ -317,18 +327,18 @@ class AutoDraftSource:
                     f"expected {chosen.tok_s:.1f}, the simplest measured within {MARGIN:.0%} of the best",
                 )
                 return
-            if tried is None and self._expected(best) > now * (1 + MARGIN):
+            if tried is None and expected(best) > now * (1 + MARGIN):
                 self._enter(
                     best.setup,
                     f"{self.current.label} expected {now:.1f} tok/s ({seen}); {best.setup.label} expected "
-                    f"{self._expected(best):.1f} (acceptance {self.alpha:.2f})",
+                    f"{expected(best):.1f} (acceptance {self.alpha:.2f})",
                 )
                 return
-            if tried is None and probe is not None and self._expected(probe) >= now * (1 - PROBE):
+            if tried is None and probe is not None and expected(probe) >= now * (1 - PROBE):
                 self._probed = probe.setup
                 self._enter(
                     probe.setup,
-                    f"trying {probe.setup.label}, never measured: expected {self._expected(probe):.1f} "
+                    f"trying {probe.setup.label}, never measured: expected {expected(probe):.1f} "
                     f"tok/s, within {PROBE:.0%} of {self.current.label}'s {now:.1f} ({seen})",
                 )
                 return
