@@ -224,20 +224,19 @@ class AutoDraftSource:
         return min(1.0, waited / elapsed) if elapsed > 0 else 0.0
 
     def _ranking(self) -> list[Predicted]:
-        """The predictions in use: redone when a worker was lost or the acceptance moved ``RERANK``
-        (each costs milliseconds of the round it is made in)."""
+        """The predictions in use (``_ranking_and_heads``)."""
+        return self._ranking_and_heads()[0]
+
+    def _ranking_and_heads(self) -> tuple[list[Predicted], list[Predicted]]:
+        """The predictions in use, and the best k of each session among them (``sessions``): redone when
+        a worker was lost or the acceptance moved ``RERANK`` (each costs milliseconds of the round it is
+        made in)."""
         lost = frozenset(self._lost)
         held = self._ranked
         if held is None or held[1] != lost or abs(held[0] - self.alpha) >= RERANK:
             ranking = self.planner.ranking(self._temperature, self.alpha, lost)
             self._ranked = held = (self.alpha, lost, ranking, sessions(ranking))
-        return held[2]
-
-    def _heads(self) -> list[Predicted]:
-        """The best k of each session in the ranking in use, fastest first (``sessions``)."""
-        self._ranking()
-        assert self._ranked is not None
-        return self._ranked[3]
+        return held[2], held[3]
 
     def _expected(self, p: Predicted) -> float:
         """The tok/s ``p``'s set-up is expected to give now: its prediction times its session's measured
@@ -287,11 +286,10 @@ class AutoDraftSource:
             self._text, self.planner.bias = (window / mean if mean > 0 else 1.0), mean
 
     def _decide(self) -> None:
-        ranking = self._ranking()
+        ranking, heads = self._ranking_and_heads()  # a session's set-ups share its factor: its best k stands
         self._learn_share(ranking)
         current = session_of(self.current)
         mine = [p for p in ranking if session_of(p.setup) == current]  # fastest k first
-        heads = self._heads()  # a session's set-ups share its factor, so its best k stands for it
         others = [p for p in heads if session_of(p.setup) != current]
         settled = self._since_switch > SETTLE + WINDOW
         if settled and mine and others:
