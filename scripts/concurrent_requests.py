@@ -53,13 +53,11 @@ PROMPTS = [
 SHORT = 16
 
 
-SAMPLING: dict[str, Any] = {}  # --sampling: fields every request also sends
-
-
-def request(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    """One streamed completion: its tokens, time to first token and end (perf_counter seconds)."""
+def request(url: str, prompt: str, max_tokens: int, sampling: dict[str, Any]) -> dict[str, Any]:
+    """One streamed completion, with ``sampling``'s fields too: its tokens, time to first token and end
+    (perf_counter seconds)."""
     body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    body.update(SAMPLING)
+    body.update(sampling)
     headers = {"Content-Type": "application/json"}
     req = urllib.request.Request(f"{url}/completions", data=json.dumps(body).encode(), headers=headers)
     started = time.perf_counter()
@@ -81,13 +79,15 @@ def request(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     }
 
 
-def at_once(url: str, jobs: list[tuple[str, int]], delays: list[float]) -> list[dict[str, Any]]:
+def at_once(
+    url: str, jobs: list[tuple[str, int]], delays: list[float], sampling: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Run ``jobs`` (prompt, max tokens) in threads, each started after its delay."""
     out: list[dict[str, Any]] = [{} for _ in jobs]
 
     def run(i: int) -> None:
         time.sleep(delays[i])
-        out[i] = request(url, *jobs[i])
+        out[i] = request(url, *jobs[i], sampling)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
     for t in threads:
@@ -114,7 +114,6 @@ def main() -> int:
     )
     p.add_argument("--json", type=Path, help="write every figure here")
     args = p.parse_args()
-    SAMPLING.update(args.sampling)
     target, draft = PAIRS[args.family]
     processes: list[Any] = []
     try:
@@ -141,10 +140,10 @@ def main() -> int:
         url = served["url"]
         server_start_up = server_status(url).get("pace")  # its warm-up's passes, before it serves
         jobs = [(PROMPTS[i % len(PROMPTS)], args.tokens) for i in range(args.concurrent)]
-        solo = [request(url, *job) for job in jobs]
-        together = at_once(url, jobs, [0.0] * len(jobs))
-        short_alone = request(url, PROMPTS[1], SHORT)
-        behind = at_once(url, [(PROMPTS[0], args.tokens), (PROMPTS[1], SHORT)], [0.0, 0.5])
+        solo = [request(url, *job, args.sampling) for job in jobs]
+        together = at_once(url, jobs, [0.0] * len(jobs), args.sampling)
+        short_alone = request(url, PROMPTS[1], SHORT, args.sampling)
+        behind = at_once(url, [(PROMPTS[0], args.tokens), (PROMPTS[1], SHORT)], [0.0, 0.5], args.sampling)
         status = server_status(url)
         workers = anyio.run(worker_pace, addresses, start_up) if args.paced else {}
     finally:
