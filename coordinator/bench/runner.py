@@ -169,6 +169,8 @@ def verify_auto(
         if not served:  # opened as the generation ended: it drafted nothing, so there is nothing to check
             sessions.append({"setup": label, "rounds": 0, "unused": True})
             continue
+        if segment.opened is not None:  # the Open's drafts, superseded by the catch-up: asked, never verified
+            served = [RoundRecord(0, 0, [], 0, 0, 0, segment.opened), *served]
         good, counters, identity = verify(segment.source, _served(served))
         ok = ok and good and bool(identity)
         _add(by_worker.setdefault(identity.get("name", "?"), {}), counters)

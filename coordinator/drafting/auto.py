@@ -43,6 +43,15 @@ Switching opens the new set-up's session from the whole context so far; the
 target never notices, so the output is what the target's own decoding gives
 (T = 0: token for token; T > 0: the same distribution, each round's
 rejection sampling being exact whatever drafted).
+
+A move to a worker's fill session (a worker's tree, tree verification) is
+opened ahead: the current set-up goes on decoding while the worker prefills
+the context, and the move is made at the first round end after the worker
+has answered; that round's Round catches the session up on every token
+decoded since (``Outcome.catch_up``). A worker prefills the whole context
+before it answers, which took 56-134 ms a move on the paper's preset, on the
+critical path, when the move waited for it (measurements.md). A worker lost
+while its session opens ahead costs its set-ups, not a round.
 """
 
 from __future__ import annotations
@@ -55,7 +64,7 @@ from dataclasses import dataclass, replace
 
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto_report import Decision, Segment, Switch
-from coordinator.drafting.base import DraftSource, Outcome, offer_processing
+from coordinator.drafting.base import CatchesUp, DraftSource, Outcome, offer_processing
 from coordinator.drafting.failover import abandon
 from coordinator.planning.planner import (
     START_MARGIN,
@@ -88,6 +97,17 @@ PRIOR_REJECTIONS = 6.0  # the calibrated acceptance weighs as much as this many 
 K_GAIN = 0.03  # a k predicted at least this much faster than the current one replaces it
 RERANK = 0.05  # the predictions in use are redone once the acceptance estimate has moved this far
 AR_DRIFT = 1 / 32  # per AR round, the acceptance estimate moves this share back to the calibrated one
+
+
+@dataclass
+class _Ahead:
+    """A set-up whose worker session opens while the current set-up decodes, and why it was chosen."""
+
+    setup: Setup
+    source: DraftSource
+    reason: str
+    since: int  # the context's length when it opened: the tokens after it are its catch-up
+    round: int  # the round it opened at
 
 
 @dataclass
@@ -128,6 +148,8 @@ class AutoDraftSource:
         self._lost: set[str] = set()
         self._started = time.perf_counter()
         self._processing: Processing | None = None  # the request's penalties and grammar (use_processing)
+        self._ahead: _Ahead | None = None  # a session opening while the current set-up decodes
+        self._catch_up: int | None = None  # the next propose catches the session up from this length
 
     # The engine's side: a draft source that also says each round's k.
 
@@ -137,6 +159,7 @@ class AutoDraftSource:
         self._context, self._last, self._round = list(prompt), [], 0
         self.switches, self.segments, self._lost, self._slow = [], [], set(), {}
         self._text, self._probed, self._ranked = 1.0, None, None
+        self._ahead, self._catch_up = None, None
         self._started = time.perf_counter()
         alpha = self.planner.prior(self._temperature)
         self._prior = (PRIOR_REJECTIONS * alpha / max(1e-3, 1 - alpha), PRIOR_REJECTIONS)
@@ -168,6 +191,9 @@ class AutoDraftSource:
         while self.source is not None:
             if self._fresh:  # a new session starts from the whole context: no verdict to apply
                 outcome, self._fresh = None, False
+            if self._catch_up is not None:  # a session opened ahead: every token decoded since it opened
+                caught, self._catch_up = self._context[self._catch_up :], None
+                outcome = Outcome(len(caught) - 1, caught[-1], tuple(caught), catch_up=True)
             try:
                 block = self.source.propose(k, outcome)
                 self._last = block.tokens
@@ -196,7 +222,8 @@ class AutoDraftSource:
         self._decide()
 
     def close(self) -> None:
-        """End the current session."""
+        """End the current session, and one opening ahead."""
+        self._drop_ahead()
         self._leave()
 
     # The policy.
@@ -288,6 +315,9 @@ class AutoDraftSource:
     def _decide(self) -> None:
         ranking, heads = self._ranking_and_heads()  # a session's set-ups share its factor: its best k stands
         self._learn_share(ranking)
+        if self._ahead is not None:  # the move is decided: made once the worker has answered
+            self._await_ahead()
+            return
         current = session_of(self.current)
         mine = [p for p in ranking if session_of(p.setup) == current]  # fastest k first
         others = [p for p in heads if session_of(p.setup) != current]
@@ -314,6 +344,7 @@ class AutoDraftSource:
                     f"trying {probe.setup.label}, never measured: expected {expected(probe):.1f} "
                     f"tok/s, within {PROBE:.0%} of {chosen.setup.label}'s {chosen.tok_s:.1f} (tried "
                     f"{self.current.label}: {seen})",
+                    ahead=True,
                 )
                 return
             if tried is not None and session_of(chosen.setup) != session_of(
@@ -323,6 +354,7 @@ class AutoDraftSource:
                     chosen.setup,
                     f"tried {self.current.label}: expected {now:.1f} tok/s ({seen}); {chosen.setup.label} "
                     f"expected {chosen.tok_s:.1f}, the simplest measured within {MARGIN:.0%} of the best",
+                    ahead=True,
                 )
                 return
             if tried is None and expected(best) > now * (1 + MARGIN):
@@ -330,6 +362,7 @@ class AutoDraftSource:
                     best.setup,
                     f"{self.current.label} expected {now:.1f} tok/s ({seen}); {best.setup.label} expected "
                     f"{expected(best):.1f} (acceptance {self.alpha:.2f})",
+                    ahead=True,
                 )
                 return
             if tried is None and probe is not None and expected(probe) >= now * (1 - PROBE):
@@ -338,6 +371,7 @@ class AutoDraftSource:
                     probe.setup,
                     f"trying {probe.setup.label}, never measured: expected {expected(probe):.1f} "
                     f"tok/s, within {PROBE:.0%} of {self.current.label}'s {now:.1f} ({seen})",
+                    ahead=True,
                 )
                 return
         at_k = next((p.tok_s for p in mine if p.setup == self.current), 0.0)
@@ -368,9 +402,16 @@ class AutoDraftSource:
         self._note(setup, reason)
         self.current = setup
 
-    def _enter(self, setup: Setup, reason: str) -> None:
+    def _enter(self, setup: Setup, reason: str, ahead: bool = False) -> None:
         """Close the current session and open ``setup``'s from the whole context; a worker that fails to
-        open costs its set-ups, and the next best is opened instead."""
+        open costs its set-ups, and the next best is opened instead. ``ahead``: a session that can be
+        caught up is opened while the current set-up goes on decoding (``_open_ahead``)."""
+        built: DraftSource | None = None
+        if ahead and setup.remote:
+            built = self.build(setup)
+            if isinstance(built, CatchesUp):
+                self._open_ahead(setup, built, reason)
+                return
         while True:
             self._leave()
             self._note(setup, reason)
@@ -378,9 +419,10 @@ class AutoDraftSource:
             self._window.clear()
             segment = Segment(setup, None, self._round)
             self.segments.append(segment)
-            source = None
+            source = built
+            built = None
             try:
-                source = self.build(setup)
+                source = source if source is not None else self.build(setup)
                 if source is not None:
                     offer_processing(source, self._processing)
                     source.start(self._context, self._params, setup.k)
@@ -394,8 +436,66 @@ class AutoDraftSource:
             segment.source = self.source = source
             return
 
+    def _open_ahead(self, setup: Setup, source: DraftSource, reason: str) -> None:
+        """Open ``setup``'s session from the context so far and go on decoding on the current set-up; the
+        move is made once the worker has answered (``_await_ahead``)."""
+        try:
+            offer_processing(source, self._processing)
+            source.start(self._context, self._params, setup.k)
+        except RemoteWorkerError as err:
+            self._lose_ahead(_Ahead(setup, source, reason, len(self._context), self._round), err)
+            return
+        self._ahead = _Ahead(setup, source, reason, len(self._context), self._round)
+        log.info("drafting: opening %s ahead (%s)", setup.label, reason)
+
+    def _await_ahead(self) -> None:
+        """Move to the session opening ahead once its worker has answered the Open; its first round
+        catches it up on the tokens decoded since."""
+        ahead = self._ahead
+        assert ahead is not None and isinstance(ahead.source, CatchesUp)
+        try:
+            if not ahead.source.arrived():
+                return
+            self._ahead = None
+            self._leave()
+            waited = self._round - ahead.round
+            self._note(ahead.setup, f"{ahead.reason}; opened ahead, {waited} rounds before")
+            self.current, self._since_switch, self._fresh = ahead.setup, 0, False
+            self._window.clear()
+            segment = Segment(ahead.setup, ahead.source, self._round)
+            self.segments.append(segment)
+            self.source = ahead.source
+            # The Open's drafts, for the context it opened with: superseded by the catch-up, never verified.
+            segment.opened = ahead.source.propose(ahead.setup.k, None)
+            self._catch_up = ahead.since
+        except RemoteWorkerError as err:
+            if self.source is ahead.source:  # lost as the move was made: as a loss mid-round
+                self._lose(err)
+            else:
+                self._lose_ahead(ahead, err)
+
+    def _lose_ahead(self, ahead: _Ahead, err: RemoteWorkerError) -> None:
+        """A worker lost while its session opened ahead: its set-ups go, and the current one goes on."""
+        self._ahead = None
+        abandon(ahead.source)
+        self._lost.add(ahead.setup.worker)
+        self._probed = None
+        self.segments.append(Segment(ahead.setup, ahead.source, self._round, self._round - 1, lost=True))
+        log.warning("lost worker %s (%s) opening its session ahead: %s", ahead.setup.worker, err.code, err)
+
+    def _drop_ahead(self) -> None:
+        """End a session still opening ahead (the generation ended, or the current worker was lost)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            try:
+                ahead.source.close()
+            except SpecwireError as err:
+                log.info("closing %s: %s", ahead.source.name, err)
+
     def _lose(self, err: RemoteWorkerError) -> None:
         """The current worker failed mid-round: drop it and move to the best set-up without it."""
+        self._drop_ahead()
+        self._catch_up = None
         lost = self.current
         self.segments[-1].lost = True
         self.segments[-1].source = self.source

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from coordinator.drafting.base import DraftSource
 from coordinator.planning.setups import Setup
+from specwire.drafting.draft_block import DraftBlock
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,19 @@ class Switch:
 
 @dataclass
 class Segment:
-    """A stretch of the generation on one set-up: its source (None: AR) and the rounds it served."""
+    """A stretch of the generation on one set-up: its source (None: AR) and the rounds it served.
+
+    A session opened ahead (``AutoDraftSource``) keeps the drafts its worker answered the Open with
+    (``opened``): they were drafted for the context it opened with, superseded by its catch-up, and never
+    verified, but the worker counted them.
+    """
 
     setup: Setup
     source: DraftSource | None
     first_round: int
     last_round: int = -1
     lost: bool = False
+    opened: DraftBlock | None = None
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
@@ -17,11 +17,14 @@ class Outcome:
 
     ``appended`` spells out the tokens the verdict adds (the accepted drafts,
     then the token) when the drafts verified were not all the source's own.
+    ``catch_up``: a session opened ahead (``AutoDraftSource``) is given every
+    token decoded since its prompt, ``appended``; they are no verdict on its drafts.
     """
 
     accepted: int
     token: int
     appended: tuple[int, ...] = ()
+    catch_up: bool = False
 
     def tokens(self, last: Sequence[int]) -> list[int]:
         """The tokens the verdict appends, given the source's own last drafts ``last``."""
@@ -50,6 +53,23 @@ class DraftSource(Protocol):
     def close(self) -> None:
         """End the session and free its state; safe to call twice."""
         ...
+
+
+@runtime_checkable
+class CatchesUp(Protocol):
+    """A source whose worker session may be opened ahead, while the target decodes without it, and then
+    caught up on every token decoded since (``Outcome.catch_up``): a fill session's."""
+
+    def arrived(self) -> bool:
+        """Whether the session's first drafts are in hand (never waits)."""
+        ...
+
+
+def first_drafts_arrived(remote: object) -> bool:
+    """Whether ``remote``'s Open has been answered (``StreamDraftSource.open_arrived``); a source in this
+    process answers at once."""
+    arrived = getattr(remote, "open_arrived", None)
+    return bool(arrived()) if arrived is not None else True
 
 
 def offer_processing(source: object, processing: Processing | None) -> None:

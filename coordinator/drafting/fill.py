@@ -24,8 +24,9 @@ passes, as local SD's does: the two share the machine's GPU.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from coordinator.drafting.base import DraftSource, Outcome, offer_processing
+from coordinator.drafting.base import DraftSource, Outcome, first_drafts_arrived, offer_processing
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
@@ -70,7 +71,7 @@ class FilledDraftSource:
         if drafter is None:
             raise InvalidArgumentError("propose() before start()")
         if outcome is not None:
-            outcome = Outcome(outcome.accepted, outcome.token, tuple(outcome.tokens(self._last)))
+            outcome = replace(outcome, appended=tuple(outcome.tokens(self._last)))
             drafter.apply(outcome.accepted, outcome.token, outcome.appended)
             self._round += 1
         block = self.remote.propose(k, outcome)
@@ -93,6 +94,10 @@ class FilledDraftSource:
             self.filled += k - ready
         self._last = block.tokens
         return block
+
+    def arrived(self) -> bool:
+        """Whether the worker has answered the Open (a session opened ahead: ``Outcome.catch_up``)."""
+        return first_drafts_arrived(self.remote)
 
     def close(self) -> None:
         """End the worker's session and drop the local cache."""

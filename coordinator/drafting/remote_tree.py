@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from coordinator.drafting.base import DraftSource, Outcome, offer_processing
+from coordinator.drafting.base import DraftSource, Outcome, first_drafts_arrived, offer_processing
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.prefix_cache import PrefixCache
@@ -93,7 +93,7 @@ class RemoteTreeDraftSource:
             self._last = list(block.tokens)
             return block
         # spelt out: the worker and the local tree each drafted some of the rounds
-        outcome = Outcome(outcome.accepted, outcome.token, tuple(outcome.tokens(self._last)))
+        outcome = replace(outcome, appended=tuple(outcome.tokens(self._last)))
         self.local.observe(outcome)
         self._last = []
         block = self.remote.propose(k, outcome)
@@ -135,6 +135,10 @@ class RemoteTreeDraftSource:
             tree_probs=block.tree_probs[:n],
             trimmed=len(tree) - n,
         )
+
+    def arrived(self) -> bool:
+        """Whether the worker has answered the Open (a session opened ahead: ``Outcome.catch_up``)."""
+        return first_drafts_arrived(self.remote)
 
     def close(self) -> None:
         """End the worker's session and drop the local caches."""

@@ -91,6 +91,7 @@ class StreamDraftSource:
         self._tree_nodes = 0
         self._early: dict[int, tuple[pb.Drafts, int, int, int, int]] = {}
         self._verifying: asyncio.Future[tuple[int, int, int, int]] | None = None  # a Verifying being written
+        self._opening: asyncio.Future[None] | None = None  # reading the Open's Drafts (``arrived``)
         self._open_record: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @property
@@ -117,6 +118,20 @@ class StreamDraftSource:
         record = block.calls[0]
         block.calls[0] = replace(record, requested_ns=requested, returned_ns=time.perf_counter_ns())
         return block
+
+    def open_arrived(self) -> bool:
+        """Whether the Open's drafts are in hand, so that the first ``propose`` will not wait: for a
+        session opened ahead while the target decodes without it. Never waits; a worker lost on the way
+        is ``RemoteWorkerError`` here or at that ``propose``."""
+        return self.portal.call(self._open_arrived)
+
+    async def _open_arrived(self) -> bool:
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._read_until(0, "waiting for the Open's drafts"))
+        if self._opening.done():
+            self._opening.result()  # its error, if the worker is gone
+            return True
+        return False
 
     def verifying(
         self, reply_nodes: int, tokens: Sequence[int] = (), parents: Sequence[int] = (), after_ns: int = 0
@@ -162,9 +177,10 @@ class StreamDraftSource:
 
     async def cancel_session(self) -> None:
         """Drop the session at once (event loop)."""
-        pending, self._verifying = self._verifying, None
-        if pending is not None:
-            pending.cancel()
+        for pending in (self._verifying, self._opening):
+            if pending is not None:
+                pending.cancel()
+        self._verifying = self._opening = None
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.cancel()
@@ -204,6 +220,8 @@ class StreamDraftSource:
                     f"first round asks for {k} drafts; the session opened with {self._open_k}"
                 )
             seq, sent = 0, self._open_record
+            if self._opening is not None:  # being read ahead (``arrived``): one reader at a time
+                await self._opening
         else:
             await self._sent_verifying()  # the stream takes one write at a time, in order
             self._seq += 1
@@ -215,6 +233,7 @@ class StreamDraftSource:
                 k=k,
                 appended=appended or [],
                 tree_nodes=self._tree_nodes,
+                catch_up=outcome.catch_up,
             )
             sent = await self._send(pb.DraftRequest(round=round_msg), f"round {seq}")
         drafts, raw_len, deserialize_ns, read_at, received_at = await self._receive_drafts(seq)
@@ -271,11 +290,14 @@ class StreamDraftSource:
         return t1, t1 - t0, len(data), written_at
 
     async def _receive_drafts(self, seq: int) -> tuple[pb.Drafts, int, int, int, int]:
-        """Read until the Drafts of round ``seq`` are in hand (earlier arrivals are kept)."""
+        """The Drafts of round ``seq``, read until in hand (earlier arrivals are kept)."""
+        await self._read_until(seq, f"waiting for round {seq}")
+        return self._early.pop(seq)
+
+    async def _read_until(self, seq: int, action: str) -> None:
+        """Read until the Drafts of round ``seq`` are in hand."""
         while seq not in self._early:
-            reply, raw_len, deserialize_ns, read_at, received_at = await self._read(
-                f"waiting for round {seq}"
-            )
+            reply, raw_len, deserialize_ns, read_at, received_at = await self._read(action)
             kind = reply.WhichOneof("kind")
             if kind == "opened":
                 self.opened = reply.opened
@@ -288,7 +310,6 @@ class StreamDraftSource:
                 self.drafts_received += len(reply.drafts.tokens)
             else:
                 raise RemoteWorkerError(f"worker {self.connection.name} sent an empty reply", "INTERNAL")
-        return self._early.pop(seq)
 
     async def _read(self, action: str) -> tuple[pb.DraftReply, int, int, int, int]:
         assert self._stream is not None
@@ -297,6 +318,9 @@ class StreamDraftSource:
         return parsed
 
     async def close_session(self) -> None:
+        opening, self._opening = self._opening, None
+        if opening is not None and not opening.done():  # closed before the Open's drafts came
+            opening.cancel()
         with contextlib.suppress(RemoteWorkerError):  # a worker gone since is found by the close
             await self._sent_verifying()
         stream, self._stream = self._stream, None

@@ -243,20 +243,22 @@ class PreSpeculation(_message.Message):
     def __init__(self, enabled: _Optional[bool] = ..., budget: _Optional[int] = ..., fanout: _Optional[int] = ..., batch: _Optional[int] = ..., fill: _Optional[bool] = ..., tree: _Optional[bool] = ...) -> None: ...
 
 class Round(_message.Message):
-    __slots__ = ("seq", "accepted", "token", "k", "appended", "tree_nodes")
+    __slots__ = ("seq", "accepted", "token", "k", "appended", "tree_nodes", "catch_up")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     APPENDED_FIELD_NUMBER: _ClassVar[int]
     TREE_NODES_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_FIELD_NUMBER: _ClassVar[int]
     seq: int
     accepted: int
     token: int
     k: int
     appended: _containers.RepeatedScalarFieldContainer[int]
     tree_nodes: int
-    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ..., appended: _Optional[_Iterable[int]] = ..., tree_nodes: _Optional[int] = ...) -> None: ...
+    catch_up: bool
+    def __init__(self, seq: _Optional[int] = ..., accepted: _Optional[int] = ..., token: _Optional[int] = ..., k: _Optional[int] = ..., appended: _Optional[_Iterable[int]] = ..., tree_nodes: _Optional[int] = ..., catch_up: _Optional[bool] = ...) -> None: ...
 
 class Verifying(_message.Message):
     __slots__ = ("seq", "reply_nodes", "tokens", "parents", "started_after_ns")

@@ -23,8 +23,9 @@ from specwire.wire.timing import ServerTiming
 if TYPE_CHECKING:  # the drafter brings in mlx-lm, which the commands that load no model must not pay for
     from specwire.drafting.drafter import DraftBlock
 
-# 2: tree replies (Round.tree_nodes, Drafts.parents); 3: the per-op walk traced from the model (Op STEP)
-PROTOCOL_VERSION = 3
+# 2: tree replies (Round.tree_nodes, Drafts.parents); 3: the per-op walk traced from the model (Op STEP);
+# 4: a fill session opened ahead and caught up (Round.catch_up)
+PROTOCOL_VERSION = 4
 SERVICE_NAME = "specwire.v1.DraftWorker"
 HELLO_METHOD = f"/{SERVICE_NAME}/Hello"
 DRAFT_METHOD = f"/{SERVICE_NAME}/Draft"

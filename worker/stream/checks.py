@@ -99,7 +99,11 @@ def check_round(
         raise InvalidArgumentError(
             f"round {msg.seq}: tree_nodes={msg.tree_nodes}; a round takes at most {MAX_TREE_NODES}"
         )
-    if msg.accepted > drafted:
+    if msg.catch_up and not (fill and msg.appended):
+        raise InvalidArgumentError(
+            f"round {msg.seq}: catch_up needs a fill session and the tokens decoded since (appended)"
+        )
+    if msg.accepted > drafted and not msg.catch_up:  # a catch-up's tokens are no verdict on the drafts
         raise InvalidArgumentError(
             f"round {msg.seq}: accepted {msg.accepted} exceeds the {drafted} drafts of the last round"
         )

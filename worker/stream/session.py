@@ -384,7 +384,9 @@ class DraftSession:
         return self._sent_k if self.fill else len(self.drafter.last_drafts)
 
     def _verdict(self, msg: pb.Round) -> None:
-        if self.tree is not None:
+        if msg.catch_up:  # tokens decoded without this session: nothing to learn of its drafts
+            pass
+        elif self.tree is not None:
             self.tree.observe(list(msg.appended))
         elif self.speculator is not None:
             self.speculator.rate.observe(msg.accepted, self._drafted)

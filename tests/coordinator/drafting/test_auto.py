@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.bench.runner import verify
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto import AUTO_K, SETTLE, WINDOW, AutoDraftSource
@@ -117,6 +118,37 @@ async def test_auto_on_this_machine_alone_is_lossless_and_says_why(tiny: LoadedM
     )  # AR, local SD, local tree SD
     assert report["switches"][0]["reason"].startswith("predicted")
     assert result.transitions == source.switches
+
+
+async def test_a_move_to_a_worker_does_not_wait_for_its_prefill(tiny: LoadedModel) -> None:
+    """The paper's preset, as the test bed runs it: auto starts on local tree SD and tries the M1 Max's
+    set-ups predicted within the planner's error. Each try's session opens ahead (the worker prefills
+    the context while local tree SD goes on) and is caught up on the tokens decoded since; the output
+    stays the target's, and the worker's counters match what the coordinator asked of it, the Open's
+    superseded drafts included."""
+    pace = CoordinatorPace.of(parse_pace("paper:M2 Ultra"))
+    access = WorkerAccess(credentials(), ["127.0.0.1"], 1.0, 20.0)
+    args = ["--model", "tiny-draft", "--name", unique_name("ahead"), "--label", "M1 Max"]
+    prompt = tiny.tokenizer.encode(PROMPTS[4])
+    with running_worker(*args, "--pace", "paper:m1-max", "--no-advertise") as worker:
+        async with coordinator_runtime() as runtime:
+            paced = pace.target_model(tiny)
+            async with DraftSources(runtime, paced, access, pace) as sources:
+                source = await sources.open(DraftSpec("auto", local="tiny-draft", workers=(worker.address,)))
+                assert isinstance(source, AutoDraftSource)
+                result = await runtime.compute.run(
+                    SpeculativeDecoder(paced, source).generate,
+                    prompt,
+                    max_tokens=MAX_TOKENS,
+                    k=AUTO_K,
+                    params=SamplingParams(),
+                )
+    assert result.tokens == ar_tokens(tiny, prompt, MAX_TOKENS)
+    ahead = [s for s in source.segments if s.setup.remote]
+    assert ahead and all(s.opened is not None for s in ahead), source.switches
+    assert all("opened ahead" in s.reason for s in source.switches if "→ M1 Max" in s.to_setup)
+    verified, counters, _ = verify(source, result)
+    assert verified, counters
 
 
 @pytest.fixture(scope="module")

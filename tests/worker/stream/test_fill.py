@@ -35,15 +35,18 @@ def pair() -> tuple[LoadedModel, LoadedModel]:
     return disagreeing_pair()
 
 
+def _open_fields(model: LoadedModel) -> dict:
+    return {
+        "protocol_version": PROTOCOL_VERSION,
+        "prompt_tokens": PROMPT,
+        "sampling": sampling_to_pb(SamplingParams()),
+        "k": K,
+        "vocab_fingerprint": model.fingerprint,
+    }
+
+
 def _session(model: LoadedModel, **prespec: int | bool) -> DraftSession:
-    msg = pb.Open(
-        protocol_version=PROTOCOL_VERSION,
-        prompt_tokens=PROMPT,
-        sampling=sampling_to_pb(SamplingParams()),
-        k=K,
-        vocab_fingerprint=model.fingerprint,
-        prespec=pb.PreSpeculation(enabled=True, fill=True, **prespec),
-    )
+    msg = pb.Open(**_open_fields(model), prespec=pb.PreSpeculation(enabled=True, fill=True, **prespec))
     session = DraftSession(model, msg, WorkerCounters())
     session.prefill()
     return session
@@ -120,6 +123,39 @@ def test_fill_rounds_spell_out_the_appended_tokens_and_may_count_the_coordinator
         session.check_round(pb.Round(seq=1, accepted=4, token=3, k=K, appended=[1, 2, 3, 4, 3]))
     # All three accepted, though the worker may have sent fewer: the coordinator drafted the rest.
     session.check_round(pb.Round(seq=1, accepted=3, token=4, k=K, appended=[7, 7, 7, 4]))
+    # A session opened ahead is caught up on more tokens than it drafted, but only with them spelt out.
+    session.check_round(pb.Round(seq=1, accepted=4, token=3, k=K, appended=[1, 2, 3, 4, 3], catch_up=True))
+    plain = DraftSession(pair[1], pb.Open(**{**_open_fields(pair[1]), "prespec": None}), WorkerCounters())
+    plain.prefill()
+    plain.first_drafts()
+    with pytest.raises(InvalidArgumentError, match="catch_up needs a fill session"):
+        plain.check_round(pb.Round(seq=1, accepted=0, token=3, k=K, appended=[3], catch_up=True))
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["fill", "tree"])
+def test_a_session_caught_up_drafts_what_one_opened_after_the_whole_context_drafts(
+    pair: tuple[LoadedModel, LoadedModel], tree: bool
+) -> None:
+    """``Round.catch_up``: a session opened ahead (auto's move to a worker, made while the target went
+    on without it) is given every token decoded since, more than it drafted; its next drafts are those
+    drafting on demand gives after the whole context."""
+    draft = pair[1]
+    session = _session(draft, tree=tree)
+    session.first_drafts()
+    decoded = [6, 4, 7, 2, 7, 5]  # no verdict on its drafts: the target decoded them without it
+    msg = pb.Round(seq=1, accepted=len(decoded) - 1, token=decoded[-1], k=K, appended=decoded, catch_up=True)
+    ready = session.answer_ready(msg)
+    session.settle_ready(ready)
+    while session.speculate():  # the block (a tree: its passes) drafted after the answer
+        pass
+    reference = Drafter(draft.model, SamplingParams())
+    reference.start(PROMPT + decoded)
+    expected = reference.draft(K).tokens
+    if session.tree is not None:
+        assert session.tree.ready([], K)[0] == expected  # the tree's first choices from its new root
+    else:
+        assert session.drafter.last_drafts == expected
+    assert session.drafter.context == PROMPT + decoded
 
 
 @pytest.mark.anyio
