@@ -37,8 +37,13 @@ generation. After a try, as at a generation's start, the policy goes to
 the simplest set-up within ``START_MARGIN`` of the best expected, or a
 measured one within ``MARGIN`` of it: close set-ups measure apart by their
 text as much as by their speed, so a worker is kept only where it measured
-clearly ahead. In AR, the acceptance estimate drifts back to the calibrated
-one, so drafting is tried again. Every move is kept with its reason.
+clearly ahead. Where that would keep a tried set-up, the set-up the tries
+left is measured again first, and the tried one is moved to only if its
+window was ``MARGIN`` ahead of the mean of the incumbent's windows on both
+sides of it (A, B, A: a text that comes easier as it goes on favours
+whatever is measured later); its share is set to that ratio. In AR, the
+acceptance estimate drifts back to the calibrated one, so drafting is tried
+again. Every move is kept with its reason.
 Switching opens the new set-up's session from the whole context so far; the
 target never notices, so the output is what the target's own decoding gives
 (T = 0: token for token; T > 0: the same distribution, each round's
@@ -149,6 +154,9 @@ class AutoDraftSource:
         self._started = time.perf_counter()
         self._processing: Processing | None = None  # the request's penalties and grammar (use_processing)
         self._ahead: _Ahead | None = None  # a session opening while the current set-up decodes
+        self._before_try: tuple[Setup, float] | None = None  # the set-up tries left, and its last window
+        self._tried: dict[tuple[str, str], tuple[Setup, float]] = {}  # by session: its try's window
+        self._rival: tuple[Setup, float, float] | None = None  # a tried set-up, its window, the incumbent's
         self._catch_up: int | None = None  # the next propose catches the session up from this length
 
     # The engine's side: a draft source that also says each round's k.
@@ -160,6 +168,7 @@ class AutoDraftSource:
         self.switches, self.segments, self._lost, self._slow = [], [], set(), {}
         self._text, self._probed, self._ranked = 1.0, None, None
         self._ahead, self._catch_up = None, None
+        self._before_try, self._tried, self._rival = None, {}, None
         self._started = time.perf_counter()
         alpha = self.planner.prior(self._temperature)
         self._prior = (PRIOR_REJECTIONS * alpha / max(1e-3, 1 - alpha), PRIOR_REJECTIONS)
@@ -332,6 +341,11 @@ class AutoDraftSource:
             measured = self.measured_tok_s()
             seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
             tried, self._probed = self._probed, None
+            if tried is not None and measured is not None:
+                self._tried[current] = (self.current, measured)
+            elif self._rival is not None and measured is not None:  # the incumbent measured again
+                self._settle_rival(ranking, measured)
+                return
             chosen = self._choice([replace(p, tok_s=expected(p)) for p in heads])
             untried = [p for p in others if self._untried(p)]
             probe = max(untried, key=expected, default=None)
@@ -346,6 +360,8 @@ class AutoDraftSource:
                     f"{self.current.label}: {seen})",
                     ahead=True,
                 )
+                return
+            if tried is not None and self._measure_again(chosen.setup, seen):
                 return
             if tried is not None and session_of(chosen.setup) != session_of(
                 self.current
@@ -367,6 +383,7 @@ class AutoDraftSource:
                 return
             if tried is None and probe is not None and expected(probe) >= now * (1 - PROBE):
                 self._probed = probe.setup
+                self._before_try = (self.current, measured) if measured is not None else None
                 self._enter(
                     probe.setup,
                     f"trying {probe.setup.label}, never measured: expected {expected(probe):.1f} "
@@ -377,6 +394,58 @@ class AutoDraftSource:
         at_k = next((p.tok_s for p in mine if p.setup == self.current), 0.0)
         if self.source is not None and mine and mine[0].tok_s > at_k * (1 + K_GAIN):
             self._switch_k(mine[0].setup)
+
+    def _measure_again(self, chosen: Setup, seen: str) -> bool:
+        """After a run of tries that would keep a tried set-up: back to the set-up the tries left, to
+        measure it again on the text since (``_settle_rival``). A text whose tokens come easier as it
+        goes on (a tiny model's, as it loops) makes whatever is measured later look faster."""
+        before, tried = self._before_try, self._tried
+        self._before_try, self._tried = None, {}
+        if before is None or session_of(chosen) not in tried or session_of(chosen) == session_of(before[0]):
+            return False
+        incumbent, before_tok_s = before
+        if incumbent.worker in self._lost:
+            return False
+        rival, rival_tok_s = tried[session_of(chosen)]
+        self._rival = (rival, rival_tok_s, before_tok_s)
+        self._enter(
+            incumbent,
+            f"tried {self.current.label} ({seen}); {rival.label} measured {rival_tok_s:.1f} against "
+            f"{incumbent.label}'s {before_tok_s:.1f} before the tries: {incumbent.label} measured again, "
+            f"{rival.label} kept only if {MARGIN:.0%} ahead of its windows on both sides",
+            ahead=True,
+        )
+        return True
+
+    def _settle_rival(self, ranking: list[Predicted], measured: float) -> None:
+        """The incumbent measured again after the tries: the tried set-up is moved to only if its window
+        was ``MARGIN`` ahead of the mean of the incumbent's windows on both sides of it, and its share is
+        set to that ratio against the incumbent's, for this and later generations."""
+        assert self._rival is not None
+        rival, rival_tok_s, before_tok_s = self._rival
+        self._rival = None
+        ratio = rival_tok_s / ((before_tok_s + measured) / 2)
+        predicted = {p.setup: p.tok_s for p in ranking}
+        mine = self.planner.share(session_of(self.current))
+        if mine is not None and predicted.get(rival, 0.0) > 0 and predicted.get(self.current, 0.0) > 0:
+            share = ratio * mine.value * predicted[self.current] / predicted[rival]
+            self.planner.rescale(session_of(rival), share)
+        if ratio > 1 + MARGIN and rival.worker not in self._lost:
+            self._enter(
+                rival,
+                f"{rival.label} measured {rival_tok_s:.1f} tok/s, {ratio - 1:.0%} ahead of "
+                f"{self.current.label}'s windows around it ({before_tok_s:.1f}, {measured:.1f})",
+                ahead=True,
+            )
+            return
+        log.info(
+            "drafting: staying on %s: %s measured %.1f tok/s against its windows around it (%.1f, %.1f)",
+            self.current.label,
+            rival.label,
+            rival_tok_s,
+            before_tok_s,
+            measured,
+        )
 
     def _choice(self, expected: list[Predicted]) -> Predicted:
         """Where to be, of ``expected`` (predictions times measured shares): the simplest set-up within
@@ -495,7 +564,7 @@ class AutoDraftSource:
     def _lose(self, err: RemoteWorkerError) -> None:
         """The current worker failed mid-round: drop it and move to the best set-up without it."""
         self._drop_ahead()
-        self._catch_up = None
+        self._catch_up, self._before_try, self._tried, self._rival = None, None, {}, None
         lost = self.current
         self.segments[-1].lost = True
         self.segments[-1].source = self.source

@@ -69,6 +69,13 @@ class Planner:
         self.shares[session] = learned
         return learned
 
+    def rescale(self, session: Session, share: float) -> None:
+        """Set ``session``'s mean to ``share``, keeping its weight: what it measured, set against a
+        set-up measured around it on the same text (``AutoDraftSource``)."""
+        seen = self.shares.get(session)
+        if seen is not None:
+            self.shares[session] = Share(share, seen.windows, self.rounds)
+
     def share(self, session: Session) -> Share | None:
         """What ``session`` measured against its prediction, unless that was ``FORGET_ROUNDS`` ago."""
         seen = self.shares.get(session)

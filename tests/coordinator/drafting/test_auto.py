@@ -273,14 +273,21 @@ def test_a_window_that_falls_with_the_text_does_not_make_the_worker_slow(
     assert bool(left) == leaves and all("M1 Max" not in s.to_setup for s in left), auto.switches
 
 
-def _decode(auto: AutoDraftSource, planner: Planner, share: Callable[[str], float], rounds: int) -> None:
+def _decode(
+    auto: AutoDraftSource,
+    planner: Planner,
+    share: Callable[[str], float],
+    rounds: int,
+    text: Callable[[int], float] = lambda _: 1.0,
+) -> None:
     """``rounds`` rounds of two tokens each, every set-up measuring ``share(its label)`` of its
-    prediction (the policy's arithmetic alone: no sessions)."""
+    prediction times ``text(round)`` (how easy the text is there), the policy's arithmetic alone: no
+    sessions."""
     auto.start([1, 2, 3], SamplingParams(), AUTO_K)
     end = 0
-    for _ in range(rounds):
+    for n in range(rounds):
         predicted = next(p.tok_s for p in planner.ranking(0.0, auto.alpha) if p.setup == auto.current)
-        round_ns = int(2 / (predicted * share(auto.current.label)) * 1e9)
+        round_ns = int(2 / (predicted * share(auto.current.label) * text(n)) * 1e9)
         end += round_ns
         auto.record(RoundRecord(0, 0, [7, 7], 0, round_ns, end, DraftBlock([], None, 0, 0)))
 
@@ -303,6 +310,22 @@ def test_a_setup_predicted_within_the_planners_error_is_tried_once_and_kept_if_i
     assert not any(s.reason.startswith("trying") for s in auto.switches), auto.switches  # tried once only
     assert (auto.switches[0].to_setup == rival) == (rival_share > 1), auto.switches
     assert auto.switches[0].reason.endswith("as measured before")
+
+
+def test_a_try_measured_on_easier_text_is_not_kept() -> None:
+    """Measured on the paper's preset once tries opened ahead: a try's window, 13 rounds into a tiny
+    model's looping text, measured 13% above local tree SD's first window, and auto kept the worker, which
+    the fixed rows put 3% behind. Now the set-up the tries left is measured again, and the tried one is
+    kept only if it was MARGIN ahead of that set-up's windows on both sides of it."""
+    planner = Planner(replace(paper_setup(), trees=True))
+    auto = AutoDraftSource(planner, lambda setup: None)
+    rival = "local tree SD"  # tried after the start's first window (test above)
+    _decode(auto, planner, lambda label: 1.0, 120, text=lambda n: 1 + 0.012 * n)  # every set-up alike
+    moves = [s.to_setup for s in auto.switches]
+    assert rival in moves and any("measured again" in s.reason for s in auto.switches), auto.switches
+    assert auto.current.label != rival, auto.switches
+    _decode(auto, planner, lambda label: 1.0, 40)  # the next generation, on even text: no preference
+    assert auto.switches[0].to_setup != rival, auto.switches
 
 
 @pytest.mark.parametrize(("local_share", "stays_local"), [(1.0, True), (0.8, False)])
