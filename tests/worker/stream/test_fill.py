@@ -20,7 +20,7 @@ from specwire.v1 import draft_pb2 as pb
 from specwire.wire.protocol import DRAFT_METHOD, PROTOCOL_VERSION, sampling_to_pb
 from tests.support.credentials import channel as worker_channel
 from tests.support.messages import open_request
-from tests.support.models.tiny_models import disagreeing_pair
+from tests.support.models.tiny_models import disagreeing_pair, hybrid_pair
 from tests.support.processes.workers import WorkerProcess
 from worker.server.hosting import WorkerCounters
 from worker.stream.session import DraftSession
@@ -132,14 +132,17 @@ def test_fill_rounds_spell_out_the_appended_tokens_and_may_count_the_coordinator
         plain.check_round(pb.Round(seq=1, accepted=0, token=3, k=K, appended=[3], catch_up=True))
 
 
-@pytest.mark.parametrize("tree", [False, True], ids=["fill", "tree"])
+@pytest.mark.parametrize(
+    ("tree", "hybrid"), [(False, False), (True, False), (True, True)], ids=["fill", "tree", "hybrid-tree"]
+)
 def test_a_session_caught_up_drafts_what_one_opened_after_the_whole_context_drafts(
-    pair: tuple[LoadedModel, LoadedModel], tree: bool
+    pair: tuple[LoadedModel, LoadedModel], tree: bool, hybrid: bool
 ) -> None:
     """``Round.catch_up``: a session opened ahead (auto's move to a worker, made while the target went
     on without it) is given every token decoded since, more than it drafted; its next drafts are those
-    drafting on demand gives after the whole context."""
-    draft = pair[1]
+    drafting on demand gives after the whole context (a hybrid draft's tree: its Gated DeltaNet states
+    fed through the tokens too)."""
+    draft = hybrid_pair()[1] if hybrid else pair[1]
     session = _session(draft, tree=tree)
     session.first_drafts()
     decoded = [6, 4, 7, 2, 7, 5]  # no verdict on its drafts: the target decoded them without it
