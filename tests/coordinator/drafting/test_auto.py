@@ -123,9 +123,9 @@ async def test_auto_on_this_machine_alone_is_lossless_and_says_why(tiny: LoadedM
 async def test_a_move_to_a_worker_does_not_wait_for_its_prefill(tiny: LoadedModel) -> None:
     """The paper's preset, as the test bed runs it: auto starts on local tree SD and tries the M1 Max's
     set-ups predicted within the planner's error. Each try's session opens ahead (the worker prefills
-    the context while local tree SD goes on) and is caught up on the tokens decoded since; the output
-    stays the target's, and the worker's counters match what the coordinator asked of it, the Open's
-    superseded drafts included."""
+    the context while local tree SD goes on) and is caught up on the tokens decoded since, as local
+    tree SD's own session is when auto comes back to it; the output stays the target's, and the
+    worker's counters match what the coordinator asked of it, the Open's superseded drafts included."""
     pace = CoordinatorPace.of(parse_pace("paper:M2 Ultra"))
     access = WorkerAccess(credentials(), ["127.0.0.1"], 1.0, 20.0)
     args = ["--model", "tiny-draft", "--name", unique_name("ahead"), "--label", "M1 Max"]
@@ -147,6 +147,8 @@ async def test_a_move_to_a_worker_does_not_wait_for_its_prefill(tiny: LoadedMode
     ahead = [s for s in source.segments if s.setup.remote]
     assert ahead and all(s.opened is not None for s in ahead), source.switches
     assert all("opened ahead" in s.reason for s in source.switches if "→ M1 Max" in s.to_setup)
+    here = [s for s in source.segments if s.setup.label == "local tree SD"]  # back after the tries
+    assert len(here) >= 2 and all(s.source is here[0].source for s in here), source.switches  # kept
     verified, counters, _ = verify(source, result)
     assert verified, counters
 
