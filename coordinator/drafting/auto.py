@@ -238,10 +238,21 @@ class AutoDraftSource:
         self._decide()
 
     def close(self) -> None:
-        """End the current session, one opening ahead, and those kept on this machine."""
+        """End the current session, one opening ahead, and those kept on this machine. Tries the
+        generation ended before their second look (``_measure_again``) are forgotten, and set-ups never
+        measured are expected at the incumbent's share again: measured on one side only, a try is no
+        measure (the next generation may try it again)."""
         self._drop_ahead()
         self._leave()
         self._close_parked()
+        incumbent = self.current if self._rival is not None else (self._before_try or (None, 0.0))[0]
+        unconfirmed = [*self._tried, *([session_of(self._rival[0])] if self._rival is not None else [])]
+        for session in unconfirmed:
+            self.planner.forget(session)
+        kept = self.planner.share(session_of(incumbent)) if incumbent is not None and unconfirmed else None
+        if kept is not None:
+            self.planner.bias = kept.value
+        self._tried, self._rival, self._before_try = {}, None, None
 
     # The policy.
 
@@ -420,7 +431,7 @@ class AutoDraftSource:
             incumbent,
             f"tried {self.current.label} ({seen}); {rival.label} measured {rival_tok_s:.1f} against "
             f"{incumbent.label}'s {before_tok_s:.1f} before the tries: {incumbent.label} measured again, "
-            f"{rival.label} kept only if {MARGIN:.0%} ahead of its windows on both sides",
+            f"{rival.label} kept only if ahead of its windows on both sides",
             ahead=True,
         )
         return True

@@ -76,6 +76,10 @@ class Planner:
         if seen is not None:
             self.shares[session] = Share(share, seen.windows, self.rounds)
 
+    def forget(self, session: Session) -> None:
+        """Drop what ``session`` measured: a try that was not confirmed (``AutoDraftSource``)."""
+        self.shares.pop(session, None)
+
     def share(self, session: Session) -> Share | None:
         """What ``session`` measured against its prediction, unless that was ``FORGET_ROUNDS`` ago."""
         seen = self.shares.get(session)

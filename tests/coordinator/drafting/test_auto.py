@@ -47,6 +47,7 @@ LEAVE_WITHIN_ROUNDS = 10  # the issue's bound for a worker that became 5x slower
 # loaded machine stretches the rounds themselves (40 ms each way, 3x when idle, was kept for all 38 rounds
 # after it in three busy make test runs).
 SLOW_DELAY_MS = 150.0
+AHEAD_TOKENS = 192  # room for three tries and the way back after them (about 50 rounds)
 SETTLE_AND_WINDOW = SETTLE + WINDOW + 1  # rounds before auto may move
 
 
@@ -139,11 +140,11 @@ async def test_a_move_to_a_worker_does_not_wait_for_its_prefill(tiny: LoadedMode
                 result = await runtime.compute.run(
                     SpeculativeDecoder(paced, source).generate,
                     prompt,
-                    max_tokens=MAX_TOKENS,
+                    max_tokens=AHEAD_TOKENS,
                     k=AUTO_K,
                     params=SamplingParams(),
                 )
-    assert result.tokens == ar_tokens(tiny, prompt, MAX_TOKENS)
+    assert result.tokens == ar_tokens(tiny, prompt, AHEAD_TOKENS)
     ahead = [s for s in source.segments if s.setup.remote]
     assert ahead and all(s.opened is not None for s in ahead), source.switches
     assert all("opened ahead" in s.reason for s in source.switches if "→ M1 Max" in s.to_setup)
@@ -327,6 +328,14 @@ def test_a_try_measured_on_easier_text_is_not_kept() -> None:
     assert rival in moves and any("measured again" in s.reason for s in auto.switches), auto.switches
     assert auto.current.label != rival, auto.switches
     _decode(auto, planner, lambda label: 1.0, 40)  # the next generation, on even text: no preference
+    assert auto.switches[0].to_setup != rival, auto.switches
+    # A generation that ends before the second look: the try, measured on one side only, is forgotten.
+    planner = Planner(replace(paper_setup(), trees=True))
+    auto = AutoDraftSource(planner, lambda setup: None)
+    _decode(auto, planner, lambda label: 1.0, 50, text=lambda n: 1 + 0.012 * n)  # ends in the look
+    assert any("measured again" in s.reason for s in auto.switches), auto.switches
+    auto.close()
+    _decode(auto, planner, lambda label: 1.0, 5)
     assert auto.switches[0].to_setup != rival, auto.switches
 
 
