@@ -33,17 +33,17 @@ within a session to the k predicted fastest. A session never measured and
 expected within ``PROBE`` of the current one (the planner's error) is tried
 for one window: the planner cannot rank set-ups closer than its own error,
 and each try is paid once per ``FORGET_ROUNDS`` of the planner, not per
-generation. After a try, as at a generation's start, the policy goes to
-the simplest set-up within ``START_MARGIN`` of the best expected, or a
-measured one within ``MARGIN`` of it: close set-ups measure apart by their
-text as much as by their speed, so a worker is kept only where it measured
-clearly ahead. Where that would keep a tried set-up, the set-up the tries
-left is measured again first, and the tried one is moved to only if its
-window was ``MARGIN`` ahead of the mean of the incumbent's windows on both
-sides of it (A, B, A: a text that comes easier as it goes on favours
-whatever is measured later); its share is set to that ratio. In AR, the
-acceptance estimate drifts back to the calibrated one, so drafting is tried
-again. Every move is kept with its reason.
+generation. Where to be, at a generation's start as after a try, is the
+best set-up without a worker unless a worker's is expected ahead of it by
+``START_MARGIN`` (``MARGIN`` once measured): close set-ups measure apart by
+their text as much as by their speed, so a worker is kept only where it
+measured clearly ahead. After a run of tries the set-up the tries left is
+measured again first, and each tried set-up's share is set to its window's
+ratio to the mean of the incumbent's windows on both sides of the tries
+(A, B, C, A: a text that comes easier as it goes on favours whatever is
+measured later); the best is moved to if that ratio leads by that margin.
+In AR, the acceptance estimate drifts back to the calibrated one, so
+drafting is tried again. Every move is kept with its reason.
 Switching opens the new set-up's session from the whole context so far; the
 target never notices, so the output is what the target's own decoding gives
 (T = 0: token for token; T > 0: the same distribution, each round's
@@ -161,7 +161,8 @@ class AutoDraftSource:
         self._last_tokens = 0  # the last round's tokens
         self._before_try: tuple[Setup, float] | None = None  # the set-up tries left, and its last window
         self._tried: dict[tuple[str, str], tuple[Setup, float]] = {}  # by session: its try's window
-        self._rival: tuple[Setup, float, float] | None = None  # a tried set-up, its window, the incumbent's
+        self._look: tuple[dict[tuple[str, str], tuple[Setup, float]], float] | None = None  # tries, and
+        # the incumbent's window before them, while the incumbent is measured again (``_settle_look``)
         self._catch_up: int | None = None  # the next propose catches the session up from this length
 
     # The engine's side: a draft source that also says each round's k.
@@ -173,7 +174,7 @@ class AutoDraftSource:
         self.switches, self.segments, self._lost, self._slow = [], [], set(), {}
         self._text, self._probed, self._ranked = 1.0, None, None
         self._ahead, self._catch_up = None, None
-        self._before_try, self._tried, self._rival = None, {}, None
+        self._before_try, self._tried, self._look = None, {}, None
         self._close_parked()
         self._started = time.perf_counter()
         alpha = self.planner.prior(self._temperature)
@@ -245,14 +246,14 @@ class AutoDraftSource:
         self._drop_ahead()
         self._leave()
         self._close_parked()
-        incumbent = self.current if self._rival is not None else (self._before_try or (None, 0.0))[0]
-        unconfirmed = [*self._tried, *([session_of(self._rival[0])] if self._rival is not None else [])]
+        incumbent = self.current if self._look is not None else (self._before_try or (None, 0.0))[0]
+        unconfirmed = [*self._tried, *(self._look[0] if self._look is not None else {})]
         for session in unconfirmed:
             self.planner.forget(session)
         kept = self.planner.share(session_of(incumbent)) if incumbent is not None and unconfirmed else None
         if kept is not None:
             self.planner.bias = kept.value
-        self._tried, self._rival, self._before_try = {}, None, None
+        self._tried, self._look, self._before_try = {}, None, None
 
     # The policy.
 
@@ -362,8 +363,8 @@ class AutoDraftSource:
             tried, self._probed = self._probed, None
             if tried is not None and measured is not None:
                 self._tried[current] = (self.current, measured)
-            elif self._rival is not None and measured is not None:  # the incumbent measured again
-                self._settle_rival(ranking, measured)
+            elif self._look is not None and measured is not None:  # the incumbent measured again
+                self._settle_look(ranking, measured)
                 return
             chosen = self._choice([replace(p, tok_s=expected(p)) for p in heads])
             untried = [p for p in others if self._untried(p)]
@@ -415,57 +416,62 @@ class AutoDraftSource:
             self._switch_k(mine[0].setup)
 
     def _measure_again(self, chosen: Setup, seen: str) -> bool:
-        """After a run of tries that would keep a tried set-up: back to the set-up the tries left, to
-        measure it again on the text since (``_settle_rival``). A text whose tokens come easier as it
-        goes on (a tiny model's, as it loops) makes whatever is measured later look faster."""
+        """After a run of tries: back to the set-up the tries left, to measure it again on the text since
+        before any tried one is kept or ranked by its window (``_settle_look``). A text whose tokens come
+        easier as it goes on (a tiny model's, as it loops) makes whatever is measured later look faster."""
         before, tried = self._before_try, self._tried
         self._before_try, self._tried = None, {}
-        if before is None or session_of(chosen) not in tried or session_of(chosen) == session_of(before[0]):
+        if before is None or not tried:
             return False
         incumbent, before_tok_s = before
-        if incumbent.worker in self._lost:
+        if incumbent.worker in self._lost or session_of(chosen) not in {*tried, session_of(incumbent)}:
             return False
-        rival, rival_tok_s = tried[session_of(chosen)]
-        self._rival = (rival, rival_tok_s, before_tok_s)
+        self._look = (tried, before_tok_s)
+        windows = ", ".join(f"{setup.label} {tok_s:.1f}" for setup, tok_s in tried.values())
         self._enter(
             incumbent,
-            f"tried {self.current.label} ({seen}); {rival.label} measured {rival_tok_s:.1f} against "
-            f"{incumbent.label}'s {before_tok_s:.1f} before the tries: {incumbent.label} measured again, "
-            f"{rival.label} kept only if ahead of its windows on both sides",
+            f"tried {self.current.label} ({seen}); {incumbent.label} measured again on the text since, "
+            f"against its {before_tok_s:.1f} before the tries ({windows}): a tried set-up is kept only if "
+            "ahead of its windows on both sides",
             ahead=True,
         )
         return True
 
-    def _settle_rival(self, ranking: list[Predicted], measured: float) -> None:
-        """The incumbent measured again after the tries: the tried set-up is moved to only if its window
-        was ahead of the mean of the incumbent's windows on both sides of it, by ``MARGIN`` for a worker's
-        set-up over one without (as ``_choice``), else by ``START_MARGIN``; its share is set to that
-        ratio against the incumbent's, for this and later generations."""
-        assert self._rival is not None
-        rival, rival_tok_s, before_tok_s = self._rival
-        self._rival = None
-        ratio = rival_tok_s / ((before_tok_s + measured) / 2)
+    def _settle_look(self, ranking: list[Predicted], measured: float) -> None:
+        """The incumbent measured again after the tries: each tried set-up's share is set to its window's
+        ratio to the mean of the incumbent's windows on both sides of the tries, against the incumbent's
+        share, for this and later generations; the best is moved to if that ratio leads by ``MARGIN`` for
+        a worker's set-up over one without (as ``_choice``), else by ``START_MARGIN``."""
+        assert self._look is not None
+        tried, before_tok_s = self._look
+        self._look = None
+        reference = (before_tok_s + measured) / 2
         predicted = {p.setup: p.tok_s for p in ranking}
         mine = self.planner.share(session_of(self.current))
-        if mine is not None and predicted.get(rival, 0.0) > 0 and predicted.get(self.current, 0.0) > 0:
-            share = ratio * mine.value * predicted[self.current] / predicted[rival]
-            self.planner.rescale(session_of(rival), share)
-        margin = MARGIN if rival.remote and not self.current.remote else START_MARGIN
-        if ratio > 1 + margin and rival.worker not in self._lost:
+        best: tuple[Setup, float] | None = None
+        for setup, tok_s in tried.values():
+            ratio = tok_s / reference
+            if mine is not None and predicted.get(setup, 0.0) > 0 and predicted.get(self.current, 0.0) > 0:
+                share = ratio * mine.value * predicted[self.current] / predicted[setup]
+                self.planner.rescale(session_of(setup), share)
+            margin = MARGIN if setup.remote and not self.current.remote else START_MARGIN
+            if ratio > 1 + margin and setup.worker not in self._lost and (best is None or ratio > best[1]):
+                best = (setup, ratio)
+        if best is not None:
+            setup, ratio = best
             self._enter(
-                rival,
-                f"{rival.label} measured {rival_tok_s:.1f} tok/s, {ratio - 1:.0%} ahead of "
-                f"{self.current.label}'s windows around it ({before_tok_s:.1f}, {measured:.1f})",
+                setup,
+                f"{setup.label} measured {tried[session_of(setup)][1]:.1f} tok/s, {ratio - 1:.0%} ahead of "
+                f"{self.current.label}'s windows around the tries ({before_tok_s:.1f}, {measured:.1f})",
                 ahead=True,
             )
             return
         log.info(
-            "drafting: staying on %s: %s measured %.1f tok/s against its windows around it (%.1f, %.1f)",
+            "drafting: staying on %s, measured %.1f and %.1f tok/s around the tries (%s)",
             self.current.label,
-            rival.label,
-            rival_tok_s,
             before_tok_s,
             measured,
+            ", ".join(f"{setup.label} {tok_s:.1f}" for setup, tok_s in tried.values()),
         )
 
     def _choice(self, expected: list[Predicted]) -> Predicted:
@@ -595,7 +601,7 @@ class AutoDraftSource:
     def _lose(self, err: RemoteWorkerError) -> None:
         """The current worker failed mid-round: drop it and move to the best set-up without it."""
         self._drop_ahead()
-        self._catch_up, self._before_try, self._tried, self._rival = None, None, {}, None
+        self._catch_up, self._before_try, self._tried, self._look = None, None, {}, None
         lost = self.current
         self.segments[-1].lost = True
         self.segments[-1].source = self.source
