@@ -163,6 +163,7 @@ class AutoDraftSource:
         self._tried: dict[tuple[str, str], tuple[Setup, float]] = {}  # by session: its try's window
         self._look: tuple[dict[tuple[str, str], tuple[Setup, float]], float] | None = None  # tries, and
         # the incumbent's window before them, while the incumbent is measured again (``_settle_look``)
+        self._carried: tuple[tuple[dict[tuple[str, str], tuple[Setup, float]], float], Setup] | None = None
         self._catch_up: int | None = None  # the next propose catches the session up from this length
 
     # The engine's side: a draft source that also says each round's k.
@@ -174,6 +175,7 @@ class AutoDraftSource:
         self.switches, self.segments, self._lost, self._slow = [], [], set(), {}
         self._text, self._probed, self._ranked = 1.0, None, None
         self._ahead, self._catch_up = None, None
+        carried, self._carried = self._carried, None
         self._before_try, self._tried, self._look = None, {}, None
         self._close_parked()
         self._started = time.perf_counter()
@@ -184,6 +186,11 @@ class AutoDraftSource:
             (replace(p, tok_s=self._expected(p)) for p in self._ranking()), key=lambda p: -p.tok_s
         )
         first = self._choice(expected)
+        if carried is not None:  # a second look the last generation ended in: it goes on here
+            look, incumbent = carried
+            resumed = next((p for p in expected if p.setup == incumbent), None)
+            if resumed is not None:
+                first, self._look = resumed, look
         measured = self._share(first.setup) is not None
         rest = [p for p in sessions(expected) if session_of(p.setup) != session_of(first.setup)]
         self.decision = Decision(
@@ -239,18 +246,20 @@ class AutoDraftSource:
         self._decide()
 
     def close(self) -> None:
-        """End the current session, one opening ahead, and those kept on this machine. Tries the
-        generation ended before their second look (``_measure_again``) are forgotten, and set-ups never
+        """End the current session, one opening ahead, and those kept on this machine. A second look
+        (``_measure_again``) the generation ended in goes on in the next one, which starts on the
+        incumbent; tries the generation ended before their second look are forgotten, and set-ups never
         measured are expected at the incumbent's share again: measured on one side only, a try is no
         measure (the next generation may try it again)."""
         self._drop_ahead()
         self._leave()
         self._close_parked()
-        incumbent = self.current if self._look is not None else (self._before_try or (None, 0.0))[0]
-        unconfirmed = [*self._tried, *(self._look[0] if self._look is not None else {})]
-        for session in unconfirmed:
+        if self._look is not None:
+            self._carried = (self._look, self.current)
+        incumbent = (self._before_try or (None, 0.0))[0]
+        for session in self._tried:
             self.planner.forget(session)
-        kept = self.planner.share(session_of(incumbent)) if incumbent is not None and unconfirmed else None
+        kept = self.planner.share(session_of(incumbent)) if incumbent is not None and self._tried else None
         if kept is not None:
             self.planner.bias = kept.value
         self._tried, self._look, self._before_try = {}, None, None

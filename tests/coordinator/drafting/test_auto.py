@@ -329,14 +329,16 @@ def test_a_try_measured_on_easier_text_is_not_kept() -> None:
     assert auto.current.label != rival, auto.switches
     _decode(auto, planner, lambda label: 1.0, 40)  # the next generation, on even text: no preference
     assert auto.switches[0].to_setup == "local SD k=2", auto.switches  # every try ranked as measured again
-    # A generation that ends before the second look: the try, measured on one side only, is forgotten.
+    # A generation that ends in the second look: the next one starts on the incumbent and finishes it
+    # there, trying nothing again.
     planner = Planner(replace(paper_setup(), trees=True))
     auto = AutoDraftSource(planner, lambda setup: None)
     _decode(auto, planner, lambda label: 1.0, 50, text=lambda n: 1 + 0.012 * n)  # ends in the look
     assert any("measured again" in s.reason for s in auto.switches), auto.switches
     auto.close()
-    _decode(auto, planner, lambda label: 1.0, 5)
-    assert auto.switches[0].to_setup == "local SD k=2", auto.switches  # every try of the run forgotten
+    _decode(auto, planner, lambda label: 1.0, 40)
+    assert auto.switches[0].to_setup == "local SD k=2", auto.switches
+    assert not any(s.reason.startswith("trying") for s in auto.switches), auto.switches
 
 
 def test_between_set_ups_on_this_machine_the_faster_is_kept_however_simple_the_other() -> None:
