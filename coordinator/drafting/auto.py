@@ -72,6 +72,7 @@ from dataclasses import dataclass, replace
 
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto_report import Decision, Segment, Switch
+from coordinator.drafting.auto_tries import Tries
 from coordinator.drafting.base import CatchesUp, DraftSource, Outcome, offer_processing
 from coordinator.drafting.failover import abandon
 from coordinator.planning.planner import (
@@ -159,11 +160,7 @@ class AutoDraftSource:
         self._ahead: _Ahead | None = None  # a session opening while the current set-up decodes
         self._parked: dict[tuple[str, str], tuple[DraftSource, int]] = {}  # left sessions here, by session
         self._last_tokens = 0  # the last round's tokens
-        self._before_try: tuple[Setup, float] | None = None  # the set-up tries left, and its last window
-        self._tried: dict[tuple[str, str], tuple[Setup, float]] = {}  # by session: its try's window
-        self._look: tuple[dict[tuple[str, str], tuple[Setup, float]], float] | None = None  # tries, and
-        # the incumbent's window before them, while the incumbent is measured again (``_settle_look``)
-        self._carried: tuple[tuple[dict[tuple[str, str], tuple[Setup, float]], float], Setup] | None = None
+        self._tries = Tries(planner)  # the tries and their second look
         self._catch_up: int | None = None  # the next propose catches the session up from this length
 
     # The engine's side: a draft source that also says each round's k.
@@ -175,8 +172,6 @@ class AutoDraftSource:
         self.switches, self.segments, self._lost, self._slow = [], [], set(), {}
         self._text, self._probed, self._ranked = 1.0, None, None
         self._ahead, self._catch_up = None, None
-        carried, self._carried = self._carried, None
-        self._before_try, self._tried, self._look = None, {}, None
         self._close_parked()
         self._started = time.perf_counter()
         alpha = self.planner.prior(self._temperature)
@@ -185,12 +180,7 @@ class AutoDraftSource:
         expected = sorted(
             (replace(p, tok_s=self._expected(p)) for p in self._ranking()), key=lambda p: -p.tok_s
         )
-        first = self._choice(expected)
-        if carried is not None:  # a second look the last generation ended in: it goes on here
-            look, incumbent = carried
-            resumed = next((p for p in expected if p.setup == incumbent), None)
-            if resumed is not None:
-                first, self._look = resumed, look
+        first = self._tries.resume(expected) or self._choice(expected)  # a second look goes on here
         measured = self._share(first.setup) is not None
         rest = [p for p in sessions(expected) if session_of(p.setup) != session_of(first.setup)]
         self.decision = Decision(
@@ -254,15 +244,7 @@ class AutoDraftSource:
         self._drop_ahead()
         self._leave()
         self._close_parked()
-        if self._look is not None:
-            self._carried = (self._look, self.current)
-        incumbent = (self._before_try or (None, 0.0))[0]
-        for session in self._tried:
-            self.planner.forget(session)
-        kept = self.planner.share(session_of(incumbent)) if incumbent is not None and self._tried else None
-        if kept is not None:
-            self.planner.bias = kept.value
-        self._tried, self._look, self._before_try = {}, None, None
+        self._tries.end()
 
     # The policy.
 
@@ -371,8 +353,8 @@ class AutoDraftSource:
             seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
             tried, self._probed = self._probed, None
             if tried is not None and measured is not None:
-                self._tried[current] = (self.current, measured)
-            elif self._look is not None and measured is not None:  # the incumbent measured again
+                self._tries.measured(self.current, measured)
+            elif self._tries.look is not None and measured is not None:  # the incumbent measured again
                 self._settle_look(ranking, measured)
                 return
             chosen = self._choice([replace(p, tok_s=expected(p)) for p in heads])
@@ -412,7 +394,7 @@ class AutoDraftSource:
                 return
             if tried is None and probe is not None and expected(probe) >= now * (1 - PROBE):
                 self._probed = probe.setup
-                self._before_try = (self.current, measured) if measured is not None else None
+                self._tries.begin(self.current, measured)
                 self._enter(
                     probe.setup,
                     f"trying {probe.setup.label}, never measured: expected {expected(probe):.1f} "
@@ -426,61 +408,44 @@ class AutoDraftSource:
 
     def _measure_again(self, chosen: Setup, seen: str) -> bool:
         """After a run of tries: back to the set-up the tries left, to measure it again on the text since
-        before any tried one is kept or ranked by its window (``_settle_look``). A text whose tokens come
-        easier as it goes on (a tiny model's, as it loops) makes whatever is measured later look faster."""
-        before, tried = self._before_try, self._tried
-        self._before_try, self._tried = None, {}
-        if before is None or not tried:
+        before any tried one is kept or ranked by its window (``auto_tries``)."""
+        look = self._tries.second_look(chosen, self._lost)
+        if look is None:
             return False
-        incumbent, before_tok_s = before
-        if incumbent.worker in self._lost or session_of(chosen) not in {*tried, session_of(incumbent)}:
-            return False
-        self._look = (tried, before_tok_s)
-        windows = ", ".join(f"{setup.label} {tok_s:.1f}" for setup, tok_s in tried.values())
+        incumbent, before = look.before
         self._enter(
             incumbent,
             f"tried {self.current.label} ({seen}); {incumbent.label} measured again on the text since, "
-            f"against its {before_tok_s:.1f} before the tries ({windows}): a tried set-up is kept only if "
+            f"against its {before:.1f} before the tries ({look.windows()}): a tried set-up is kept only if "
             "ahead of its windows on both sides",
             ahead=True,
         )
         return True
 
     def _settle_look(self, ranking: list[Predicted], measured: float) -> None:
-        """The incumbent measured again after the tries: each tried set-up's share is set to its window's
-        ratio to the mean of the incumbent's windows on both sides of the tries, against the incumbent's
-        share, for this and later generations; the best is moved to if that ratio leads by ``MARGIN`` for
-        a worker's set-up over one without (as ``_choice``), else by ``START_MARGIN``."""
-        assert self._look is not None
-        tried, before_tok_s = self._look
-        self._look = None
-        reference = (before_tok_s + measured) / 2
-        predicted = {p.setup: p.tok_s for p in ranking}
-        mine = self.planner.share(session_of(self.current))
-        best: tuple[Setup, float] | None = None
-        for setup, tok_s in tried.values():
-            ratio = tok_s / reference
-            if mine is not None and predicted.get(setup, 0.0) > 0 and predicted.get(self.current, 0.0) > 0:
-                share = ratio * mine.value * predicted[self.current] / predicted[setup]
-                self.planner.rescale(session_of(setup), share)
+        """The incumbent measured again after the tries: the best try is moved to if its ratio to the
+        incumbent's windows on both sides leads by ``MARGIN`` for a worker's set-up over one without (as
+        ``_choice``), else by ``START_MARGIN``."""
+        look = self._tries.look
+        assert look is not None
+        before = look.before[1]
+        for setup, ratio in self._tries.settle(self.current, ranking, measured):
             margin = MARGIN if setup.remote and not self.current.remote else START_MARGIN
-            if ratio > 1 + margin and setup.worker not in self._lost and (best is None or ratio > best[1]):
-                best = (setup, ratio)
-        if best is not None:
-            setup, ratio = best
-            self._enter(
-                setup,
-                f"{setup.label} measured {tried[session_of(setup)][1]:.1f} tok/s, {ratio - 1:.0%} ahead of "
-                f"{self.current.label}'s windows around the tries ({before_tok_s:.1f}, {measured:.1f})",
-                ahead=True,
-            )
-            return
+            if ratio > 1 + margin and setup.worker not in self._lost:
+                tok_s = look.tried[session_of(setup)][1]
+                self._enter(
+                    setup,
+                    f"{setup.label} measured {tok_s:.1f} tok/s, {ratio - 1:.0%} ahead of "
+                    f"{self.current.label}'s windows around the tries ({before:.1f}, {measured:.1f})",
+                    ahead=True,
+                )
+                return
         log.info(
             "drafting: staying on %s, measured %.1f and %.1f tok/s around the tries (%s)",
             self.current.label,
-            before_tok_s,
+            before,
             measured,
-            ", ".join(f"{setup.label} {tok_s:.1f}" for setup, tok_s in tried.values()),
+            look.windows(),
         )
 
     def _choice(self, expected: list[Predicted]) -> Predicted:
@@ -523,12 +488,7 @@ class AutoDraftSource:
                 self._open_ahead(setup, built, reason)
                 return
         while True:
-            self._leave(park=ahead)
-            self._note(setup, reason)
-            self.current, self._since_switch, self._fresh = setup, 0, True
-            self._window.clear()
-            segment = Segment(setup, None, self._round)
-            self.segments.append(segment)
+            segment = self._move(setup, reason, park=ahead)
             parked = self._parked.pop(session_of(setup), None)
             if parked is not None:  # left earlier in this generation: caught up, not prefilled again
                 segment.source = self.source = parked[0]
@@ -543,9 +503,7 @@ class AutoDraftSource:
                     source.start(self._context, self._params, setup.k)
             except RemoteWorkerError as err:
                 segment.lost, segment.source = True, source
-                abandon(source)
-                self._lost.add(setup.worker)
-                log.warning("lost worker %s (%s): %s", setup.worker, err.code, err)
+                self._mark_lost(setup.worker, source, err)
                 setup, reason = self._ranking()[0].setup, f"worker {setup.worker} lost ({err.code}: {err})"
                 continue
             segment.source = self.source = source
@@ -554,13 +512,14 @@ class AutoDraftSource:
     def _open_ahead(self, setup: Setup, source: DraftSource, reason: str) -> None:
         """Open ``setup``'s session from the context so far and go on decoding on the current set-up; the
         move is made once the worker has answered (``_await_ahead``)."""
+        ahead = _Ahead(setup, source, reason, len(self._context), self._round)
         try:
             offer_processing(source, self._processing)
             source.start(self._context, self._params, setup.k)
         except RemoteWorkerError as err:
-            self._lose_ahead(_Ahead(setup, source, reason, len(self._context), self._round), err)
+            self._lose_ahead(ahead, err)
             return
-        self._ahead = _Ahead(setup, source, reason, len(self._context), self._round)
+        self._ahead = ahead
         log.info("drafting: opening %s ahead (%s)", setup.label, reason)
 
     def _await_ahead(self) -> None:
@@ -572,14 +531,12 @@ class AutoDraftSource:
             if not ahead.source.arrived():
                 return
             self._ahead = None
-            self._leave(park=True)
             waited = self._round - ahead.round
-            self._note(ahead.setup, f"{ahead.reason}; opened ahead, {waited} rounds before")
-            self.current, self._since_switch, self._fresh = ahead.setup, 0, False
-            self._window.clear()
-            segment = Segment(ahead.setup, ahead.source, self._round)
-            self.segments.append(segment)
-            self.source = ahead.source
+            segment = self._move(
+                ahead.setup, f"{ahead.reason}; opened ahead, {waited} rounds before", park=True
+            )
+            segment.source = self.source = ahead.source
+            self._fresh = False
             # The Open's drafts, for the context it opened with: superseded by the catch-up, never verified.
             segment.opened = ahead.source.propose(ahead.setup.k, None)
             self._catch_up = ahead.since
@@ -592,33 +549,46 @@ class AutoDraftSource:
     def _lose_ahead(self, ahead: _Ahead, err: RemoteWorkerError) -> None:
         """A worker lost while its session opened ahead: its set-ups go, and the current one goes on."""
         self._ahead = None
-        abandon(ahead.source)
-        self._lost.add(ahead.setup.worker)
         self._probed = None
         self.segments.append(Segment(ahead.setup, ahead.source, self._round, self._round - 1, lost=True))
-        log.warning("lost worker %s (%s) opening its session ahead: %s", ahead.setup.worker, err.code, err)
+        self._mark_lost(ahead.setup.worker, ahead.source, err, " opening its session ahead")
 
     def _drop_ahead(self) -> None:
         """End a session still opening ahead (the generation ended, or the current worker was lost)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            try:
-                ahead.source.close()
-            except SpecwireError as err:
-                log.info("closing %s: %s", ahead.source.name, err)
+            _close(ahead.source)
 
     def _lose(self, err: RemoteWorkerError) -> None:
         """The current worker failed mid-round: drop it and move to the best set-up without it."""
         self._drop_ahead()
-        self._catch_up, self._before_try, self._tried, self._look = None, None, {}, None
+        self._catch_up = None
+        self._tries.drop()
         lost = self.current
         self.segments[-1].lost = True
         self.segments[-1].source = self.source
-        abandon(self.source)
+        self._mark_lost(lost.worker, self.source, err)
         self.source = None
-        self._lost.add(lost.worker)
-        log.warning("lost worker %s (%s): %s", lost.worker, err.code, err)
         self._enter(self._ranking()[0].setup, f"worker {lost.worker} lost ({err.code}: {err})")
+
+    def _move(self, setup: Setup, reason: str, park: bool) -> Segment:
+        """Leave the current set-up (``_leave``) for ``setup``, noted with ``reason``; its segment, whose
+        source the caller sets."""
+        self._leave(park)
+        self._note(setup, reason)
+        self.current, self._since_switch, self._fresh = setup, 0, True
+        self._window.clear()
+        segment = Segment(setup, None, self._round)
+        self.segments.append(segment)
+        return segment
+
+    def _mark_lost(
+        self, worker: str, source: DraftSource | None, err: RemoteWorkerError, how: str = ""
+    ) -> None:
+        """``worker`` failed: its session dropped at once, and its set-ups out for this generation."""
+        abandon(source)
+        self._lost.add(worker)
+        log.warning("lost worker %s (%s)%s: %s", worker, err.code, how, err)
 
     def _leave(self, park: bool = False) -> None:
         """End the current session; ``park``: a set-up on this machine is kept instead, and caught up if

@@ -1,0 +1,112 @@
+"""How ``--draft auto`` judges its tries: against the set-up they left, measured on both sides of them.
+
+A try's window comes later in the text than the window of the set-up it
+left (the incumbent), and a text's tokens a round move as it goes on (the
+paper preset's code prompt: 2.36 → 3.00 from its first quarter to its last
+under local tree SD), so a try measured later reads faster. After a run of
+tries auto goes back to the incumbent for one more window (the second
+look), and each tried set-up is ranked by its window's ratio to the mean of
+the incumbent's windows on both sides of the run (A, B, C, A); its session's
+share is set to that ratio against the incumbent's. A second look a
+generation ends in goes on in the next one; tries a generation ends before
+their second look are forgotten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.planning.planner import Planner, Session, session_of
+from coordinator.planning.setups import Predicted, Setup
+
+Window = tuple[Setup, float]  # a set-up, and the tok/s its window measured
+
+
+@dataclass(frozen=True)
+class Look:
+    """A run of tries waiting for the incumbent's second window: each try's window, and the incumbent's
+    before the run."""
+
+    tried: dict[Session, Window]
+    before: Window
+
+    def windows(self) -> str:
+        """The tries' windows, for a reason or a log line."""
+        return ", ".join(f"{setup.label} {tok_s:.1f}" for setup, tok_s in self.tried.values())
+
+
+class Tries:
+    """The tries of one generation at a time and their second look (module docstring)."""
+
+    def __init__(self, planner: Planner) -> None:
+        self.planner = planner
+        self.before: Window | None = None  # the set-up the run of tries left, and its last window
+        self.tried: dict[Session, Window] = {}  # by session: its try's window
+        self.look: Look | None = None  # the run waiting for the incumbent's second window
+        self._carried: Look | None = None  # a second look the last generation ended in
+
+    def resume(self, expected: list[Predicted]) -> Predicted | None:
+        """A new generation: the incumbent of a second look the last one ended in, at its best k (None:
+        no look goes on)."""
+        carried, self._carried = self._carried, None
+        self.before, self.tried, self.look = None, {}, None
+        if carried is None:
+            return None
+        incumbent = session_of(carried.before[0])
+        resumed = next((p for p in expected if session_of(p.setup) == incumbent), None)
+        if resumed is not None:
+            self.look = carried
+        return resumed
+
+    def begin(self, incumbent: Setup, measured: float | None) -> None:
+        """A run of tries leaves ``incumbent``, whose last window measured ``measured``."""
+        self.before = (incumbent, measured) if measured is not None else None
+
+    def measured(self, setup: Setup, tok_s: float) -> None:
+        """A try's window."""
+        self.tried[session_of(setup)] = (setup, tok_s)
+
+    def second_look(self, chosen: Setup, lost: set[str]) -> Look | None:
+        """After a run of tries that would end on ``chosen``: the look to take on the incumbent (None: the
+        run has no incumbent to go back to, or ``chosen`` is neither it nor a try)."""
+        before, tried = self.before, self.tried
+        self.before, self.tried = None, {}
+        if before is None or not tried:
+            return None
+        incumbent = before[0]
+        if incumbent.worker in lost or session_of(chosen) not in {*tried, session_of(incumbent)}:
+            return None
+        self.look = Look(tried, before)
+        return self.look
+
+    def settle(self, current: Setup, ranking: list[Predicted], measured: float) -> list[Window]:
+        """The incumbent (``current``) measured ``measured`` again: each try's ratio to the mean of its two
+        windows, best first; each try's share is set to it against the incumbent's."""
+        assert self.look is not None
+        look, self.look = self.look, None
+        reference = (look.before[1] + measured) / 2
+        predicted = {p.setup: p.tok_s for p in ranking}
+        mine = self.planner.share(session_of(current))
+        ratios = []
+        for setup, tok_s in look.tried.values():
+            ratio = tok_s / reference
+            if mine is not None and predicted.get(setup, 0.0) > 0 and predicted.get(current, 0.0) > 0:
+                share = ratio * mine.value * predicted[current] / predicted[setup]
+                self.planner.rescale(session_of(setup), share)
+            ratios.append((setup, ratio))
+        return sorted(ratios, key=lambda w: -w[1])
+
+    def end(self) -> None:
+        """The generation ended: a second look goes on in the next; tries without one are forgotten, and
+        set-ups never measured are expected at the incumbent's share again."""
+        self._carried = self.look
+        for session in self.tried:
+            self.planner.forget(session)
+        kept = self.planner.share(session_of(self.before[0])) if self.before and self.tried else None
+        if kept is not None:
+            self.planner.bias = kept.value
+        self.before, self.tried, self.look = None, {}, None
+
+    def drop(self) -> None:
+        """A worker was lost mid-run: the run ends unjudged."""
+        self.before, self.tried, self.look = None, {}, None
