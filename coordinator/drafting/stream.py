@@ -319,8 +319,13 @@ class StreamDraftSource:
 
     async def close_session(self) -> None:
         opening, self._opening = self._opening, None
-        if opening is not None and not opening.done():  # closed before the Open's drafts came
+        if opening is not None and not opening.done():  # closed while the Open's drafts were read ahead
+            # Cancelling a read cancels its gRPC call (grpc.aio), so the stream is dropped, not
+            # half-closed; the worker frees the session when it sees the cancel.
             opening.cancel()
+            await asyncio.wait([opening])
+            await self.cancel_session()
+            return
         with contextlib.suppress(RemoteWorkerError):  # a worker gone since is found by the close
             await self._sent_verifying()
         stream, self._stream = self._stream, None

@@ -107,25 +107,37 @@ async def test_trees_through_a_worker_are_lossless_and_every_node_is_counted(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("read_ahead", [False, True], ids=["unread", "read-ahead"])
 async def test_a_session_closed_before_its_first_round_ends_at_once(
-    tiny_worker: WorkerProcess, tiny: LoadedModel
+    tiny_worker: WorkerProcess, tiny: LoadedModel, read_ahead: bool
 ) -> None:
     # serve closes a session this early when its request joins a batch; the worker's first drafts,
     # sent unasked after the prefill, are still unread, and the close once waited out its timeout.
-    prompt = tiny.tokenizer.encode(PROMPTS[0])
+    # auto closes one whose Open it is reading ahead (``arrived``) when the generation ends first; the
+    # read's cancel cancelled the call, and the close raised CancelledError out of the bench.
+    prompt = tiny.tokenizer.encode(PROMPTS[0]) * 300  # the worker's prefill outlasts the close
     async with coordinator_runtime() as runtime:
         connection = await connect(tiny_worker.address, credentials())
         try:
-            remote = StreamDraftSource(
-                runtime.portal, connection, tiny.fingerprint, prespec=TREE, tree_nodes=24
-            )
-            source = RemoteTreeDraftSource(remote, load_model("tiny"), FLAT)
-            await runtime.compute.run(source.start, prompt, SamplingParams(), 6)
-            started = time.perf_counter()
-            await runtime.compute.run(source.close)
-            assert time.perf_counter() - started < CLOSE_TIMEOUT_S / 2
+            for _ in range(2):  # the same connection serves a session after the close
+                remote = StreamDraftSource(
+                    runtime.portal, connection, tiny.fingerprint, prespec=TREE, tree_nodes=24
+                )
+                source = RemoteTreeDraftSource(remote, load_model("tiny"), FLAT)
+
+                assert not await runtime.compute.run(_open, source, prompt, read_ahead)
+                started = time.perf_counter()
+                await runtime.compute.run(source.close)
+                assert time.perf_counter() - started < CLOSE_TIMEOUT_S / 2
         finally:
             await connection.close()
+
+
+def _open(source: RemoteTreeDraftSource, prompt: list[int], read_ahead: bool) -> bool:
+    """Open ``source``'s session and, if ``read_ahead``, look whether the Open's drafts are in (auto's
+    ``arrived``): whether they were."""
+    source.start(prompt, SamplingParams(), 6)
+    return read_ahead and source.arrived()
 
 
 @pytest.mark.anyio
