@@ -65,16 +65,15 @@ return on that preset).
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.decoding.results import RoundRecord
+from coordinator.drafting.auto_moves import Moves
 from coordinator.drafting.auto_report import Decision, Segment, Switch
 from coordinator.drafting.auto_tries import Tries
-from coordinator.drafting.base import CatchesUp, DraftSource, Outcome, offer_processing
-from coordinator.drafting.failover import abandon
+from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.planning.planner import (
     START_MARGIN,
     Planner,
@@ -89,7 +88,6 @@ from coordinator.planning.setups import (
 )
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
-from specwire.errors import RemoteWorkerError, SpecwireError
 from specwire.logits.processors import Processing
 
 log = logging.getLogger(__name__)
@@ -109,17 +107,6 @@ AR_DRIFT = 1 / 32  # per AR round, the acceptance estimate moves this share back
 
 
 @dataclass
-class _Ahead:
-    """A set-up whose worker session opens while the current set-up decodes, and why it was chosen."""
-
-    setup: Setup
-    source: DraftSource
-    reason: str
-    since: int  # the context's length when it opened: the tokens after it are its catch-up
-    round: int  # the round it opened at
-
-
-@dataclass
 class _Seen:
     """The share a worker's set-up measured when it was marked slow, and at which round."""
 
@@ -134,46 +121,46 @@ class AutoDraftSource:
 
     def __init__(self, planner: Planner, build: Callable[[Setup], DraftSource | None]) -> None:
         self.planner = planner
-        self.build = build
-        self.current = Setup("ar")
-        self.source: DraftSource | None = None
-        self.switches: list[Switch] = []
-        self.segments: list[Segment] = []
         self.decision = Decision("AR")
+        self._moves = Moves(build, self)  # the sessions and the moves between them
         self._accepted = self._rejections = 0.0
         self._prior = (0.0, PRIOR_REJECTIONS)
         self._temperature = 0.0
-        self._params = SamplingParams()
-        self._context: list[int] = []
-        self._last: list[int] = []
-        self._fresh = True
-        self._round = 0
         self._since_switch = 0
         self._window: deque[tuple[int, int, int]] = deque(maxlen=WINDOW + 1)  # (tokens, end_ns, draft_ns)
         self._slow: dict[str, _Seen] = {}  # by worker: the share of a set-up of its that measured slow
         self._text = 1.0  # the current window's share over its session's mean: how the text runs now
         self._probed: Setup | None = None  # the session being tried for a window (PROBE), if one is
         self._ranked: tuple[float, frozenset[str], list[Predicted], list[Predicted]] | None = None
-        self._lost: set[str] = set()
-        self._started = time.perf_counter()
-        self._processing: Processing | None = None  # the request's penalties and grammar (use_processing)
-        self._ahead: _Ahead | None = None  # a session opening while the current set-up decodes
-        self._parked: dict[tuple[str, str], tuple[DraftSource, int]] = {}  # left sessions here, by session
-        self._last_tokens = 0  # the last round's tokens
         self._tries = Tries(planner)  # the tries and their second look
-        self._catch_up: int | None = None  # the next propose catches the session up from this length
+
+    @property
+    def current(self) -> Setup:
+        """The set-up drafting now (AR when no session is open)."""
+        return self._moves.current
+
+    @property
+    def source(self) -> DraftSource | None:
+        """The current set-up's session (None: AR)."""
+        return self._moves.source
+
+    @property
+    def switches(self) -> list[Switch]:
+        """Every move of this generation, with its reason."""
+        return self._moves.switches
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The stretches of rounds each set-up served in this generation."""
+        return self._moves.segments
 
     # The engine's side: a draft source that also says each round's k.
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
         """Choose the set-up for this generation and open it with the prompt."""
-        self._params, self._temperature = params, 0.0 if params.greedy else params.temperature
-        self._context, self._last, self._round = list(prompt), [], 0
-        self.switches, self.segments, self._lost, self._slow = [], [], set(), {}
-        self._text, self._probed, self._ranked = 1.0, None, None
-        self._ahead, self._catch_up = None, None
-        self._close_parked()
-        self._started = time.perf_counter()
+        self._temperature = 0.0 if params.greedy else params.temperature
+        self._moves.begin(prompt, params)
+        self._slow, self._text, self._probed, self._ranked = {}, 1.0, None, None
         alpha = self.planner.prior(self._temperature)
         self._prior = (PRIOR_REJECTIONS * alpha / max(1e-3, 1 - alpha), PRIOR_REJECTIONS)
         self._accepted, self._rejections = self._prior
@@ -186,14 +173,13 @@ class AutoDraftSource:
         self.decision = Decision(
             first.setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in [first, *rest[:2]]]
         )
-        self.current, self.source = Setup("ar"), None
         reason = "predicted fastest" if first is expected[0] else "predicted as fast, simpler"
         self._enter(first.setup, f"{reason}, as measured before" if measured else reason)
 
     def use_processing(self, processing: Processing | None) -> None:
         """The next generation's penalties and grammar (before ``start``), offered to every set-up it
         opens, on a worker too."""
-        self._processing = processing
+        self._moves.processing = processing
 
     def k_now(self) -> int:
         """Drafts this round asks for (0: an autoregressive round)."""
@@ -201,26 +187,11 @@ class AutoDraftSource:
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Draft on the current set-up; a worker lost on the way costs its set-up, never the round."""
-        while self.source is not None:
-            if self._fresh:  # a new session starts from the whole context: no verdict to apply
-                outcome, self._fresh = None, False
-            if self._catch_up is not None:  # a session opened ahead: every token decoded since it opened
-                caught, self._catch_up = self._context[self._catch_up :], None
-                outcome = Outcome(len(caught) - 1, caught[-1], tuple(caught), catch_up=True)
-            try:
-                block = self.source.propose(k, outcome)
-                self._last = block.tokens
-                return block
-            except RemoteWorkerError as err:
-                self._lose(err)
-        self._last = []
-        return DraftBlock([], None, 0, 0)
+        return self._moves.propose(k, outcome)
 
     def record(self, r: RoundRecord) -> None:
         """Learn from one finished round, then maybe move to another set-up."""
-        self._context += r.tokens
-        self._last_tokens = len(r.tokens)
-        self._round += 1
+        self._moves.advance(r.tokens)
         self.planner.rounds += 1
         self._since_switch += 1
         if r.draft.tree is not None:
@@ -241,9 +212,7 @@ class AutoDraftSource:
         incumbent; tries the generation ended before their second look are forgotten, and set-ups never
         measured are expected at the incumbent's share again: measured on one side only, a try is no
         measure (the next generation may try it again)."""
-        self._drop_ahead()
-        self._leave()
-        self._close_parked()
+        self._moves.close()
         self._tries.end()
 
     # The policy.
@@ -278,7 +247,7 @@ class AutoDraftSource:
         """The predictions in use, and the best k of each session among them (``sessions``): redone when
         a worker was lost or the acceptance moved ``RERANK`` (each costs milliseconds of the round it is
         made in)."""
-        lost = frozenset(self._lost)
+        lost = frozenset(self._moves.lost)
         held = self._ranked
         if held is None or held[1] != lost or abs(held[0] - self.alpha) >= RERANK:
             ranking = self.planner.ranking(self._temperature, self.alpha, lost)
@@ -289,7 +258,7 @@ class AutoDraftSource:
         """The tok/s ``p``'s set-up is expected to give now: its prediction times its session's measured
         share (else the share last measured) times how the text runs now; a slow worker's, its share."""
         slow = self._slow.get(p.setup.worker)
-        if slow is not None and self._round - slow.round < SLOW_ROUNDS:
+        if slow is not None and self._moves.round - slow.round < SLOW_ROUNDS:
             return p.tok_s * slow.tok_s
         share = self._share(p.setup)
         return p.tok_s * (share if share is not None else self.planner.bias) * self._text
@@ -322,21 +291,21 @@ class AutoDraftSource:
         worker_fault = window / unwaited >= min(SLOW, unwaited)
         log.debug(
             "round %d: %s measured %.2f of its prediction, %.2f of it waiting for drafts",
-            self._round,
+            self._moves.round,
             self.current.label,
             window,
             1 - unwaited,
         )
         if self.current.remote and window < SLOW and worker_fault:
-            self._slow[self.current.worker] = _Seen(window, self._round)
+            self._slow[self.current.worker] = _Seen(window, self._moves.round)
         else:
             self._text, self.planner.bias = (window / mean if mean > 0 else 1.0), mean
 
     def _decide(self) -> None:
         ranking, heads = self._ranking_and_heads()  # a session's set-ups share its factor: its best k stands
         self._learn_share(ranking)
-        if self._ahead is not None:  # the move is decided: made once the worker has answered
-            self._await_ahead()
+        if self._moves.opening_ahead:  # the move is decided: made once the worker has answered
+            self._moves.await_ahead()
             return
         current = session_of(self.current)
         mine = [p for p in ranking if session_of(p.setup) == current]  # fastest k first
@@ -409,7 +378,7 @@ class AutoDraftSource:
     def _measure_again(self, chosen: Setup, seen: str) -> bool:
         """After a run of tries: back to the set-up the tries left, to measure it again on the text since
         before any tried one is kept or ranked by its window (``auto_tries``)."""
-        look = self._tries.second_look(chosen, self._lost)
+        look = self._tries.second_look(chosen, self._moves.lost)
         if look is None:
             return False
         incumbent, before = look.before
@@ -431,7 +400,7 @@ class AutoDraftSource:
         before = look.before[1]
         for setup, ratio in self._tries.settle(self.current, ranking, measured):
             margin = MARGIN if setup.remote and not self.current.remote else START_MARGIN
-            if ratio > 1 + margin and setup.worker not in self._lost:
+            if ratio > 1 + margin and setup.worker not in self._moves.lost:
                 tok_s = look.tried[session_of(setup)][1]
                 self._enter(
                     setup,
@@ -473,151 +442,28 @@ class AutoDraftSource:
 
     def _switch_k(self, setup: Setup) -> None:
         """The same session at another k: nothing to reopen."""
-        reason = f"acceptance {self.alpha:.2f}: k={setup.k} predicted faster"
-        self._note(setup, reason)
-        self.current = setup
+        self._moves.switch_k(setup, f"acceptance {self.alpha:.2f}: k={setup.k} predicted faster")
 
     def _enter(self, setup: Setup, reason: str, ahead: bool = False) -> None:
-        """Close the current session and open ``setup``'s from the whole context; a worker that fails to
-        open costs its set-ups, and the next best is opened instead. ``ahead``: a session that can be
-        caught up is opened while the current set-up goes on decoding (``_open_ahead``)."""
-        built: DraftSource | None = None
-        if ahead and setup.remote:
-            built = self.build(setup)
-            if isinstance(built, CatchesUp):
-                self._open_ahead(setup, built, reason)
-                return
-        while True:
-            segment = self._move(setup, reason, park=ahead)
-            parked = self._parked.pop(session_of(setup), None)
-            if parked is not None:  # left earlier in this generation: caught up, not prefilled again
-                segment.source = self.source = parked[0]
-                self._fresh, self._catch_up = False, parked[1]
-                return
-            source = built
-            built = None
-            try:
-                source = source if source is not None else self.build(setup)
-                if source is not None:
-                    offer_processing(source, self._processing)
-                    source.start(self._context, self._params, setup.k)
-            except RemoteWorkerError as err:
-                segment.lost, segment.source = True, source
-                self._mark_lost(setup.worker, source, err)
-                setup, reason = self._ranking()[0].setup, f"worker {setup.worker} lost ({err.code}: {err})"
-                continue
-            segment.source = self.source = source
-            return
+        self._moves.enter(setup, reason, ahead)
 
-    def _open_ahead(self, setup: Setup, source: DraftSource, reason: str) -> None:
-        """Open ``setup``'s session from the context so far and go on decoding on the current set-up; the
-        move is made once the worker has answered (``_await_ahead``)."""
-        ahead = _Ahead(setup, source, reason, len(self._context), self._round)
-        try:
-            offer_processing(source, self._processing)
-            source.start(self._context, self._params, setup.k)
-        except RemoteWorkerError as err:
-            self._lose_ahead(ahead, err)
-            return
-        self._ahead = ahead
-        log.info("drafting: opening %s ahead (%s)", setup.label, reason)
+    # What the sessions ask of the policy (``auto_moves.Policy``).
 
-    def _await_ahead(self) -> None:
-        """Move to the session opening ahead once its worker has answered the Open; its first round
-        catches it up on the tokens decoded since."""
-        ahead = self._ahead
-        assert ahead is not None and isinstance(ahead.source, CatchesUp)
-        try:
-            if not ahead.source.arrived():
-                return
-            self._ahead = None
-            waited = self._round - ahead.round
-            segment = self._move(
-                ahead.setup, f"{ahead.reason}; opened ahead, {waited} rounds before", park=True
-            )
-            segment.source = self.source = ahead.source
-            self._fresh = False
-            # The Open's drafts, for the context it opened with: superseded by the catch-up, never verified.
-            segment.opened = ahead.source.propose(ahead.setup.k, None)
-            self._catch_up = ahead.since
-        except RemoteWorkerError as err:
-            if self.source is ahead.source:  # lost as the move was made: as a loss mid-round
-                self._lose(err)
-            else:
-                self._lose_ahead(ahead, err)
+    def next_best(self) -> Setup:
+        """The best set-up without the workers lost."""
+        return self._ranking()[0].setup
 
-    def _lose_ahead(self, ahead: _Ahead, err: RemoteWorkerError) -> None:
-        """A worker lost while its session opened ahead: its set-ups go, and the current one goes on."""
-        self._ahead = None
-        self._probed = None
-        self.segments.append(Segment(ahead.setup, ahead.source, self._round, self._round - 1, lost=True))
-        self._mark_lost(ahead.setup.worker, ahead.source, err, " opening its session ahead")
-
-    def _drop_ahead(self) -> None:
-        """End a session still opening ahead (the generation ended, or the current worker was lost)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            _close(ahead.source)
-
-    def _lose(self, err: RemoteWorkerError) -> None:
-        """The current worker failed mid-round: drop it and move to the best set-up without it."""
-        self._drop_ahead()
-        self._catch_up = None
-        self._tries.drop()
-        lost = self.current
-        self.segments[-1].lost = True
-        self.segments[-1].source = self.source
-        self._mark_lost(lost.worker, self.source, err)
-        self.source = None
-        self._enter(self._ranking()[0].setup, f"worker {lost.worker} lost ({err.code}: {err})")
-
-    def _move(self, setup: Setup, reason: str, park: bool) -> Segment:
-        """Leave the current set-up (``_leave``) for ``setup``, noted with ``reason``; its segment, whose
-        source the caller sets."""
-        self._leave(park)
-        self._note(setup, reason)
-        self.current, self._since_switch, self._fresh = setup, 0, True
+    def moved(self) -> None:
+        """A move: the new set-up's window starts afresh."""
+        self._since_switch = 0
         self._window.clear()
-        segment = Segment(setup, None, self._round)
-        self.segments.append(segment)
-        return segment
 
-    def _mark_lost(
-        self, worker: str, source: DraftSource | None, err: RemoteWorkerError, how: str = ""
-    ) -> None:
-        """``worker`` failed: its session dropped at once, and its set-ups out for this generation."""
-        abandon(source)
-        self._lost.add(worker)
-        log.warning("lost worker %s (%s)%s: %s", worker, err.code, how, err)
-
-    def _leave(self, park: bool = False) -> None:
-        """End the current session; ``park``: a set-up on this machine is kept instead, and caught up if
-        the generation comes back to it (its draft model holds the context: no prefill again)."""
-        if self.segments:
-            self.segments[-1].last_round = self._round - 1
-        if self.source is not None:
-            source, self.source = self.source, None
-            if park and not self.current.remote:  # it has not seen its last round's verdict
-                self._parked[session_of(self.current)] = (source, len(self._context) - self._last_tokens)
-                return
-            _close(source)
-
-    def _close_parked(self) -> None:
-        for source, _ in self._parked.values():
-            _close(source)
-        self._parked = {}
-
-    def _note(self, setup: Setup, reason: str) -> None:
-        switch = Switch(
-            self._round,
-            time.perf_counter() - self._started,
-            time.time(),
-            self.current.label if self.switches else "",
-            setup.label,
-            reason,
-        )
-        self.switches.append(switch)
-        log.info("drafting: %s -> %s (%s)", switch.from_setup or "start", switch.to_setup, reason)
+    def worker_lost(self, opening_ahead: bool) -> None:
+        """A lost worker ends a try of its set-up (opening ahead) or the tries' second look."""
+        if opening_ahead:
+            self._probed = None
+        else:
+            self._tries.drop()
 
     # What a generation reports.
 
@@ -629,13 +475,6 @@ class AutoDraftSource:
             "switches": [s.__dict__ for s in self.switches],
             "acceptance_estimate": round(self.alpha, 3),
         }
-
-
-def _close(source: DraftSource) -> None:
-    try:
-        source.close()
-    except SpecwireError as err:  # a worker gone at the end loses nothing already verified
-        log.info("closing %s: %s", source.name, err)
 
 
 def predicted_start(planner: Planner, temperature: float) -> Predicted:

@@ -8,31 +8,15 @@ tries auto goes back to the incumbent for one more window (the second
 look), and each tried set-up is ranked by its window's ratio to the mean of
 the incumbent's windows on both sides of the run (A, B, C, A); its session's
 share is set to that ratio against the incumbent's. A second look a
-generation ends in goes on in the next one; tries a generation ends before
+generation ends in goes on in the next one (the planner keeps it: bench and
+``serve`` open a source per generation); tries a generation ends before
 their second look are forgotten.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from coordinator.planning.planner import Planner, Session, session_of
+from coordinator.planning.planner import Look, Planner, Session, Window, session_of
 from coordinator.planning.setups import Predicted, Setup
-
-Window = tuple[Setup, float]  # a set-up, and the tok/s its window measured
-
-
-@dataclass(frozen=True)
-class Look:
-    """A run of tries waiting for the incumbent's second window: each try's window, and the incumbent's
-    before the run."""
-
-    tried: dict[Session, Window]
-    before: Window
-
-    def windows(self) -> str:
-        """The tries' windows, for a reason or a log line."""
-        return ", ".join(f"{setup.label} {tok_s:.1f}" for setup, tok_s in self.tried.values())
 
 
 class Tries:
@@ -43,12 +27,11 @@ class Tries:
         self.before: Window | None = None  # the set-up the run of tries left, and its last window
         self.tried: dict[Session, Window] = {}  # by session: its try's window
         self.look: Look | None = None  # the run waiting for the incumbent's second window
-        self._carried: Look | None = None  # a second look the last generation ended in
 
     def resume(self, expected: list[Predicted]) -> Predicted | None:
         """A new generation: the incumbent of a second look the last one ended in, at its best k (None:
         no look goes on)."""
-        carried, self._carried = self._carried, None
+        carried, self.planner.look = self.planner.look, None
         self.before, self.tried, self.look = None, {}, None
         if carried is None:
             return None
@@ -99,7 +82,7 @@ class Tries:
     def end(self) -> None:
         """The generation ended: a second look goes on in the next; tries without one are forgotten, and
         set-ups never measured are expected at the incumbent's share again."""
-        self._carried = self.look
+        self.planner.look = self.look  # kept with the planner: each generation has a source of its own
         for session in self.tried:
             self.planner.forget(session)
         kept = self.planner.share(session_of(self.before[0])) if self.before and self.tried else None
