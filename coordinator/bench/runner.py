@@ -34,6 +34,7 @@ from coordinator.runtime import Runtime
 from specwire.drafting.sampling import SamplingParams
 from specwire.emulation.pace import PaceCounts
 from specwire.models.loading import LoadedModel
+from specwire.process.memory import settle_heap
 
 
 @dataclass
@@ -250,6 +251,7 @@ async def run_bench(
                     # auto and trees choose their own depth each round, up to AUTO_K
                     own_k = row.kind in ("auto", "local-tree") or row.mode == "tree-verify"
                     k = 0 if source is None else AUTO_K if own_k else row.k or settings.k
+                    await runtime.compute.run(settle_heap)  # no collector pause inside the run
                     before = pace.snapshot() if pace is not None else {}
                     result = await runtime.compute.run(
                         decoder.generate, ids, max_tokens=settings.max_tokens, k=k, params=settings.params

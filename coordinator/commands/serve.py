@@ -53,6 +53,7 @@ from specwire.drafting.prompt_cache_flags import add_prompt_cache_arguments
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.models.loading import load_model
+from specwire.process.memory import settle_heap
 
 NAME = "serve"
 HELP = "Serve the target over an OpenAI-compatible HTTP API, drafting on workers (or locally)."
@@ -173,6 +174,7 @@ async def _serve(
             warmup_s = await runtime.compute.run(
                 SpeculativeDecoder(target).warm_up, k, SamplingParams(temperature=1.0), sources.local_models
             )
+            settle_heap()  # warm: no collector pause inside a request's rounds
             scheduler = Scheduler(runtime, sources, drafting, args.max_queue, args.decode_concurrency)
             scheduler.planner = planner
             status = DraftingStatus(scheduler, live)

@@ -33,6 +33,7 @@ from specwire.emulation.pace import Pace, Pacer, pace_model, parse_pace
 from specwire.errors import InvalidArgumentError
 from specwire.models.loading import LoadedModel, load_model
 from specwire.process.compute import ComputeThread, compute_thread
+from specwire.process.memory import settle_heap
 from specwire.wire.auth import ProofChecker, create_token, default_token_path, find_token
 from specwire.wire.bonjour import WorkerAdvert, mdns_interfaces
 from specwire.wire.protocol import (
@@ -178,6 +179,7 @@ async def _serve(
     model = pace_model(raw, pacer) if pacer is not None else raw
     tps = await compute.run(draft_speed, model, args.warmup_tokens)
     curve = await compute.run(pass_curve, model)
+    settle_heap()  # warm: no collector pause inside a session's passes
     echo = _echo_server(args, ProofChecker(token) if token else None)
     label = args.label or (pace.machine.name if pace is not None else "")
     try:
