@@ -19,7 +19,7 @@ from coordinator.bench.plan import RowSpec
 from coordinator.bench.progress import Progress
 from coordinator.decoding.engine import GenerationResult, RoundRecord, SpeculativeDecoder
 from coordinator.decoding.ties import tie_at
-from coordinator.drafting.auto import AUTO_K, AutoDraftSource
+from coordinator.drafting.auto.policy import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.failover import FailoverDraftSource

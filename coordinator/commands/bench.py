@@ -49,7 +49,7 @@ from coordinator.commands.options import (
     worker_access,
 )
 from coordinator.decoding.engine import SpeculativeDecoder
-from coordinator.drafting.auto import AUTO_K
+from coordinator.drafting.auto.policy import AUTO_K
 from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.ggml_rpc.model import GRANULARITIES
 from coordinator.drafting.spec import DraftSpec

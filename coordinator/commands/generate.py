@@ -22,7 +22,7 @@ from coordinator.commands.options import (
 )
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder, check_k
 from coordinator.detokenizer import TextDecoder
-from coordinator.drafting.auto import AUTO_K, AutoDraftSource
+from coordinator.drafting.auto.policy import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.provenance import drafted_by

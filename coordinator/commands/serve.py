@@ -36,7 +36,7 @@ from coordinator.commands.options import (
     worker_access,
 )
 from coordinator.decoding.engine import MAX_K, SpeculativeDecoder
-from coordinator.drafting.auto import AUTO_K
+from coordinator.drafting.auto.policy import AUTO_K
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.spec import FILLED
 from coordinator.pacing import CoordinatorPace

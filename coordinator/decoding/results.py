@@ -46,7 +46,7 @@ class GenerationResult:
     end_ns: int
     token_ns: list[int] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
-    transitions: list[Any] = field(default_factory=list)  # coordinator.drafting.auto_report.Switch
+    transitions: list[Any] = field(default_factory=list)  # coordinator.drafting.auto.report.Switch
     rollback: RollbackStats | None = None
     cached_tokens: int = 0  # prompt positions the target took from the prompt cache
     cache_note: str = ""  # why a prompt that shares a cached prefix could not reuse it

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from coordinator.drafting.auto import AutoDraftSource
+from coordinator.drafting.auto.policy import AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource

@@ -49,7 +49,7 @@ class Share:
 @dataclass(frozen=True)
 class Look:
     """A run of auto's tries waiting for the set-up they left (the incumbent) to be measured again
-    (``coordinator.drafting.auto_tries``): each try's window, and the incumbent's before the run."""
+    (``coordinator.drafting.auto.tries``): each try's window, and the incumbent's before the run."""
 
     tried: dict[Session, Window]
     before: Window

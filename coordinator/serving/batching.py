@@ -18,7 +18,7 @@ from typing import Any
 
 from coordinator.decoding.batch import DecodingBatch, batch_refusal
 from coordinator.decoding.engine import Decoding, SpeculativeDecoder
-from coordinator.drafting.auto import AUTO_K, AutoDraftSource
+from coordinator.drafting.auto.policy import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.provenance import drafted_by

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.drafting.auto import predicted_start
+from coordinator.drafting.auto.policy import predicted_start
 from coordinator.drafting.spec import DraftSpec
 from coordinator.planning.planner import Planner
 from coordinator.serving.scheduler import Scheduler

@@ -44,7 +44,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from coordinator.decoding.engine import Decoding, SpeculativeDecoder
-from coordinator.drafting.auto import AUTO_K, AutoDraftSource
+from coordinator.drafting.auto.policy import AUTO_K, AutoDraftSource
 from coordinator.drafting.base import DraftSource
 from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.provenance import drafted_by

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from coordinator.bench.runner import verify_auto
 from coordinator.decoding.results import GenerationResult, RoundRecord
-from coordinator.drafting.auto import AutoDraftSource
-from coordinator.drafting.auto_report import Segment
+from coordinator.drafting.auto.policy import AutoDraftSource
+from coordinator.drafting.auto.report import Segment
 from coordinator.planning.planner import Planner
 from specwire.drafting.draft_block import DraftBlock
 from tests.support.measured import paper_setup
@@ -19,7 +19,7 @@ def test_a_session_opened_as_the_generation_ended_is_unused_not_a_failed_check()
     auto = AutoDraftSource(planner, lambda setup: None)
     ranking = planner.ranking(0.0, 0.7)
     local, remote = (next(p.setup for p in ranking if p.setup.remote == r) for r in (False, True))
-    auto.segments = [Segment(local, None, 0, 2), Segment(remote, None, 3, 2)]  # the second served nothing
+    auto.segments[:] = [Segment(local, None, 0, 2), Segment(remote, None, 3, 2)]  # the second served nothing
     rounds = [RoundRecord(0, 0, [7, 7], 0, 1, i + 1, DraftBlock([], None, 0, 0)) for i in range(3)]
     result = GenerationResult(3, [7] * 6, "length", 0, 0, 3, rounds=rounds)
     ok, counters, identities = verify_auto(auto, result)

@@ -21,7 +21,7 @@ import pytest
 from coordinator.bench.runner import verify
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.results import RoundRecord
-from coordinator.drafting.auto import AUTO_K, SETTLE, WINDOW, AutoDraftSource
+from coordinator.drafting.auto.policy import AUTO_K, SETTLE, WINDOW, AutoDraftSource
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.spec import DraftSpec
 from coordinator.pacing import CoordinatorPace

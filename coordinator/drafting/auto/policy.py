@@ -49,17 +49,12 @@ target never notices, so the output is what the target's own decoding gives
 (T = 0: token for token; T > 0: the same distribution, each round's
 rejection sampling being exact whatever drafted).
 
-A move to a worker's fill session (a worker's tree, tree verification) is
-opened ahead: the current set-up goes on decoding while the worker prefills
-the context, and the move is made at the first round end after the worker
-has answered; that round's Round catches the session up on every token
-decoded since (``Outcome.catch_up``). A worker prefills the whole context
-before it answers, which took 56-134 ms a move on the paper's preset, on the
-critical path, when the move waited for it (measurements.md). A worker lost
-while its session opens ahead costs its set-ups, not a round. A set-up on
-this machine that a move leaves is kept, and caught up the same way if the
-generation comes back to it, rather than prefilled again (20-23 ms a
-return on that preset).
+The sessions themselves are ``moves.Moves``'s: a move to a worker's fill
+session is opened ahead while the current set-up decodes (a worker prefills
+the whole context before it answers: 56-134 ms a move on the paper's preset,
+on the critical path, when the move waited for it), and a set-up on this
+machine that a move leaves is kept and caught up if the generation comes
+back to it (20-23 ms of prefill a return on that preset; measurements.md).
 """
 
 from __future__ import annotations
@@ -70,9 +65,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.decoding.results import RoundRecord
-from coordinator.drafting.auto_moves import Moves
-from coordinator.drafting.auto_report import Decision, Segment, Switch
-from coordinator.drafting.auto_tries import Tries
+from coordinator.drafting.auto.moves import Moves
+from coordinator.drafting.auto.report import Decision, Segment, Switch
+from coordinator.drafting.auto.tries import Tries
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.planning.planner import (
     START_MARGIN,
@@ -377,7 +372,7 @@ class AutoDraftSource:
 
     def _measure_again(self, chosen: Setup, seen: str) -> bool:
         """After a run of tries: back to the set-up the tries left, to measure it again on the text since
-        before any tried one is kept or ranked by its window (``auto_tries``)."""
+        before any tried one is kept or ranked by its window (``tries``)."""
         look = self._tries.second_look(chosen, self._moves.lost)
         if look is None:
             return False
@@ -447,7 +442,7 @@ class AutoDraftSource:
     def _enter(self, setup: Setup, reason: str, ahead: bool = False) -> None:
         self._moves.enter(setup, reason, ahead)
 
-    # What the sessions ask of the policy (``auto_moves.Policy``).
+    # What the sessions ask of the policy (``moves.Policy``).
 
     def next_best(self) -> Setup:
         """The best set-up without the workers lost."""

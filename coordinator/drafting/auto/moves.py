@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from coordinator.drafting.auto_report import Segment, Switch
+from coordinator.drafting.auto.report import Segment, Switch
 from coordinator.drafting.base import CatchesUp, DraftSource, Outcome, offer_processing
 from coordinator.drafting.failover import abandon
 from coordinator.planning.planner import session_of
