@@ -70,8 +70,8 @@ __all__ = ["Decoding", "GenerationResult", "RoundRecord", "SpeculativeDecoder", 
 class Steering(Protocol):
     """A draft source that chooses each round's k (0: the round is autoregressive) and learns from it."""
 
-    def k_now(self) -> int:
-        """Drafts the next round asks for."""
+    def k_now(self, left: int) -> int:
+        """Drafts the next round asks for, with ``left`` tokens still to generate."""
         ...
 
     def record(self, record: RoundRecord) -> None:
@@ -315,7 +315,7 @@ class Decoding:
     def round(self) -> bool:
         """Run one round; False once the generation has ended (its result is then complete)."""
         policy, source = self.policy, self.source
-        k_round = self.next_k(policy.k_now() if policy else self.k)
+        k_round = self.next_k(policy.k_now(self.max_tokens - len(self.result.tokens)) if policy else self.k)
         if k_round is None:
             return False
         t0 = time.perf_counter_ns()

@@ -33,7 +33,6 @@ SHARE_ROUNDS = 32  # a session's share: the moving mean of its windows (one a ro
 FORGET_ROUNDS = 1024  # rounds after which a session's share is forgotten (and it may be tried again)
 
 Session = tuple[str, str]  # a drafting session: the mode and the worker (its k may change within it)
-Window = tuple[Setup, float]  # a set-up, and the tok/s a window of its rounds measured
 
 
 @dataclass(frozen=True)
@@ -44,19 +43,6 @@ class Share:
     value: float
     windows: int
     round: int
-
-
-@dataclass(frozen=True)
-class Look:
-    """A run of auto's tries waiting for the set-up they left (the incumbent) to be measured again
-    (``coordinator.drafting.auto.tries``): each try's window, and the incumbent's before the run."""
-
-    tried: dict[Session, Window]
-    before: Window
-
-    def windows(self) -> str:
-        """The tries' windows, for a reason or a log line."""
-        return ", ".join(f"{setup.label} {tok_s:.1f}" for setup, tok_s in self.tried.values())
 
 
 class Planner:
@@ -71,7 +57,6 @@ class Planner:
         self.rounds = 0  # rounds decoded by auto under this planner, every generation together
         self.shares: dict[Session, Share] = {}  # what each session measured against its prediction
         self.bias = 1.0  # what a session never measured is expected at: the last share the text explained
-        self.look: Look | None = None  # a second look a generation ended in: the next one finishes it
 
     def learn(self, session: Session, share: float) -> Share:
         """One window of ``session``: its tok/s over its prediction, folded into the session's mean."""

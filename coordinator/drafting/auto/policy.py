@@ -94,6 +94,7 @@ MARGIN = 0.10  # another set-up must be expected this much faster before the pol
 SLOW = 0.7  # a worker's set-up measuring below this share of its prediction marks the worker slow
 SLOW_ROUNDS = 64  # rounds after which a worker marked slow is expected at its sessions' shares again
 PROBE = 0.10  # a session never measured, expected within this of the current one, is tried for a window
+TRY_ROUNDS = 2 + SETTLE + WINDOW + 1  # a try's rounds: its session opened ahead, settled, and measured
 ALPHA_DECAY = 0.97  # per round, of the acceptance estimate's counts (accepted drafts, rejections)
 PRIOR_REJECTIONS = 6.0  # the calibrated acceptance weighs as much as this many rounds' rejections
 K_GAIN = 0.03  # a k predicted at least this much faster than the current one replaces it
@@ -128,6 +129,7 @@ class AutoDraftSource:
         self._probed: Setup | None = None  # the session being tried for a window (PROBE), if one is
         self._ranked: tuple[float, frozenset[str], list[Predicted], list[Predicted]] | None = None
         self._tries = Tries(planner)  # the tries and their second look
+        self._left = 1 << 30  # tokens the generation has still to make (``k_now``)
 
     @property
     def current(self) -> Setup:
@@ -162,7 +164,7 @@ class AutoDraftSource:
         expected = sorted(
             (replace(p, tok_s=self._expected(p)) for p in self._ranking()), key=lambda p: -p.tok_s
         )
-        first = self._tries.resume(expected) or self._choice(expected)  # a second look goes on here
+        first = self._choice(expected)
         measured = self._share(first.setup) is not None
         rest = [p for p in sessions(expected) if session_of(p.setup) != session_of(first.setup)]
         self.decision = Decision(
@@ -176,8 +178,9 @@ class AutoDraftSource:
         opens, on a worker too."""
         self._moves.processing = processing
 
-    def k_now(self) -> int:
-        """Drafts this round asks for (0: an autoregressive round)."""
+    def k_now(self, left: int) -> int:
+        """Drafts this round asks for (0: an autoregressive round), with ``left`` tokens still to generate."""
+        self._left = left
         return self.current.k if self.source is not None else 0
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
@@ -187,6 +190,7 @@ class AutoDraftSource:
     def record(self, r: RoundRecord) -> None:
         """Learn from one finished round, then maybe move to another set-up."""
         self._moves.advance(r.tokens)
+        self._left -= len(r.tokens)
         self.planner.rounds += 1
         self._since_switch += 1
         if r.draft.tree is not None:
@@ -202,11 +206,10 @@ class AutoDraftSource:
         self._decide()
 
     def close(self) -> None:
-        """End the current session, one opening ahead, and those kept on this machine. A second look
-        (``_measure_again``) the generation ended in goes on in the next one, which starts on the
-        incumbent; tries the generation ended before their second look are forgotten, and set-ups never
-        measured are expected at the incumbent's share again: measured on one side only, a try is no
-        measure (the next generation may try it again)."""
+        """End the current session, one opening ahead, and those kept on this machine. Tries the
+        generation ended before their second look (``_measure_again``) settled are forgotten, and set-ups
+        never measured are expected at the incumbent's share again: measured on one side only, a try is
+        no measure (a later generation may try it again; ``_room`` makes that rare)."""
         self._moves.close()
         self._tries.end()
 
@@ -326,6 +329,8 @@ class AutoDraftSource:
             probe = max(untried, key=expected, default=None)
             if probe is not None and expected(probe) < chosen.tok_s * (1 - PROBE):
                 probe = None
+            if probe is not None and not self._room():  # a try and its second look would not fit
+                probe = None
             if tried is not None and probe is not None:  # the next try straight away: one move, not two
                 self._probed = probe.setup
                 self._enter(
@@ -429,6 +434,14 @@ class AutoDraftSource:
             if local.tok_s >= best * (1 - margin):
                 return local
         return simplest_near_best(expected)
+
+    def _room(self) -> bool:
+        """Whether the generation has rounds left for a try and the incumbent's second look (``TRY_ROUNDS``
+        each, at the tokens a round the window measured): a look the generation ends before compares
+        nothing, and its tries are forgotten."""
+        rounds = list(self._window)[1:]
+        per_round = sum(t for t, _, _ in rounds) / len(rounds) if rounds else 1.0
+        return self._left / max(per_round, 1.0) >= 2 * TRY_ROUNDS
 
     def _untried(self, p: Predicted) -> bool:
         """A session no generation under this planner has measured, nor its mode on another worker, on a

@@ -7,16 +7,35 @@ under local tree SD), so a try measured later reads faster. After a run of
 tries auto goes back to the incumbent for one more window (the second
 look), and each tried set-up is ranked by its window's ratio to the mean of
 the incumbent's windows on both sides of the run (A, B, C, A); its session's
-share is set to that ratio against the incumbent's. A second look a
-generation ends in goes on in the next one (the planner keeps it: bench and
-``serve`` open a source per generation); tries a generation ends before
-their second look are forgotten.
+share is set to that ratio against the incumbent's. A run of tries begins
+only where the generation has room for it and its second look
+(``AutoDraftSource``), and tries a generation ends before their second look
+settled are forgotten. Carrying such a look into the next generation
+compared windows of two texts: in a 0967b21 run (measurements.md) the next
+prompt was harder, the incumbent read as slower, and the tries were kept.
 """
 
 from __future__ import annotations
 
-from coordinator.planning.planner import Look, Planner, Session, Window, session_of
+from dataclasses import dataclass
+
+from coordinator.planning.planner import Planner, Session, session_of
 from coordinator.planning.setups import Predicted, Setup
+
+Window = tuple[Setup, float]  # a set-up, and the tok/s a window of its rounds measured
+
+
+@dataclass(frozen=True)
+class Look:
+    """A run of tries waiting for the set-up they left (the incumbent) to be measured again: each try's
+    window, and the incumbent's before the run."""
+
+    tried: dict[Session, Window]
+    before: Window
+
+    def windows(self) -> str:
+        """The tries' windows, for a reason or a log line."""
+        return ", ".join(f"{setup.label} {tok_s:.1f}" for setup, tok_s in self.tried.values())
 
 
 class Tries:
@@ -27,19 +46,6 @@ class Tries:
         self.before: Window | None = None  # the set-up the run of tries left, and its last window
         self.tried: dict[Session, Window] = {}  # by session: its try's window
         self.look: Look | None = None  # the run waiting for the incumbent's second window
-
-    def resume(self, expected: list[Predicted]) -> Predicted | None:
-        """A new generation: the incumbent of a second look the last one ended in, at its best k (None:
-        no look goes on)."""
-        carried, self.planner.look = self.planner.look, None
-        self.before, self.tried, self.look = None, {}, None
-        if carried is None:
-            return None
-        incumbent = session_of(carried.before[0])
-        resumed = next((p for p in expected if session_of(p.setup) == incumbent), None)
-        if resumed is not None:
-            self.look = carried
-        return resumed
 
     def begin(self, incumbent: Setup, measured: float | None) -> None:
         """A run of tries leaves ``incumbent``, whose last window measured ``measured``."""
@@ -80,12 +86,15 @@ class Tries:
         return sorted(ratios, key=lambda w: -w[1])
 
     def end(self) -> None:
-        """The generation ended: a second look goes on in the next; tries without one are forgotten, and
-        set-ups never measured are expected at the incumbent's share again."""
-        self.planner.look = self.look  # kept with the planner: each generation has a source of its own
-        for session in self.tried:
+        """The generation ended: tries it ended before their second look settled are forgotten (a try is
+        judged against the incumbent on the same text, or not at all), and set-ups never measured are
+        expected at the incumbent's share again."""
+        look = self.look
+        tried = {**self.tried, **(look.tried if look is not None else {})}
+        before = self.before if self.before is not None else look.before if look is not None else None
+        for session in tried:
             self.planner.forget(session)
-        kept = self.planner.share(session_of(self.before[0])) if self.before and self.tried else None
+        kept = self.planner.share(session_of(before[0])) if before is not None and tried else None
         if kept is not None:
             self.planner.bias = kept.value
         self.before, self.tried, self.look = None, {}, None
