@@ -42,8 +42,10 @@ measured again first, and each tried set-up's share is set to its window's
 ratio to the mean of the incumbent's windows on both sides of the tries
 (A, B, C, A: a text that comes easier as it goes on favours whatever is
 measured later); the best is moved to if that ratio leads by that margin.
-In AR, the acceptance estimate drifts back to the calibrated one, so
-drafting is tried again. Every move is kept with its reason.
+A try begins only where the generation has room for it and that second
+look (``TRY_ROUNDS`` each; the engine says how many tokens are left). In
+AR, the acceptance estimate drifts back to the calibrated one, so drafting
+is tried again. Every move is kept with its reason.
 Switching opens the new set-up's session from the whole context so far; the
 target never notices, so the output is what the target's own decoding gives
 (T = 0: token for token; T > 0: the same distribution, each round's
