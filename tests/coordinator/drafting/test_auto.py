@@ -23,6 +23,7 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto.policy import AUTO_K, SETTLE, TRY_ROUNDS, WINDOW, AutoDraftSource
 from coordinator.drafting.factory import DraftSources, WorkerAccess
+from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.spec import DraftSpec
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.planner import Planner
@@ -99,6 +100,33 @@ async def test_auto_takes_local_tree_sd_on_the_papers_m2_ultra_and_stays_lossles
     assert result.tokens == ar_tokens(tiny, prompt, 32)
     assert source.report()["chosen"]["setup"] == "local tree SD"
     assert result.rounds[0].draft.tree is not None  # (later rounds may move on a loaded machine)
+
+
+class _Told(LocalDraftSource):
+    """A local chain that steers as auto does: k = 2 each round, and a note of the tokens left it was told."""
+
+    def __init__(self, draft: LoadedModel) -> None:
+        super().__init__(draft)
+        self.told: list[int] = []
+
+    def k_now(self, left: int) -> int:
+        self.told.append(left)
+        return 2
+
+    def record(self, record: RoundRecord) -> None:
+        pass
+
+
+def test_the_engine_tells_the_policy_the_tokens_left_before_each_round(tiny: LoadedModel) -> None:
+    """auto begins a try only where the generation has room for it and its second look
+    (``test_a_try_measured_on_easier_text_is_not_kept``): the engine says how many tokens are left."""
+    source = _Told(load_model("tiny-draft"))
+    result = SpeculativeDecoder(tiny, source).generate([2, 5, 1], max_tokens=20, k=2, params=SamplingParams())
+    made = [0]
+    for r in result.rounds:
+        made.append(made[-1] + len(r.tokens))
+    assert len(result.tokens) == 20
+    assert source.told == [20 - n for n in made]  # the last: none left, and the generation ends
 
 
 async def test_auto_on_this_machine_alone_is_lossless_and_says_why(tiny: LoadedModel) -> None:
