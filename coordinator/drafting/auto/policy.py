@@ -62,7 +62,6 @@ back to it (20-23 ms of prefill a return on that preset; measurements.md).
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -70,6 +69,7 @@ from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto.moves import Moves
 from coordinator.drafting.auto.report import Decision, Segment, Switch
 from coordinator.drafting.auto.tries import Tries
+from coordinator.drafting.auto.window import RoundWindow
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.planning.planner import (
     START_MARGIN,
@@ -125,7 +125,7 @@ class AutoDraftSource:
         self._prior = (0.0, PRIOR_REJECTIONS)
         self._temperature = 0.0
         self._since_switch = 0
-        self._window: deque[tuple[int, int, int]] = deque(maxlen=WINDOW + 1)  # (tokens, end_ns, draft_ns)
+        self._window = RoundWindow(WINDOW)  # the current set-up's rounds since it settled
         self._slow: dict[str, _Seen] = {}  # by worker: the share of a set-up of its that measured slow
         self._text = 1.0  # the current window's share over its session's mean: how the text runs now
         self._probed: Setup | None = None  # the session being tried for a window (PROBE), if one is
@@ -173,7 +173,7 @@ class AutoDraftSource:
             first.setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in [first, *rest[:2]]]
         )
         reason = "predicted fastest" if first is expected[0] else "predicted as fast, simpler"
-        self._enter(first.setup, f"{reason}, as measured before" if measured else reason)
+        self._moves.enter(first.setup, f"{reason}, as measured before" if measured else reason)
 
     def use_processing(self, processing: Processing | None) -> None:
         """The next generation's penalties and grammar (before ``start``), offered to every set-up it
@@ -204,7 +204,7 @@ class AutoDraftSource:
             self._accepted += AR_DRIFT * (self._prior[0] - self._accepted)
             self._rejections += AR_DRIFT * (self._prior[1] - self._rejections)
         if self._since_switch > SETTLE:
-            self._window.append((len(r.tokens), r.end_ns, r.draft_ns))
+            self._window.append(len(r.tokens), r.end_ns, r.draft_ns)
         self._decide()
 
     def close(self) -> None:
@@ -222,22 +222,6 @@ class AutoDraftSource:
         """The per-draft acceptance estimate: decayed accepted drafts over accepted plus rejections."""
         total = self._accepted + self._rejections
         return self._accepted / total if total > 0 else 0.0
-
-    def measured_tok_s(self) -> float | None:
-        """The current set-up's tok/s over its window, once the window is full."""
-        if len(self._window) <= WINDOW:
-            return None
-        tokens = sum(t for t, _, _ in list(self._window)[1:])
-        seconds = (self._window[-1][1] - self._window[0][1]) / 1e9
-        return tokens / seconds if seconds > 0 else None
-
-    def waited_share(self) -> float:
-        """The share of the window's time the engine spent waiting for drafts (0 before it is full)."""
-        if len(self._window) <= WINDOW:
-            return 0.0
-        waited = sum(d for _, _, d in list(self._window)[1:])
-        elapsed = self._window[-1][1] - self._window[0][1]
-        return min(1.0, waited / elapsed) if elapsed > 0 else 0.0
 
     def _ranking(self) -> list[Predicted]:
         """The predictions in use (``_ranking_and_heads``)."""
@@ -273,9 +257,8 @@ class AutoDraftSource:
         kin = [s for s in shares if s is not None]
         return max(kin, key=lambda s: s.windows).value if kin else None
 
-    def _learn_share(self, ranking: list[Predicted]) -> None:
-        """The current set-up's measured tok/s over its window, as a share of its prediction."""
-        measured = self.measured_tok_s()
+    def _learn_share(self, ranking: list[Predicted], measured: float | None) -> None:
+        """The current set-up's tok/s over its window (``measured``), as a share of its prediction."""
         predicted = next((p.tok_s for p in ranking if p.setup == self.current), 0.0)
         if measured is None or predicted <= 0:
             return
@@ -287,7 +270,7 @@ class AutoDraftSource:
         # loaded coordinator slows its own part too: measured, 0.06 of the prediction with 0.90 of it
         # waiting). Otherwise the window fell with the text (fewer tokens a round for any drafter: a
         # worker's tree served from its cache waits about nothing), and every set-up falls with it.
-        unwaited = max(1e-9, 1 - self.waited_share())
+        unwaited = max(1e-9, 1 - self._window.waited_share())
         worker_fault = window / unwaited >= min(SLOW, unwaited)
         log.debug(
             "round %d: %s measured %.2f of its prediction, %.2f of it waiting for drafts",
@@ -303,7 +286,8 @@ class AutoDraftSource:
 
     def _decide(self) -> None:
         ranking, heads = self._ranking_and_heads()  # a session's set-ups share its factor: its best k stands
-        self._learn_share(ranking)
+        measured = self._window.tok_s()
+        self._learn_share(ranking, measured)
         if self._moves.opening_ahead:  # the move is decided: made once the worker has answered
             self._moves.await_ahead()
             return
@@ -318,7 +302,6 @@ class AutoDraftSource:
                 return by_setup[p.setup]
 
             now, best = expected(mine[0]), max(others, key=expected)
-            measured = self.measured_tok_s()
             seen = f"measured {measured:.1f} tok/s" if measured is not None else "not measured"
             tried, self._probed = self._probed, None
             if tried is not None and measured is not None:
@@ -334,21 +317,14 @@ class AutoDraftSource:
             if probe is not None and not self._room():  # a try and its second look would not fit
                 probe = None
             if tried is not None and probe is not None:  # the next try straight away: one move, not two
-                self._probed = probe.setup
-                self._enter(
-                    probe.setup,
-                    f"trying {probe.setup.label}, never measured: expected {expected(probe):.1f} "
-                    f"tok/s, within {PROBE:.0%} of {chosen.setup.label}'s {chosen.tok_s:.1f} (tried "
-                    f"{self.current.label}: {seen})",
-                    ahead=True,
-                )
+                self._try(probe.setup, expected(probe), chosen, f"tried {self.current.label}: {seen}")
                 return
             if tried is not None and self._measure_again(chosen.setup, seen):
                 return
             if tried is not None and session_of(chosen.setup) != session_of(
                 self.current
             ):  # after a try: as at a start
-                self._enter(
+                self._moves.enter(
                     chosen.setup,
                     f"tried {self.current.label}: expected {now:.1f} tok/s ({seen}); {chosen.setup.label} "
                     f"expected {chosen.tok_s:.1f}, the simplest measured within {MARGIN:.0%} of the best",
@@ -356,7 +332,7 @@ class AutoDraftSource:
                 )
                 return
             if tried is None and expected(best) > now * (1 + MARGIN):
-                self._enter(
+                self._moves.enter(
                     best.setup,
                     f"{self.current.label} expected {now:.1f} tok/s ({seen}); {best.setup.label} expected "
                     f"{expected(best):.1f} (acceptance {self.alpha:.2f})",
@@ -364,18 +340,22 @@ class AutoDraftSource:
                 )
                 return
             if tried is None and probe is not None and expected(probe) >= now * (1 - PROBE):
-                self._probed = probe.setup
                 self._tries.begin(self.current, measured)
-                self._enter(
-                    probe.setup,
-                    f"trying {probe.setup.label}, never measured: expected {expected(probe):.1f} "
-                    f"tok/s, within {PROBE:.0%} of {self.current.label}'s {now:.1f} ({seen})",
-                    ahead=True,
-                )
+                self._try(probe.setup, expected(probe), replace(mine[0], setup=self.current, tok_s=now), seen)
                 return
         at_k = next((p.tok_s for p in mine if p.setup == self.current), 0.0)
         if self.source is not None and mine and mine[0].tok_s > at_k * (1 + K_GAIN):
             self._switch_k(mine[0].setup)
+
+    def _try(self, setup: Setup, expected: float, against: Predicted, seen: str) -> None:
+        """Try ``setup``, never measured, for a window: it is expected within ``PROBE`` of ``against``."""
+        self._probed = setup
+        self._moves.enter(
+            setup,
+            f"trying {setup.label}, never measured: expected {expected:.1f} tok/s, within {PROBE:.0%} of "
+            f"{against.setup.label}'s {against.tok_s:.1f} ({seen})",
+            ahead=True,
+        )
 
     def _measure_again(self, chosen: Setup, seen: str) -> bool:
         """After a run of tries: back to the set-up the tries left, to measure it again on the text since
@@ -384,7 +364,7 @@ class AutoDraftSource:
         if look is None:
             return False
         incumbent, before = look.before
-        self._enter(
+        self._moves.enter(
             incumbent,
             f"tried {self.current.label} ({seen}); {incumbent.label} measured again on the text since, "
             f"against its {before:.1f} before the tries ({look.windows()}): a tried set-up is kept only if "
@@ -404,7 +384,7 @@ class AutoDraftSource:
             margin = MARGIN if setup.remote and not self.current.remote else START_MARGIN
             if ratio > 1 + margin and setup.worker not in self._moves.lost:
                 tok_s = look.tried[session_of(setup)][1]
-                self._enter(
+                self._moves.enter(
                     setup,
                     f"{setup.label} measured {tok_s:.1f} tok/s, {ratio - 1:.0%} ahead of "
                     f"{self.current.label}'s windows around the tries ({before:.1f}, {measured:.1f})",
@@ -441,9 +421,7 @@ class AutoDraftSource:
         """Whether the generation has rounds left for a try and the incumbent's second look (``TRY_ROUNDS``
         each, at the tokens a round the window measured): a look the generation ends before compares
         nothing, and its tries are forgotten."""
-        rounds = list(self._window)[1:]
-        per_round = sum(t for t, _, _ in rounds) / len(rounds) if rounds else 1.0
-        return self._left / max(per_round, 1.0) >= 2 * TRY_ROUNDS
+        return self._left / max(self._window.tokens_per_round(), 1.0) >= 2 * TRY_ROUNDS
 
     def _untried(self, p: Predicted) -> bool:
         """A session no generation under this planner has measured, nor its mode on another worker, on a
@@ -453,9 +431,6 @@ class AutoDraftSource:
     def _switch_k(self, setup: Setup) -> None:
         """The same session at another k: nothing to reopen."""
         self._moves.switch_k(setup, f"acceptance {self.alpha:.2f}: k={setup.k} predicted faster")
-
-    def _enter(self, setup: Setup, reason: str, ahead: bool = False) -> None:
-        self._moves.enter(setup, reason, ahead)
 
     # What the sessions ask of the policy (``moves.Policy``).
 
