@@ -15,16 +15,8 @@ autoregressive round). After every round it learns:
   chain rounds: a tree's accepted path may take any of the draft's choices),
   which moves every prediction;
 * the current session's measured tok/s over its last ``WINDOW`` rounds, as a
-  share of what the model predicts for it. The planner keeps each session's
-  moving mean across generations (``Planner.learn``). The window over that
-  mean is how the text runs now, and every session is expected at its
-  prediction times its own mean times that: set-ups are compared as they
-  measured, not as the text happened to run when each was measured. A
-  session never measured is expected at the current one's share. A worker
-  whose set-up measured below ``SLOW`` of its prediction, where the wait
-  for its drafts explains the shortfall, has every set-up of its own scaled
-  down as much for ``SLOW_ROUNDS`` (what slowed one, its link or its
-  compute, slows all).
+  share of what the model predicts for it, from which every set-up is
+  expected now (``expected``: the shares, how the text runs, slow workers).
 
 It moves to another session (mode and worker) when that one is expected
 ``MARGIN`` faster than the current one, at most once per window of rounds;
@@ -63,9 +55,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from coordinator.decoding.results import RoundRecord
+from coordinator.drafting.auto.expected import Expectations
 from coordinator.drafting.auto.moves import Moves
 from coordinator.drafting.auto.report import Decision, Segment, Switch
 from coordinator.drafting.auto.tries import Tries
@@ -93,8 +86,6 @@ AUTO_K = max(CHAIN_KS)  # the most drafts a round of auto's asks for (what the e
 WINDOW = 8  # rounds the current set-up's tok/s is measured over
 SETTLE = 2  # rounds after a switch before its window counts (the session's start overlaps them)
 MARGIN = 0.10  # another set-up must be expected this much faster before the policy moves to it
-SLOW = 0.7  # a worker's set-up measuring below this share of its prediction marks the worker slow
-SLOW_ROUNDS = 64  # rounds after which a worker marked slow is expected at its sessions' shares again
 PROBE = 0.10  # a session never measured, expected within this of the current one, is tried for a window
 TRY_ROUNDS = 2 + SETTLE + WINDOW + 1  # a try's rounds: its session opened ahead, settled, and measured
 ALPHA_DECAY = 0.97  # per round, of the acceptance estimate's counts (accepted drafts, rejections)
@@ -102,14 +93,6 @@ PRIOR_REJECTIONS = 6.0  # the calibrated acceptance weighs as much as this many 
 K_GAIN = 0.03  # a k predicted at least this much faster than the current one replaces it
 RERANK = 0.05  # the predictions in use are redone once the acceptance estimate has moved this far
 AR_DRIFT = 1 / 32  # per AR round, the acceptance estimate moves this share back to the calibrated one
-
-
-@dataclass
-class _Seen:
-    """The share a worker's set-up measured when it was marked slow, and at which round."""
-
-    tok_s: float
-    round: int
 
 
 class AutoDraftSource:
@@ -126,8 +109,7 @@ class AutoDraftSource:
         self._temperature = 0.0
         self._since_switch = 0
         self._window = RoundWindow(WINDOW)  # the current set-up's rounds since it settled
-        self._slow: dict[str, _Seen] = {}  # by worker: the share of a set-up of its that measured slow
-        self._text = 1.0  # the current window's share over its session's mean: how the text runs now
+        self._expect = Expectations(planner)  # each set-up's tok/s now, from what was measured
         self._probed: Setup | None = None  # the session being tried for a window (PROBE), if one is
         self._ranked: tuple[float, frozenset[str], list[Predicted], list[Predicted]] | None = None
         self._tries = Tries(planner)  # the tries and their second look
@@ -159,15 +141,17 @@ class AutoDraftSource:
         """Choose the set-up for this generation and open it with the prompt."""
         self._temperature = 0.0 if params.greedy else params.temperature
         self._moves.begin(prompt, params)
-        self._slow, self._text, self._probed, self._ranked = {}, 1.0, None, None
+        self._expect.reset()
+        self._probed, self._ranked = None, None
         alpha = self.planner.prior(self._temperature)
         self._prior = (PRIOR_REJECTIONS * alpha / max(1e-3, 1 - alpha), PRIOR_REJECTIONS)
         self._accepted, self._rejections = self._prior
         expected = sorted(
-            (replace(p, tok_s=self._expected(p)) for p in self._ranking()), key=lambda p: -p.tok_s
+            (replace(p, tok_s=self._expect.expected(p, self._moves.round)) for p in self._ranking()),
+            key=lambda p: -p.tok_s,
         )
         first = self._choice(expected)
-        measured = self._share(first.setup) is not None
+        measured = self._expect.share(first.setup) is not None
         rest = [p for p in sessions(expected) if session_of(p.setup) != session_of(first.setup)]
         self.decision = Decision(
             first.setup.label, [(p.setup.label, round(p.tok_s, 2)) for p in [first, *rest[:2]]]
@@ -238,51 +222,12 @@ class AutoDraftSource:
             self._ranked = held = (self.alpha, lost, ranking, sessions(ranking))
         return held[2], held[3]
 
-    def _expected(self, p: Predicted) -> float:
-        """The tok/s ``p``'s set-up is expected to give now: its prediction times its session's measured
-        share (else the share last measured) times how the text runs now; a slow worker's, its share."""
-        slow = self._slow.get(p.setup.worker)
-        if slow is not None and self._moves.round - slow.round < SLOW_ROUNDS:
-            return p.tok_s * slow.tok_s
-        share = self._share(p.setup)
-        return p.tok_s * (share if share is not None else self.planner.bias) * self._text
-
-    def _share(self, setup: Setup) -> float | None:
-        """The session's measured share, else its mode's on another worker (the planner ranks workers
-        by their pass curves and links, which it measured; what it misjudges is the mode)."""
-        own = self.planner.share(session_of(setup))
-        if own is not None or not setup.remote:
-            return own.value if own is not None else None
-        shares = (self.planner.share(key) for key in list(self.planner.shares) if key[0] == setup.mode)
-        kin = [s for s in shares if s is not None]
-        return max(kin, key=lambda s: s.windows).value if kin else None
-
     def _learn_share(self, ranking: list[Predicted], measured: float | None) -> None:
         """The current set-up's tok/s over its window (``measured``), as a share of its prediction."""
         predicted = next((p.tok_s for p in ranking if p.setup == self.current), 0.0)
-        if measured is None or predicted <= 0:
-            return
-        window = measured / predicted
-        mean = self.planner.learn(session_of(self.current), window).value
-        # A worker is slow only if waiting for it explains the shortfall. The window is the rest's share
-        # (were the wait gone) times the share of the time not spent waiting: the worker is at fault
-        # where the rest alone reaches SLOW, or where the wait is the larger of the two factors (a
-        # loaded coordinator slows its own part too: measured, 0.06 of the prediction with 0.90 of it
-        # waiting). Otherwise the window fell with the text (fewer tokens a round for any drafter: a
-        # worker's tree served from its cache waits about nothing), and every set-up falls with it.
-        unwaited = max(1e-9, 1 - self._window.waited_share())
-        worker_fault = window / unwaited >= min(SLOW, unwaited)
-        log.debug(
-            "round %d: %s measured %.2f of its prediction, %.2f of it waiting for drafts",
-            self._moves.round,
-            self.current.label,
-            window,
-            1 - unwaited,
-        )
-        if self.current.remote and window < SLOW and worker_fault:
-            self._slow[self.current.worker] = _Seen(window, self._moves.round)
-        else:
-            self._text, self.planner.bias = (window / mean if mean > 0 else 1.0), mean
+        if measured is not None and predicted > 0:
+            waited = self._window.waited_share()
+            self._expect.learn(self.current, measured / predicted, waited, self._moves.round)
 
     def _decide(self) -> None:
         ranking, heads = self._ranking_and_heads()  # a session's set-ups share its factor: its best k stands
@@ -296,7 +241,9 @@ class AutoDraftSource:
         others = [p for p in heads if session_of(p.setup) != current]
         settled = self._since_switch > SETTLE + WINDOW
         if settled and mine and others:
-            by_setup = {p.setup: self._expected(p) for p in heads}  # once: this runs every round
+            by_setup = {
+                p.setup: self._expect.expected(p, self._moves.round) for p in heads
+            }  # once: this runs every round
 
             def expected(p: Predicted) -> float:
                 return by_setup[p.setup]
@@ -310,7 +257,7 @@ class AutoDraftSource:
                 self._settle_look(ranking, measured)
                 return
             chosen = self._choice([replace(p, tok_s=expected(p)) for p in heads])
-            untried = [p for p in others if self._untried(p)]
+            untried = [p for p in others if self._expect.untried(p)]
             probe = max(untried, key=expected, default=None)
             if probe is not None and expected(probe) < chosen.tok_s * (1 - PROBE):
                 probe = None
@@ -412,7 +359,7 @@ class AutoDraftSource:
         here = [p for p in expected if not p.setup.remote]
         if here:
             local = simplest_near_best(here)
-            margin = MARGIN if self._share(local.setup) is not None else START_MARGIN
+            margin = MARGIN if self._expect.share(local.setup) is not None else START_MARGIN
             if local.tok_s >= best * (1 - margin):
                 return local
         return simplest_near_best(expected)
@@ -422,11 +369,6 @@ class AutoDraftSource:
         each, at the tokens a round the window measured): a look the generation ends before compares
         nothing, and its tries are forgotten."""
         return self._left / max(self._window.tokens_per_round(), 1.0) >= 2 * TRY_ROUNDS
-
-    def _untried(self, p: Predicted) -> bool:
-        """A session no generation under this planner has measured, nor its mode on another worker, on a
-        worker not marked slow."""
-        return self._share(p.setup) is None and p.setup.worker not in self._slow
 
     def _switch_k(self, setup: Setup) -> None:
         """The same session at another k: nothing to reopen."""
