@@ -39,6 +39,13 @@ async def test_a_paced_worker_says_so(paced_worker: WorkerProcess) -> None:
         assert (pace.profile, pace.machine, pace.machine_name) == ("paper", "m1-max", "M1 Max")
         assert pace.draft_tokens_per_second == pytest.approx(86.6)
         assert 60 < connection.hello.draft_tokens_per_second < 90  # measured through the pacing
+        # Its tree passes are measured up to the widest a coordinator may ask for, through the pacing:
+        # the M1 Max's 32-row pass is held as long as its 16-row one (11.5 ms), not twice as long,
+        # and its 64-row pass 20.8 ms (64 rows at its 3,080 tok/s prompt rate).
+        curve = {p.rows: p.seconds for p in connection.hello.pass_curve}
+        assert sorted(curve) == [1, 2, 4, 8, 16, 32, 64]
+        assert curve[32] < 1.5 * curve[16]
+        assert curve[64] >= 0.99 * 64 / 3079.8
     finally:
         await connection.close()
     # 5 s: a loaded machine has answered Bonjour later than 2 s
