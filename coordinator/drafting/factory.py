@@ -34,7 +34,7 @@ from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.spec import FILLED, TREE_VERIFY, DraftSpec, prespec_for
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
-from coordinator.planning.ahead.tree_verify import REMOTE_HOST_S, miss_shape
+from coordinator.planning.ahead.tree_verify import REMOTE_HOST_S, miss_shape, tree_rows
 from coordinator.planning.measured import MeasuredSetup, measure_here, titled
 from coordinator.planning.planner import Planner
 from coordinator.planning.setups import Setup
@@ -43,7 +43,7 @@ from coordinator.workers.connection import WorkerConnection, connect, refresh_he
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
-from coordinator.workers.speed import pass_seconds, worker_speed
+from coordinator.workers.speed import pass_seconds, worker_curve, worker_speed
 from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.drafting.prefix_cache import PrefixCache, PromptCaches
 from specwire.emulation.profile import STREAM_PER_ROUND_S
@@ -221,8 +221,13 @@ class DraftSources:
         if setup.mode == "local-tree":
             assert local is not None
             return LocalTreeDraftSource(local, self._curve_here(), prefix_cache=self._prefix_cache(local))
+        connection = by_title[setup.worker]
+        if setup.mode == TREE_VERIFY:  # as wide a pass as costs no more (``tree_verify.tree_rows``)
+            prespec = prespec_for(setup.mode, tree_rows(worker_curve(connection)))
+        else:
+            prespec = prespec_for(setup.mode)
         nodes = TREE_REPLY_NODES if setup.mode == TREE_VERIFY else 0
-        stream = self._stream(by_title[setup.worker], prespec_for(setup.mode), nodes)
+        stream = self._stream(connection, prespec, nodes)
         if setup.mode == TREE_VERIFY:
             assert local is not None
             curve = self._curve_here()

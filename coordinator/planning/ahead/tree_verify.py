@@ -40,7 +40,8 @@ from coordinator.planning import profile as planned
 from coordinator.planning.ahead.ceiling import RankNode, RankTree, Worker, rank_shares, target_rank
 from coordinator.planning.ahead.prespec import Outcomes
 from specwire.drafting.ahead.draft_tree import DEFAULT_PASSES
-from specwire.emulation.profile import Machine, Profile
+from specwire.drafting.ahead.prespec_config import MAX_BATCH, TREE_ROWS
+from specwire.emulation.profile import Machine, PassCurve, Profile
 
 LOCAL_NODES, LOCAL_WIDTH = 16, 4  # the local tree's defaults (coordinator.drafting.local_tree)
 REPLY_NODES = 64  # the most nodes a worker's tree reply carries (coordinator.drafting.factory)
@@ -209,6 +210,23 @@ def remote_tree(
         tokens += accepted + 1
         nodes += len(verified)
     return TreeRound(tokens / now, nodes / rounds, tokens / rounds, local_share=misses / rounds, miss=miss)
+
+
+def tree_rows(curve: PassCurve) -> int:
+    """The rows of a worker's tree pass in a tree-verifying set-up: the widest pass that costs no more than
+    one of ``TREE_ROWS`` rows (its curve's flat part, up to ``MAX_BATCH``), else ``TREE_ROWS``.
+
+    A Mac's pass reads the draft's weights whatever its rows, until their compute takes longer, so a
+    wider pass costs nothing until then and the tree grows as deep a window, and wider. On the paced
+    test bed (2026-11-29, the 27B profile, the M1 Max: 11.5 ms a pass up to 35 rows) 32 rows made 1.29x
+    local tree SD where 16 made 1.21-1.22x, with a miss in 12% of rounds instead of 15%; 64 rows, at
+    20.8 ms a pass, fit two passes a window instead of four and made 1.09x. On the 9B's (a window of
+    two passes) 16 and 32 rows made the same, within a run's noise. A CPU's curve rises from one row:
+    ``TREE_ROWS``.
+    """
+    base = curve.pass_s(1, TREE_ROWS)
+    wide = [n for n in range(TREE_ROWS, MAX_BATCH + 1) if curve.pass_s(1, n) <= base * (1 + 1e-9)]
+    return max(wide, default=TREE_ROWS)
 
 
 def miss_shape(worker_pass_s: float, ar_round_s: float) -> str:

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.planning import profile as planned
-from coordinator.planning.ahead.tree_verify import best_size, local_tree, remote_tree
+from coordinator.planning.ahead.tree_verify import best_size, local_tree, remote_tree, tree_rows
 from coordinator.planning.setups import Setup, predict_setup
 from specwire.emulation.paper import load_profile
 from specwire.emulation.profile import Machine, PassCurve, Profile
@@ -67,3 +67,13 @@ def test_a_second_worker_adds_rows_to_the_same_tree() -> None:
     alone = remote_tree(paper, [one], 8, 4, ROUNDS)
     together = remote_tree(paper, [one, replace(one, name="two")], 8, 4, ROUNDS)
     assert together.tok_s > alone.tok_s
+
+
+def test_a_workers_tree_pass_is_as_wide_as_costs_no_more_than_sixteen_rows() -> None:
+    paper = load_profile("paper")
+    m1_max, m2_pro = (paper.machine(key).draft for key in ("m1-max", "m2-pro"))
+    assert m1_max is not None and m2_pro is not None
+    assert tree_rows(m1_max) == 35  # 11.5 ms a pass until 35 rows' compute (3,080 a second) takes longer
+    assert tree_rows(m2_pro) == 32  # 15.9 ms, 2,046 a second
+    assert tree_rows(PassCurve(400.0, per_position_s=1e-4)) == 16  # a CPU's: every row costs
+    assert tree_rows(PassCurve(50.0)) == 64  # flat as far as a pass may go
