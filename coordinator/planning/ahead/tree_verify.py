@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from coordinator.planning import profile as planned
@@ -41,7 +41,7 @@ from coordinator.planning.ahead.ceiling import RankNode, RankTree, Worker, rank_
 from coordinator.planning.ahead.prespec import Outcomes
 from specwire.drafting.ahead.draft_tree import DEFAULT_PASSES
 from specwire.drafting.ahead.prespec_config import MAX_BATCH, TREE_ROWS
-from specwire.emulation.profile import Machine, PassCurve, Profile
+from specwire.emulation.profile import Machine, Profile, measured_pass_s, non_decreasing
 
 LOCAL_NODES, LOCAL_WIDTH = 16, 4  # the local tree's defaults (coordinator.drafting.local_tree)
 REPLY_NODES = 64  # the most nodes a worker's tree reply carries (coordinator.drafting.factory)
@@ -57,6 +57,7 @@ REMOTE_HOST_S = 0.7e-3
 # From a verdict to a worker's first pass after it: the Round's way, the reply, re-rooting the tree (1.0
 # to 1.3 ms measured on the paced test bed, 2026-11-26).
 WORKER_SETTLE_S = 1.2e-3
+FLAT_PASS = 1.05  # a worker's wider pass within this of a narrower one's costs the same (its noise)
 
 
 @dataclass(frozen=True)
@@ -212,20 +213,22 @@ def remote_tree(
     return TreeRound(tokens / now, nodes / rounds, tokens / rounds, local_share=misses / rounds, miss=miss)
 
 
-def tree_rows(curve: PassCurve) -> int:
-    """The rows of a worker's tree pass in a tree-verifying set-up: the widest pass that costs no more than
-    one of ``TREE_ROWS`` rows (its curve's flat part, up to ``MAX_BATCH``), else ``TREE_ROWS``.
+def tree_rows(points: Sequence[tuple[int, float]]) -> int:
+    """The rows of a worker's tree pass in a tree-verifying set-up: of its measured passes ((rows,
+    seconds), Hello's ``pass_curve``), the widest, up to ``MAX_BATCH``, within ``FLAT_PASS`` of its pass
+    of ``TREE_ROWS`` rows; else ``TREE_ROWS``.
 
     A Mac's pass reads the draft's weights whatever its rows, until their compute takes longer, so a
     wider pass costs nothing until then and the tree grows as deep a window, and wider. On the paced
-    test bed (2026-11-29, the 27B profile, the M1 Max: 11.5 ms a pass up to 35 rows) 32 rows made 1.29x
-    local tree SD where 16 made 1.21-1.22x, with a miss in 12% of rounds instead of 15%; 64 rows, at
-    20.8 ms a pass, fit two passes a window instead of four and made 1.09x. On the 9B's (a window of
-    two passes) 16 and 32 rows made the same, within a run's noise. A CPU's curve rises from one row:
-    ``TREE_ROWS``.
+    test bed (2026-11-29, the 27B profile, the M1 Max: 11.5 ms a pass up to 35 rows) 32 rows made 1.27-
+    1.29x local tree SD where 16 made 1.21-1.22x, with a miss in 12% of rounds instead of 15%; 64 rows,
+    at 20.8 ms a pass, fit two passes a window instead of four and made 1.09x. On the 9B's (a window
+    of two passes) 16 and 32 rows made the same, within a run's noise. A CPU's passes cost every row:
+    ``TREE_ROWS``. Read from the measured points, not a fitted line: a line through a flat stretch and
+    a rising one slopes all along.
     """
-    base = curve.pass_s(1, TREE_ROWS)
-    wide = [n for n in range(TREE_ROWS, MAX_BATCH + 1) if curve.pass_s(1, n) <= base * (1 + 1e-9)]
+    base = measured_pass_s(non_decreasing(points), TREE_ROWS)
+    wide = [r for r, s in points if TREE_ROWS <= r <= MAX_BATCH and s <= base * FLAT_PASS]
     return max(wide, default=TREE_ROWS)
 
 

@@ -70,10 +70,12 @@ def test_a_second_worker_adds_rows_to_the_same_tree() -> None:
 
 
 def test_a_workers_tree_pass_is_as_wide_as_costs_no_more_than_sixteen_rows() -> None:
+    sizes = (1, 2, 4, 8, 16, 32, 64)  # as a worker measures its passes (worker.server.speed)
     paper = load_profile("paper")
-    m1_max, m2_pro = (paper.machine(key).draft for key in ("m1-max", "m2-pro"))
-    assert m1_max is not None and m2_pro is not None
-    assert tree_rows(m1_max) == 35  # 11.5 ms a pass until 35 rows' compute (3,080 a second) takes longer
-    assert tree_rows(m2_pro) == 32  # 15.9 ms, 2,046 a second
-    assert tree_rows(PassCurve(400.0, per_position_s=1e-4)) == 16  # a CPU's: every row costs
-    assert tree_rows(PassCurve(50.0)) == 64  # flat as far as a pass may go
+    for key, rows in (("m1-max", 32), ("m2-pro", 32)):  # flat to 35 and 32 rows, then rising
+        curve = paper.machine(key).draft
+        assert curve is not None
+        assert tree_rows([(n, curve.pass_s(1, n)) for n in sizes]) == rows, key
+    assert tree_rows([(n, 1e-3 + 1e-4 * n) for n in sizes]) == 16  # a CPU's: every row costs
+    assert tree_rows([(n, 0.02) for n in sizes]) == 64  # flat as far as a pass may go
+    assert tree_rows([(1, 0.02)]) == 16  # nothing measured past one row
