@@ -15,6 +15,7 @@ import socket
 from coordinator.planning.measured import WorkerSpeed, fit_curve
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import probe_grpc
+from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.emulation.profile import PassCurve, measured_pass_s, non_decreasing
 
 LINK_ECHOES = 20
@@ -22,9 +23,16 @@ LINK_BUDGET_S = 0.5
 
 
 def worker_curve(connection: WorkerConnection) -> PassCurve:
-    """The worker's pass curve from its Hello: the advertised tree passes, else its draft speed."""
+    """The worker's pass curve from its Hello: the advertised tree passes up to ``TREE_ROWS`` rows, else
+    its draft speed.
+
+    The planner models a worker's passes of ``TREE_ROWS`` rows or fewer, and a line through a Mac's
+    wider ones too (flat, then rising) would slope from the first row: the paced M1 Max's 16-row pass
+    read 14.0 ms on it, against 12.3 measured. Wider passes are read from the points themselves
+    (``pass_seconds``, ``planning.ahead.tree_verify.tree_rows``).
+    """
     hello = connection.hello
-    points = [(p.rows, p.seconds) for p in hello.pass_curve if p.seconds == p.seconds]
+    points = [(p.rows, p.seconds) for p in hello.pass_curve if p.seconds == p.seconds and p.rows <= TREE_ROWS]
     if points:
         return fit_curve(non_decreasing(points))
     return PassCurve(hello.draft_tokens_per_second or 1.0)
