@@ -9,7 +9,7 @@ mode's share on another worker, else at the current one's share. A worker
 whose set-up measured below ``SLOW`` of its prediction, where the wait for
 its drafts explains the shortfall, has every set-up of its own expected at
 that share for ``SLOW_ROUNDS`` (what slowed one, its link or its compute,
-slows all).
+slows all), or until a set-up of its measures a window that is not slow.
 """
 
 from __future__ import annotations
@@ -94,3 +94,5 @@ class Expectations:
             self.slow[current.worker] = _Seen(window, round)
         else:
             self.text, self.planner.bias = (window / mean if mean > 0 else 1.0), mean
+            if current.remote:  # measured as it should again: what slowed it has passed
+                self.slow.pop(current.worker, None)

@@ -21,6 +21,7 @@ import pytest
 from coordinator.bench.runner import verify
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.results import RoundRecord
+from coordinator.drafting.auto.expected import Expectations
 from coordinator.drafting.auto.policy import AUTO_K, SETTLE, TRY_ROUNDS, WINDOW, AutoDraftSource
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.local import LocalDraftSource
@@ -302,6 +303,22 @@ def test_a_window_that_falls_with_the_text_does_not_make_the_worker_slow(
             break
     left = [s for s in auto.switches[1:] if not s.reason.startswith("trying")]  # a try is no verdict
     assert bool(left) == leaves and all("M1 Max" not in s.to_setup for s in left), auto.switches
+
+
+def test_a_worker_marked_slow_is_expected_as_it_measures_once_its_window_recovers() -> None:
+    """On the 27B profile (test bed, 2026-11-29) windows of tree verification at 0.70 of its prediction, 5%
+    of them waiting, read as the M1 Max's fault; in one generation auto later left that set-up, measuring
+    50.6 tok/s, for one expected at 43.6, having expected it at 38.7. A window that is not slow now ends
+    the mark."""
+    planner = Planner(replace(paper_setup(), trees=True))
+    expect = Expectations(planner)
+    (verify,) = [
+        p for p in planner.ranking(0.0, 0.7) if p.setup.mode == "tree-verify" and "M1" in p.setup.worker
+    ]
+    expect.learn(verify.setup, 0.69, 0.05, round=10)
+    assert expect.expected(verify, 11) == pytest.approx(verify.tok_s * 0.69)  # marked slow
+    expect.learn(verify.setup, 0.9, 0.05, round=12)
+    assert expect.expected(verify, 13) == pytest.approx(verify.tok_s * 0.9)
 
 
 def _decode(
