@@ -7,7 +7,10 @@ under local tree SD), so a try measured later reads faster. After a run of
 tries auto goes back to the incumbent for one more window (the second
 look), and each tried set-up is ranked by its window's ratio to the mean of
 the incumbent's windows on both sides of the run (A, B, C, A); its session's
-share is set to that ratio against the incumbent's. A run of tries begins
+share is set to its ratio to the better of those windows, against the
+incumbent's, so that a later generation starts on it only if it led both
+(27B profile, 2026-11-29: a try not kept led the next generation's start
+onto it, on a harder prompt, at 0.83-0.87 of the incumbent). A run of tries begins
 only where the generation has room for it and its second look
 (``AutoDraftSource``), and tries a generation ends before their second look
 settled are forgotten. Carrying such a look into the next generation
@@ -70,17 +73,19 @@ class Tries:
 
     def settle(self, current: Setup, ranking: list[Predicted], measured: float) -> list[Window]:
         """The incumbent (``current``) measured ``measured`` again: each try's ratio to the mean of its two
-        windows, best first; each try's share is set to it against the incumbent's."""
+        windows, best first; each try's share is set to its ratio to the better of them against the
+        incumbent's."""
         assert self.look is not None
         look, self.look = self.look, None
         reference = (look.before[1] + measured) / 2
+        better = max(look.before[1], measured)  # what a later generation's start compares it with
         predicted = {p.setup: p.tok_s for p in ranking}
         mine = self.planner.share(session_of(current))
         ratios = []
         for setup, tok_s in look.tried.values():
             ratio = tok_s / reference
             if mine is not None and predicted.get(setup, 0.0) > 0 and predicted.get(current, 0.0) > 0:
-                share = ratio * mine.value * predicted[current] / predicted[setup]
+                share = tok_s / better * mine.value * predicted[current] / predicted[setup]
                 self.planner.rescale(session_of(setup), share)
             ratios.append((setup, ratio))
         return sorted(ratios, key=lambda w: -w[1])

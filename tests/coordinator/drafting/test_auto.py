@@ -23,11 +23,12 @@ from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto.expected import Expectations
 from coordinator.drafting.auto.policy import AUTO_K, SETTLE, TRY_ROUNDS, WINDOW, AutoDraftSource
+from coordinator.drafting.auto.tries import Tries
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.spec import DraftSpec
 from coordinator.pacing import CoordinatorPace
-from coordinator.planning.planner import Planner
+from coordinator.planning.planner import Planner, session_of
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.sampling import SamplingParams
@@ -386,6 +387,28 @@ def test_a_try_measured_on_easier_text_is_not_kept() -> None:
         moves = [s.round for s in auto.switches[1:]]
         assert moves and moves[-1] + TRY_ROUNDS <= rounds, (rounds, auto.switches)  # the look fits
         assert "measured again" in auto.switches[-1].reason, auto.switches
+
+
+def test_a_try_that_led_only_the_mean_of_the_incumbents_windows_is_not_expected_ahead_of_it() -> None:
+    """Measured on the 27B profile (test bed, 2026-11-29): a try of the M1 Max's tree (k = 4) read 58.9
+    tok/s against tree verification's 45.6 before it; the second look did not keep it, yet its share, set
+    against the mean of the incumbent's windows, made it the fastest expected, and the next generation, a
+    harder prompt, started on it at 0.83-0.87 of tree verification there. Now a try's share is set
+    against the better of the windows: here 46.5 and 60 around a try of 58.9."""
+    planner = Planner(replace(paper_setup(), trees=True))
+    ranking = planner.ranking(0.0, 0.7)
+    (verify,) = [p for p in ranking if p.setup.mode == "tree-verify" and p.setup.worker == "M1 Max"]
+    (tree,) = [p for p in ranking if p.setup.mode == "tree" and p.setup.worker == "M1 Max"]
+    planner.learn(session_of(verify.setup), 1.0)
+    tries = Tries(planner)
+    tries.begin(verify.setup, 46.5)
+    planner.learn(session_of(tree.setup), 58.9 / tree.tok_s)  # its window, as the policy learns it
+    tries.measured(tree.setup, 58.9)
+    assert tries.second_look(verify.setup, set()) is not None
+    ((_, ratio),) = tries.settle(verify.setup, ranking, 60.0)
+    assert ratio == pytest.approx(58.9 / ((46.5 + 60.0) / 2))  # the keep rule's ratio: above one
+    expect = Expectations(planner)
+    assert expect.expected(tree, 0) == pytest.approx(expect.expected(verify, 0) * 58.9 / 60.0)
 
 
 def test_between_set_ups_on_this_machine_the_faster_is_kept_however_simple_the_other() -> None:
