@@ -40,7 +40,7 @@ def test_a_preset_takes_any_number_of_workers_each_paced_as_its_machine() -> Non
         "m2-pro": ["--pace", "paper:m2-pro"],
         "m2-pro-2": ["--pace", "paper:m2-pro", "--label", "M2 Pro 2"],
     }
-    assert _flag(preset.bench_flags, "--rows") == "16,64"  # each worker's tree at both widths, one run
+    assert _flag(preset.bench_flags, "--rows") == "16,32"  # each worker's tree at both widths, one run
 
 
 def test_paced_hosts_are_pinned_the_coordinator_apart_when_cpus_are_few() -> None:
