@@ -43,7 +43,7 @@ from coordinator.workers.connection import WorkerConnection, connect, refresh_he
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
 from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
-from coordinator.workers.speed import pass_seconds, worker_speed
+from coordinator.workers.speed import pass_points, pass_seconds, worker_speed
 from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.drafting.prefix_cache import PrefixCache, PromptCaches
 from specwire.emulation.profile import STREAM_PER_ROUND_S
@@ -223,8 +223,7 @@ class DraftSources:
             return LocalTreeDraftSource(local, self._curve_here(), prefix_cache=self._prefix_cache(local))
         connection = by_title[setup.worker]
         if setup.mode == TREE_VERIFY:  # as wide a pass as costs no more (``tree_verify.tree_rows``)
-            points = [(p.rows, p.seconds) for p in connection.hello.pass_curve if p.seconds == p.seconds]
-            prespec = prespec_for(setup.mode, tree_rows(points))
+            prespec = prespec_for(setup.mode, tree_rows(pass_points(connection)))
         else:
             prespec = prespec_for(setup.mode)
         nodes = TREE_REPLY_NODES if setup.mode == TREE_VERIFY else 0

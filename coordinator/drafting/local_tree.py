@@ -57,6 +57,7 @@ from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
 from specwire.drafting.token_tree import TokenTree
 from specwire.emulation.pace import hold_pass
+from specwire.emulation.profile import SAME_COST
 from specwire.errors import InvalidArgumentError, UnsupportedModelError
 from specwire.logits.processors import Processing
 from specwire.models.loading import LoadedModel
@@ -67,7 +68,6 @@ DEFAULT_NODES = 16
 DEFAULT_WIDTH = 4
 CURVE_POSITIONS = (1, 2, 4, 8, 16, 32)
 CURVE_REPEATS = 3
-FLAT = 1.05  # a pass no more than this much slower than a smaller one's costs the same (measured noise)
 KNEE_STEP = 4  # positions between points where the curve turns
 
 
@@ -104,8 +104,9 @@ def measure_verify_curve(target: LoadedModel, context: int = 128) -> VerifyCurve
     and where the curve turns from flat to rising, more points between (``_knee``)."""
     cache = make_prompt_cache(target.model)
     prefill(target.model, cache, [0] * context)
-    points = {n: _pass_s(target, cache, n) for n in CURVE_POSITIONS}
-    _knee(points, lambda n: _pass_s(target, cache, n))
+    measure = functools.partial(_pass_s, target, cache)
+    points = {n: measure(n) for n in CURVE_POSITIONS}
+    _knee(points, measure)
     return VerifyCurve(tuple(sorted(points)), tuple(points[n] for n in sorted(points)))
 
 
@@ -120,13 +121,13 @@ def _knee(points: dict[int, float], measure: Callable[[int], float]) -> None:
     """
     sizes = sorted(points)
     for before, lo, hi in zip(sizes, sizes[1:], sizes[2:], strict=False):
-        if points[lo] > FLAT * points[before] or points[hi] <= FLAT * points[lo]:
+        if points[lo] > SAME_COST * points[before] or points[hi] <= SAME_COST * points[lo]:
             continue
         flat = points[lo]
         while hi - lo > KNEE_STEP:
             mid = (lo + hi) // 2
             points[mid] = measure(mid)
-            lo, hi = (mid, hi) if points[mid] <= FLAT * flat else (lo, mid)
+            lo, hi = (mid, hi) if points[mid] <= SAME_COST * flat else (lo, mid)
 
 
 def _pass_s(target: LoadedModel, cache: list, positions: int) -> float:

@@ -31,19 +31,21 @@ def worker_curve(connection: WorkerConnection) -> PassCurve:
     read 14.0 ms on it, against 12.3 measured. Wider passes are read from the points themselves
     (``pass_seconds``, ``planning.ahead.tree_verify.tree_rows``).
     """
-    hello = connection.hello
-    points = [(p.rows, p.seconds) for p in hello.pass_curve if p.seconds == p.seconds and p.rows <= TREE_ROWS]
+    points = [(rows, seconds) for rows, seconds in pass_points(connection) if rows <= TREE_ROWS]
     if points:
         return fit_curve(non_decreasing(points))
-    return PassCurve(hello.draft_tokens_per_second or 1.0)
+    return PassCurve(connection.hello.draft_tokens_per_second or 1.0)
+
+
+def pass_points(connection: WorkerConnection) -> list[tuple[int, float]]:
+    """The worker's measured tree passes, (rows, seconds), from its Hello (none measured: NaN)."""
+    return [(p.rows, p.seconds) for p in connection.hello.pass_curve if p.seconds == p.seconds]
 
 
 def pass_seconds(connection: WorkerConnection, rows: int) -> float:
     """A tree pass over ``rows`` rows as the worker measured it (Hello's points), else as its draft
     speed says."""
-    points = non_decreasing(
-        [(p.rows, p.seconds) for p in connection.hello.pass_curve if p.seconds == p.seconds]
-    )
+    points = non_decreasing(pass_points(connection))
     return measured_pass_s(points, rows) if points else worker_curve(connection).pass_s(rows)
 
 

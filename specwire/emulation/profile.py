@@ -68,6 +68,9 @@ STREAM_BYTES_PER_ROUND = 87
 DEFAULT_TARGET_MACHINE = "target"
 
 
+SAME_COST = 1.05  # a measured pass within this of another's costs the same (the measuring noise)
+
+
 def non_decreasing(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
     """Measured (rows, seconds) of passes, smallest first, each no slower than a wider one's: a pass over
     fewer positions does not cost more, and a cold first measurement can (a paced M1 Max's 1-row pass

@@ -41,7 +41,7 @@ from coordinator.planning.ahead.ceiling import RankNode, RankTree, Worker, rank_
 from coordinator.planning.ahead.prespec import Outcomes
 from specwire.drafting.ahead.draft_tree import DEFAULT_PASSES
 from specwire.drafting.ahead.prespec_config import MAX_BATCH, TREE_ROWS
-from specwire.emulation.profile import Machine, Profile, measured_pass_s, non_decreasing
+from specwire.emulation.profile import SAME_COST, Machine, Profile, measured_pass_s, non_decreasing
 
 LOCAL_NODES, LOCAL_WIDTH = 16, 4  # the local tree's defaults (coordinator.drafting.local_tree)
 REPLY_NODES = 64  # the most nodes a worker's tree reply carries (coordinator.drafting.factory)
@@ -57,7 +57,6 @@ REMOTE_HOST_S = 0.7e-3
 # From a verdict to a worker's first pass after it: the Round's way, the reply, re-rooting the tree (1.0
 # to 1.3 ms measured on the paced test bed, 2026-11-26).
 WORKER_SETTLE_S = 1.2e-3
-FLAT_PASS = 1.05  # a worker's wider pass within this of a narrower one's costs the same (its noise)
 
 
 @dataclass(frozen=True)
@@ -215,7 +214,7 @@ def remote_tree(
 
 def tree_rows(points: Sequence[tuple[int, float]]) -> int:
     """The rows of a worker's tree pass in a tree-verifying set-up: of its measured passes ((rows,
-    seconds), Hello's ``pass_curve``), the widest, up to ``MAX_BATCH``, within ``FLAT_PASS`` of its pass
+    seconds), Hello's ``pass_curve``), the widest, up to ``MAX_BATCH``, within ``SAME_COST`` of its pass
     of ``TREE_ROWS`` rows; else ``TREE_ROWS``.
 
     A Mac's pass reads the draft's weights whatever its rows, until their compute takes longer, so a
@@ -228,7 +227,7 @@ def tree_rows(points: Sequence[tuple[int, float]]) -> int:
     a rising one slopes all along.
     """
     base = measured_pass_s(non_decreasing(points), TREE_ROWS)
-    wide = [r for r, s in points if TREE_ROWS <= r <= MAX_BATCH and s <= base * FLAT_PASS]
+    wide = [r for r, s in points if TREE_ROWS <= r <= MAX_BATCH and s <= base * SAME_COST]
     return max(wide, default=TREE_ROWS)
 
 
