@@ -155,9 +155,10 @@ def run(args: argparse.Namespace) -> int:
         for r in out["rows"]:
             best = f"{r['best_k']:>8}{r['best_tok_s']:>8.1f}" if "best_k" in r else ""
             delta_local = "" if r["delta_vs_local"] is None else f"{r['delta_vs_local']:+.0%}"
+            unbuilt = "" if r.get("built", True) else "  (a model only: no set-up drafts on several workers)"
             print(
                 f"{r['machine']:<16}{r['backend']:<26}{r['tok_s']:>8.1f}{r['delta_vs_ar']:>+8.0%}"
-                f"{delta_local:>9}{best}"
+                f"{delta_local:>9}{best}{unbuilt}"
             )
         use = out["use"]
         rows = f", {use['rows']} rows a pass (--rows {use['rows']})" if "rows" in use else ""

@@ -41,6 +41,11 @@ def test_the_paper_profile_reproduces_table_7s_local_sd(tmp_path: Path) -> None:
     local = next(c for c in out["table11"] if c["figure"] == "local SD")
     assert local["predicted"] == pytest.approx(local["paper"], rel=0.15)
     assert {r["machine"] for r in out["rows"]} == {"target machine", "M1 Max", "M2 Pro", "M1 Max + M2 Pro"}
+    # Both Macs growing one tree is a model of a set-up no source runs: marked, and never the one to use.
+    (both,) = [r for r in out["rows"] if r["machine"] == "M1 Max + M2 Pro"]
+    assert both["built"] is False
+    assert all(r.get("built", True) for r in out["rows"] if r is not both)
+    assert out["use"]["machine"] != both["machine"]
     # The paper's draft walked per op by specwire, beside llama.cpp's graph nodes for it.
     walk = out["per_op_walk"]
     assert walk == {
