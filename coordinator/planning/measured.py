@@ -36,7 +36,7 @@ from coordinator.planning.model import Acceptance
 from specwire.drafting.drafter import LanguageModel, prefill
 from specwire.drafting.sampling import SamplingParams, draft_distribution, target_distribution
 from specwire.drafting.warmup import WARM_CONTEXT, warm_drafter, warm_target
-from specwire.emulation.profile import Machine, PassCurve, Profile
+from specwire.emulation.profile import SAME_COST, Machine, PassCurve, Profile
 from specwire.errors import UnsupportedModelError
 from specwire.models.loading import LoadedModel
 from specwire.models.tree_pass import check_tree_support
@@ -57,16 +57,41 @@ THIS_MACHINE = "this machine"
 
 
 def fit_curve(points: Sequence[tuple[int, float]]) -> PassCurve:
-    """The pass curve through (positions or rows, seconds): the one-position time (the fastest measured
-    there, else the least-squares intercept), and the least-squares slope per further position through
-    it (never below zero). Anchoring at the measured time keeps one slow pass over many positions from
-    moving the one-position time, which AR's prediction is."""
+    """The pass curve through (positions or rows, seconds): a line, or flat and then rising, whichever
+    fits the points better (the smaller sum of squared log errors; the line on a tie).
+
+    * The line: the one-position time (the fastest measured there, else the least-squares intercept),
+      and the least-squares slope per further position through it (never below zero). Anchoring at
+      the measured time keeps one slow pass over many positions from moving the one-position time,
+      which AR's prediction is. A CPU's passes cost every position: a line.
+    * Flat, then rising: a Mac's pass reads the weights whatever its positions until their compute
+      takes longer (``PassCurve``'s decode time, then its prefill rate). The flat part is the one-
+      position time; the rate is the median of positions over seconds of the points above it by more
+      than ``SAME_COST``. A line through such points slopes from the first position: the paced M1
+      Max's 16-row pass (11.5 ms, as one row) read 14.0 ms on the line through its 64-row pass.
+    """
     if not points:
         raise ValueError("no pass times to fit")
-    n = np.array([p[0] for p in points], dtype=np.float64) - 1
+    n = np.array([p[0] for p in points], dtype=np.float64)
     t = np.array([p[1] for p in points], dtype=np.float64)
     if len(points) == 1 or np.ptp(n) == 0:
         return PassCurve(1 / float(t.min()))
+    line = _line(n - 1, t)
+    one = 1 / line.decode_tok_s
+    rising = t > one * SAME_COST
+    if not rising.any():
+        return line
+    roofline = PassCurve(1 / one, float(np.median(n[rising] / t[rising])))
+
+    def log_error(curve: PassCurve) -> float:
+        fitted = np.array([curve.pass_s(int(m)) for m in n])
+        return float(np.sum(np.log(fitted / t) ** 2))
+
+    return roofline if log_error(roofline) < log_error(line) else line
+
+
+def _line(n: np.ndarray, t: np.ndarray) -> PassCurve:
+    """``fit_curve``'s line through (positions after the first, seconds)."""
     if (n == 0).any():
         one = float(t[n == 0].min())
     else:

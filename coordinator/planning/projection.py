@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.planning import profile as planned
-from coordinator.planning.ahead.tree_verify import local_tree, remote_tree
+from coordinator.planning.ahead.tree_verify import curve_tree_rows, local_tree, remote_tree
 from coordinator.planning.model import Prediction, Transport, ar_tok_s, predict
 from coordinator.planning.setups import TREE_DEPTH
 from coordinator.planning.validation import paper
@@ -121,14 +121,16 @@ def _tree_row(profile: Profile, machine: Machine, k: int, rounds: int) -> dict[s
 
 
 def _tree_verify_row(profile: Profile, machines: list[Machine], rounds: int) -> dict[str, Any]:
-    """``machines`` growing one tree, verified in one pass a round (``planning.ahead.tree_verify``)."""
-    t = remote_tree(profile, machines, TREE_DEPTH, TREE_ROWS, rounds)
+    """``machines`` growing one tree, verified in one pass a round (``planning.ahead.tree_verify``), each
+    pass as wide as costs no more (``curve_tree_rows``: what auto's set-up opens)."""
+    rows = min(curve_tree_rows(m.draft) for m in machines if m.draft is not None)
+    t = remote_tree(profile, machines, TREE_DEPTH, rows, rounds)
     name = " + ".join(m.name for m in machines)
     return {"machine": name, "backend": "stream+tree-verify", "k": TREE_DEPTH, "tok_s": t.tok_s} | {
         "best_k": TREE_DEPTH,
         "best_tok_s": t.tok_s,
         "parts_ms": {},
-        "rows": TREE_ROWS,
+        "rows": rows,
         "nodes": t.nodes,
         "local_trees": t.local_share,
     }

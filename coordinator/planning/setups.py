@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from coordinator.planning import profile as planned
-from coordinator.planning.ahead.tree_verify import local_tree, remote_tree
+from coordinator.planning.ahead.tree_verify import curve_tree_rows, local_tree, remote_tree
 from coordinator.planning.model import Acceptance, Transport, ar_tok_s, predict
 from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.emulation.profile import Machine, Profile
@@ -105,7 +105,7 @@ def predict_setup(profile: Profile, setup: Setup) -> float:
     if setup.mode == "tree":
         return planned.tree(p, machine, setup.k, TREE_ROWS, TREE_ROUNDS).tok_s
     if setup.mode == "tree-verify":
-        return remote_tree(profile, [machine], setup.k, TREE_ROWS, TREE_ROUNDS).tok_s
+        return remote_tree(profile, [machine], setup.k, curve_tree_rows(machine.draft), TREE_ROUNDS).tok_s
     if setup.mode == "stream":
         transport = planned.stream(p)
     elif setup.mode == "fill":

@@ -15,7 +15,6 @@ import socket
 from coordinator.planning.measured import WorkerSpeed, fit_curve
 from coordinator.workers.connection import WorkerConnection
 from coordinator.workers.netprobe import probe_grpc
-from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.emulation.profile import PassCurve, measured_pass_s, non_decreasing
 
 LINK_ECHOES = 20
@@ -23,15 +22,9 @@ LINK_BUDGET_S = 0.5
 
 
 def worker_curve(connection: WorkerConnection) -> PassCurve:
-    """The worker's pass curve from its Hello: the advertised tree passes up to ``TREE_ROWS`` rows, else
-    its draft speed.
-
-    The planner models a worker's passes of ``TREE_ROWS`` rows or fewer, and a line through a Mac's
-    wider ones too (flat, then rising) would slope from the first row: the paced M1 Max's 16-row pass
-    read 14.0 ms on it, against 12.3 measured. Wider passes are read from the points themselves
-    (``pass_seconds``, ``planning.ahead.tree_verify.tree_rows``).
-    """
-    points = [(rows, seconds) for rows, seconds in pass_points(connection) if rows <= TREE_ROWS]
+    """The worker's pass curve from its Hello: fitted to the advertised tree passes
+    (``planning.measured.fit_curve``: flat and then rising for a Mac's), else its draft speed."""
+    points = pass_points(connection)
     if points:
         return fit_curve(non_decreasing(points))
     return PassCurve(connection.hello.draft_tokens_per_second or 1.0)

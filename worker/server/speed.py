@@ -19,17 +19,13 @@ import time
 from collections.abc import Sequence
 
 from specwire.drafting.ahead.draft_tree import DraftTree, tree_batchable
-from specwire.drafting.ahead.prespec_config import DEFAULT_FANOUT, MAX_BATCH, PrespecConfig
+from specwire.drafting.ahead.prespec_config import CURVE_ROWS, DEFAULT_FANOUT, PrespecConfig
 from specwire.drafting.drafter import Drafter, LanguageModel
 from specwire.drafting.sampling import SamplingParams
 from specwire.emulation.profile import non_decreasing
 from specwire.models.loading import LoadedModel
 
 WARMUP_TEXT = "The quick brown fox jumps over the lazy dog."
-# Up to the widest pass a coordinator may ask for (its --rows): past the last size measured, a pass is
-# taken to grow in proportion, which a Mac's bandwidth-bound passes do not (a paced M1 Max: 11.5 ms at
-# 16 and 32 rows, not 23 at 32), so a worker asked for 32 rows mistimed its passes.
-CURVE_ROWS = (1, 2, 4, 8, 16, 32, MAX_BATCH)
 PASSES_PER_SIZE = 2
 CURVE_BUDGET_S = 2.0  # sizes after this much measuring are left out (a CPU's wide passes are slow)
 

@@ -40,8 +40,8 @@ from coordinator.planning import profile as planned
 from coordinator.planning.ahead.ceiling import RankNode, RankTree, Worker, rank_shares, target_rank
 from coordinator.planning.ahead.prespec import Outcomes
 from specwire.drafting.ahead.draft_tree import DEFAULT_PASSES
-from specwire.drafting.ahead.prespec_config import MAX_BATCH, TREE_ROWS
-from specwire.emulation.profile import SAME_COST, Machine, Profile, measured_pass_s, non_decreasing
+from specwire.drafting.ahead.prespec_config import CURVE_ROWS, MAX_BATCH, TREE_ROWS
+from specwire.emulation.profile import SAME_COST, Machine, PassCurve, Profile, measured_pass_s, non_decreasing
 
 LOCAL_NODES, LOCAL_WIDTH = 16, 4  # the local tree's defaults (coordinator.drafting.local_tree)
 REPLY_NODES = 64  # the most nodes a worker's tree reply carries (coordinator.drafting.factory)
@@ -229,6 +229,12 @@ def tree_rows(points: Sequence[tuple[int, float]]) -> int:
     base = measured_pass_s(non_decreasing(points), TREE_ROWS)
     wide = [r for r, s in points if TREE_ROWS <= r <= MAX_BATCH and s <= base * SAME_COST]
     return max(wide, default=TREE_ROWS)
+
+
+def curve_tree_rows(curve: PassCurve) -> int:
+    """``tree_rows`` for a machine known by its curve (a profile's, or one fitted to a worker's Hello):
+    read at the rows a worker measures (``CURVE_ROWS``), as its Hello would give them."""
+    return tree_rows([(rows, curve.pass_s(rows)) for rows in CURVE_ROWS])
 
 
 def miss_shape(worker_pass_s: float, ar_round_s: float) -> str:

@@ -18,6 +18,11 @@ MAX_BATCH = 64  # branches in one pass
 # the 2-core test bed (24 overran). A Mac's GPU takes up to 35 at one row's cost, but the host's work per
 # pass grows with the rows.
 TREE_ROWS = 16
+# The tree passes a worker times at start (Hello's pass curve), up to the widest a coordinator may ask for:
+# past the last size measured, a pass was taken to grow in proportion, which a Mac's bandwidth-bound passes
+# do not (a paced M1 Max: 11.5 ms at 16 and 32 rows, not 23 at 32), so a worker asked for 32 rows
+# mistimed its passes.
+CURVE_ROWS = (1, 2, 4, 8, 16, 32, MAX_BATCH)
 # What a worker's trees may hold together, each node's K/V position and (a hybrid draft's) recurrent states:
 # sized for a 32 GB Mac serving Qwen3.5-0.8B (1.6 GB in bfloat16), a quarter of its memory;
 # docs/measurements.md ("A hybrid worker's tree: memory") gives that model's bytes a node.

@@ -46,6 +46,8 @@ def test_the_paper_profile_reproduces_table_7s_local_sd(tmp_path: Path) -> None:
     assert both["built"] is False
     assert all(r.get("built", True) for r in out["rows"] if r is not both)
     assert out["use"]["machine"] != both["machine"]
+    # Each tree-verifying row at the width auto's set-up opens: the widest pass that costs no more.
+    assert {r["rows"] for r in out["rows"] if r["backend"] == "stream+tree-verify"} == {32}
     # The paper's draft walked per op by specwire, beside llama.cpp's graph nodes for it.
     walk = out["per_op_walk"]
     assert walk == {

@@ -7,8 +7,14 @@ from dataclasses import replace
 import pytest
 
 from coordinator.planning import profile as planned
-from coordinator.planning.ahead.tree_verify import best_size, local_tree, remote_tree, tree_rows
-from coordinator.planning.setups import Setup, predict_setup
+from coordinator.planning.ahead.tree_verify import (
+    best_size,
+    curve_tree_rows,
+    local_tree,
+    remote_tree,
+    tree_rows,
+)
+from coordinator.planning.setups import TREE_ROUNDS, Setup, predict_setup
 from specwire.emulation.paper import load_profile
 from specwire.emulation.profile import Machine, PassCurve, Profile
 
@@ -76,6 +82,11 @@ def test_a_workers_tree_pass_is_as_wide_as_costs_no_more_than_sixteen_rows() -> 
         curve = paper.machine(key).draft
         assert curve is not None
         assert tree_rows([(n, curve.pass_s(1, n)) for n in sizes]) == rows, key
+        # The planner predicts the set-up auto opens: its curve read as a worker's Hello gives it.
+        assert curve_tree_rows(curve) == rows, key
+        wide = remote_tree(paper, [paper.machine(key)], 8, rows, TREE_ROUNDS).tok_s
+        assert predict_setup(paper, Setup("tree-verify", 8, paper.machine(key).name)) == wide
+    assert curve_tree_rows(PassCurve(1000.0, None, 1e-4)) == 16  # a CPU's line
     assert tree_rows([(n, 1e-3 + 1e-4 * n) for n in sizes]) == 16  # a CPU's: every row costs
     assert tree_rows([(n, 0.02) for n in sizes]) == 64  # flat as far as a pass may go
     assert tree_rows([(1, 0.02)]) == 16  # nothing measured past one row
