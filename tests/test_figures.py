@@ -202,7 +202,7 @@ def changelog(h: Headline) -> list[str]:
     ]
 
 
-RUN_27B = ROOT / "docs" / "runs" / "testbed-m2-ultra-27b-2026-11-29-af3c2af.json"
+RUN_27B = ROOT / "docs" / "runs" / "testbed-m2-ultra-27b-2026-11-29-d8e71c8.json"
 VERIFY32, PRO32 = "stream+tree-verify ×32 → M1 Max", "stream+tree-verify ×32 → M2 Pro"
 
 
