@@ -61,6 +61,7 @@ from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM
 log = logging.getLogger(__name__)
 DEFAULT_DISCOVER_TIMEOUT_S = 3.0
 TREE_REPLY_NODES = 64  # the most nodes a tree-verifying round asks for (the curve then sizes it)
+HANDOVER_ENTRIES = 4  # a generation's local draft contexts kept for auto's moves (outside serve)
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,10 @@ class DraftSources:
             self._planner = (key, Planner(measured))
         planner = self._planner[1]
         by_title = dict(zip((w.title for w in planner.measured.workers), connections, strict=True))
-        return planner, functools.partial(self._build, by_title, local)
+        # Every set-up drafting on the local model shares its prompt cache, through which a move hands the
+        # draft's context over (``keep_context``): serve's, else one of this generation's own.
+        handover = None if local is None else self._prefix_cache(local) or PrefixCache(HANDOVER_ENTRIES)
+        return planner, functools.partial(self._build, by_title, local, handover)
 
     async def _auto_workers(self, spec: DraftSpec) -> list[WorkerConnection]:
         """Connections to the workers auto may draft on: those named, else every compatible one found
@@ -208,7 +212,11 @@ class DraftSources:
         return connections
 
     def _build(
-        self, by_title: dict[str, WorkerConnection], local: LoadedModel | None, setup: Setup
+        self,
+        by_title: dict[str, WorkerConnection],
+        local: LoadedModel | None,
+        handover: PrefixCache | None,
+        setup: Setup,
     ) -> DraftSource | None:
         """The source of one of auto's set-ups (None: AR); compute thread, no network until started. A
         tree set-up measures the target's verification curve the first time one is built (a CPU's
@@ -217,10 +225,10 @@ class DraftSources:
             return None
         if setup.mode == "local":
             assert local is not None
-            return LocalDraftSource(local, self._prefix_cache(local))
+            return LocalDraftSource(local, handover)
         if setup.mode == "local-tree":
             assert local is not None
-            return LocalTreeDraftSource(local, self._curve_here(), prefix_cache=self._prefix_cache(local))
+            return LocalTreeDraftSource(local, self._curve_here(), prefix_cache=handover)
         connection = by_title[setup.worker]
         if setup.mode == TREE_VERIFY:  # as wide a pass as costs no more (``tree_verify.tree_rows``)
             prespec = prespec_for(setup.mode, tree_rows(pass_points(connection)))
@@ -232,10 +240,10 @@ class DraftSources:
             assert local is not None
             curve = self._curve_here()
             miss = _miss_shape(stream, curve)
-            return RemoteTreeDraftSource(stream, local, curve, miss, self._prefix_cache(local))
+            return RemoteTreeDraftSource(stream, local, curve, miss, handover)
         if setup.mode in FILLED:
             assert local is not None
-            return FilledDraftSource(stream, local)
+            return FilledDraftSource(stream, local, handover)
         return stream
 
     async def connection(self, address: str, backend: str = BACKEND_STREAM) -> WorkerConnection:

@@ -28,6 +28,7 @@ from dataclasses import replace
 
 from coordinator.drafting.base import DraftSource, Outcome, first_drafts_arrived, offer_processing
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
+from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError
 from specwire.logits.processors import Processing
@@ -37,9 +38,12 @@ from specwire.models.loading import LoadedModel
 class FilledDraftSource:
     """A remote pre-speculating source whose short answers are finished here (module docstring)."""
 
-    def __init__(self, remote: DraftSource, draft: LoadedModel) -> None:
+    def __init__(
+        self, remote: DraftSource, draft: LoadedModel, prefix_cache: PrefixCache | None = None
+    ) -> None:
         self.remote = remote
         self.draft = draft
+        self.prefix_cache = prefix_cache  # the local draft's prompt cache (serve's; auto's moves hand over)
         self.name = f"{remote.name}+fill:{draft.spec}"
         self.filled = 0  # drafts made here, over the session
         self._drafter: Drafter | None = None
@@ -63,7 +67,12 @@ class FilledDraftSource:
         self.remote.start(prompt, params, k)
         self._drafter = Drafter(self.draft.model, params)
         self._drafter.processing = self._processing
-        self._drafter.start(prompt)
+        self._drafter.start(prompt, self.prefix_cache)
+
+    def keep_context(self) -> None:
+        """Keep the local draft's cache at the context so far in the prompt cache (``Drafter.keep``)."""
+        if self.prefix_cache is not None and self._drafter is not None:
+            self._drafter.keep(self.prefix_cache)
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Send the verdict; take the drafts the worker has ready and draft the rest here."""

@@ -41,6 +41,11 @@ class LocalDraftSource:
             self._drafter.apply(outcome.accepted, outcome.token, outcome.appended)
         return self._drafter.draft(k)
 
+    def keep_context(self) -> None:
+        """Keep the draft's cache at the context so far in the prompt cache (``Drafter.keep``)."""
+        if self.prefix_cache is not None and self._drafter is not None:
+            self._drafter.keep(self.prefix_cache)
+
     def close(self) -> None:
         """Drop the draft cache."""
         self._drafter = None

@@ -219,6 +219,15 @@ class LocalTreeDraftSource:
         self.sizes.append(len(tree))
         return DraftBlock(list(tree.tokens), None, passes, time.perf_counter_ns() - started, tree=tree)
 
+    def keep_context(self) -> None:
+        """Keep the draft's cache at the context so far in the prompt cache, so that a source taking over
+        on the same draft model prefills only what follows (``drafting.auto``'s moves). A draft with
+        recurrent layers keeps none: their states lie at the last tree's nodes."""
+        if self.prefix_cache is None or self._cache is None or self._recurrent or not self._attention:
+            return
+        fed = self._grown_at if self._grown_at is not None else self._attention[0].offset
+        self.prefix_cache.store(self._context[:fed], self._cache)
+
     def close(self) -> None:
         """Drop the draft cache."""
         self._cache = None

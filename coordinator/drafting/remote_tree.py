@@ -136,6 +136,10 @@ class RemoteTreeDraftSource:
             trimmed=len(tree) - n,
         )
 
+    def keep_context(self) -> None:
+        """Keep the local draft's cache at the context so far in the prompt cache (its local tree's)."""
+        self.local.keep_context()
+
     def arrived(self) -> bool:
         """Whether the worker has answered the Open (a session opened ahead: ``Outcome.catch_up``)."""
         return first_drafts_arrived(self.remote)

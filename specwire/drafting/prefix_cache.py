@@ -142,7 +142,9 @@ class PrefixCache:
         return Reuse(n)
 
     def store(self, tokens: Sequence[int], cache: list[Any], scope: str = "") -> None:
-        """Keep a snapshot of ``cache``, which holds exactly ``tokens``; evict to stay within the bounds."""
+        """Keep a snapshot of ``cache``, which holds ``tokens`` (a KV layer may hold rows after them, which
+        are left out; any other layer's state must be the one after exactly ``tokens``); evict to stay
+        within the bounds."""
         if not tokens:
             return
         states: list[Any] = []
@@ -150,9 +152,10 @@ class PrefixCache:
         for layer in cache:
             if type(layer) is KVCache:
                 keys, values, n = layer.state
-                if keys is None or values is None:
-                    return  # nothing was prefilled
-                states.append((_copy(keys[..., :n, :]), _copy(values[..., :n, :])))
+                if keys is None or values is None or n < len(tokens):
+                    return  # nothing was prefilled, or less than ``tokens``
+                rows = len(tokens)
+                states.append((_copy(keys[..., :rows, :]), _copy(values[..., :rows, :])))
                 kinds.append(SLICED)
             else:
                 kind = layer_kind(layer)

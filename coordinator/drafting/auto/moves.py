@@ -15,7 +15,10 @@ opened ahead: the worker prefills the context while the current set-up goes
 on, and the move is made at the first round end after the worker answered;
 that round's Round catches the session up on every token decoded since
 (``Outcome.catch_up``). A kept session on this machine is caught up the
-same way when the generation comes back to it.
+same way when the generation comes back to it. Before any move, the
+current set-up's local draft keeps its cache at the context in the prompt
+cache all of the generation's local drafts share, so a session the move
+starts prefills only the tokens after it (``_hand_over``).
 """
 
 from __future__ import annotations
@@ -127,6 +130,7 @@ class Moves:
         open costs its set-ups, and the next best is opened instead. ``ahead``: a session that can be
         caught up is opened while the current set-up goes on decoding (``_open_ahead``), and a set-up on
         this machine that the move leaves is kept."""
+        self._hand_over()
         built: DraftSource | None = None
         if ahead and setup.remote:
             built = self.build(setup)
@@ -201,6 +205,15 @@ class Moves:
             return
         self._ahead = ahead
         log.info("drafting: opening %s ahead (%s)", setup.label, reason)
+
+    def _hand_over(self) -> None:
+        """Before a move: the current set-up's local draft keeps its cache at the context so far in the
+        prompt cache every set-up's local draft shares, so a session the move starts prefills only the rest
+        (a paced M2 Ultra's draft took 24 ms of a round to prefill 116 tokens again on the paper's test
+        bed)."""
+        keep = getattr(self.source, "keep_context", None)
+        if keep is not None:
+            keep()
 
     def _lose_ahead(self, ahead: _Ahead, err: RemoteWorkerError) -> None:
         """A worker lost while its session opened ahead: its set-ups go, and the current one goes on."""
