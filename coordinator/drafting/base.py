@@ -79,3 +79,13 @@ def offer_processing(source: object, processing: Processing | None) -> None:
     use = getattr(source, "use_processing", None)
     if use is not None:
         use(processing)
+
+
+def close_soon(source: DraftSource) -> None:
+    """End ``source``'s session without waiting for its worker to end it (``StreamDraftSource.close_soon``:
+    a move away from it goes on meanwhile); a source without a worker session closes at once."""
+    soon = getattr(source, "close_soon", None)
+    if soon is not None:
+        soon()
+    else:
+        source.close()

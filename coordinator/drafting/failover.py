@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from coordinator.drafting.base import DraftSource, Outcome, offer_processing
+from coordinator.drafting.base import DraftSource, Outcome, close_soon, offer_processing
 from specwire.drafting.drafter import DraftBlock
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError, RemoteWorkerError, SpecwireError
@@ -120,6 +120,11 @@ class FailoverDraftSource:
         """End the current session."""
         if self.current is not None:
             self.current.close()
+
+    def close_soon(self) -> None:
+        """End the current session without waiting for its worker (``base.close_soon``)."""
+        if self.current is not None:
+            close_soon(self.current)
 
     def _lost(self, err: RemoteWorkerError) -> None:
         """Record the loss and pick what drafts next (None: autoregressive)."""

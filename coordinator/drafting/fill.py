@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from coordinator.drafting.base import DraftSource, Outcome, first_drafts_arrived, offer_processing
+from coordinator.drafting.base import DraftSource, Outcome, close_soon, first_drafts_arrived, offer_processing
 from specwire.drafting.drafter import DraftBlock, Drafter, Drafting
 from specwire.drafting.prefix_cache import PrefixCache
 from specwire.drafting.sampling import SamplingParams
@@ -112,6 +112,11 @@ class FilledDraftSource:
         """End the worker's session and drop the local cache."""
         self._drafter = None
         self.remote.close()
+
+    def close_soon(self) -> None:
+        """Drop the local cache; end the worker's session without waiting (``base.close_soon``)."""
+        self._drafter = None
+        close_soon(self.remote)
 
     def abort(self) -> None:
         """Drop the worker's session at once."""

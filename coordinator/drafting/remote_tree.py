@@ -17,8 +17,9 @@ here, and when), so it times its passes to end by the verdict.
 When the worker has nothing ready under the verdict, the round verifies the
 verdict's token alone (``miss`` "ar"), which a worker that makes two passes
 in such a round turns into an entry for the next verdict; a slower worker
-has a tree drafted here instead ("tree": ``LocalTreeDraftSource``, which sees
-every verdict, so its context stays the target's). ``planning.ahead.tree_verify``
+has a tree drafted here instead ("tree": ``LocalTreeDraftSource``, started on
+the context so far at the first such round, which then sees every verdict,
+so its context stays the target's). ``planning.ahead.tree_verify``
 says which.
 
 At every temperature the target verifies a tree by its own draws: a node
@@ -35,7 +36,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from coordinator.drafting.base import DraftSource, Outcome, first_drafts_arrived, offer_processing
+from coordinator.drafting.base import DraftSource, Outcome, close_soon, first_drafts_arrived, offer_processing
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.prefix_cache import PrefixCache
@@ -68,6 +69,16 @@ class RemoteTreeDraftSource:
         self.filled = 0  # rounds the local draft model drafted, the worker having nothing ready
         self.trimmed = 0  # nodes the worker sent that did not pay to verify
         self._last: list[int] = []  # the drafts of a chain round (the first), whose verdict names none
+        # The local draft starts at the first round it drafts (never, when a miss verifies the verdict's
+        # token alone): until then only the context is kept. Prefilling it at the session's start stalled
+        # a round of auto's by 9 ms on the paper's test bed, for a draft a miss "ar" never uses.
+        self._context: list[int] = []
+        self._start: tuple[SamplingParams, int] | None = None  # the local draft's start, while deferred
+
+    @property
+    def local_started(self) -> bool:
+        """Whether the local draft has started (at the first round it drafted a tree here)."""
+        return self._start is None
 
     @property
     def losses(self) -> list:
@@ -80,11 +91,13 @@ class RemoteTreeDraftSource:
         self.local.use_processing(processing)
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
-        """Open the worker's session (it prefills meanwhile), then prefill the local draft model."""
+        """Open the worker's session (it prefills meanwhile); the local draft model starts when first
+        needed."""
         self.filled = self.trimmed = 0
         self._last = []
         self.remote.start(prompt, params, min(k, FIRST_K))
-        self.local.start(prompt, params, k)
+        self.local.close()
+        self._context, self._start = list(prompt), (params, k)
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Send the verdict; verify the worker's tree, or one drafted here if it has none ready."""
@@ -94,7 +107,10 @@ class RemoteTreeDraftSource:
             return block
         # spelt out: the worker and the local tree each drafted some of the rounds
         outcome = replace(outcome, appended=tuple(outcome.tokens(self._last)))
-        self.local.observe(outcome)
+        if self._start is None:
+            self.local.observe(outcome)
+        else:
+            self._context.extend(outcome.appended)
         self._last = []
         block = self.remote.propose(k, outcome)
         came = time.perf_counter_ns()
@@ -103,10 +119,18 @@ class RemoteTreeDraftSource:
             self._verifying(len(sized.tokens), came)
             return sized
         self.filled += 1
-        local = DraftBlock([], None, 0, 0) if self.miss == "ar" else self.local.draft_tree(k)
+        local = DraftBlock([], None, 0, 0) if self.miss == "ar" else self._local_tree(k)
         tree = local.tree
         self._verifying(0, came, tree.tokens if tree else (), tree.parents if tree else ())
         return replace(local, calls=block.calls, speculation=block.speculation, filled=len(local.tokens))
+
+    def _local_tree(self, k: int) -> DraftBlock:
+        """A tree drafted here, the local draft started on the context so far if it has not been."""
+        if self._start is not None:
+            params, start_k = self._start
+            self._start = None
+            self.local.start(self._context, params, start_k)
+        return self.local.draft_tree(k)
 
     def _verifying(
         self, reply_nodes: int, came_ns: int, tokens: Sequence[int] = (), parents: Sequence[int] = ()
@@ -137,8 +161,10 @@ class RemoteTreeDraftSource:
         )
 
     def keep_context(self) -> None:
-        """Keep the local draft's cache at the context so far in the prompt cache (its local tree's)."""
-        self.local.keep_context()
+        """Keep the local draft's cache at the context so far in the prompt cache (its local tree's), if
+        it has started."""
+        if self._start is None:
+            self.local.keep_context()
 
     def arrived(self) -> bool:
         """Whether the worker has answered the Open (a session opened ahead: ``Outcome.catch_up``)."""
@@ -148,6 +174,11 @@ class RemoteTreeDraftSource:
         """End the worker's session and drop the local caches."""
         self.local.close()
         self.remote.close()
+
+    def close_soon(self) -> None:
+        """Drop the local caches; end the worker's session without waiting (``base.close_soon``)."""
+        self.local.close()
+        close_soon(self.remote)
 
     def abort(self) -> None:
         """Drop the worker's session at once."""

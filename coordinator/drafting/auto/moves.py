@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from coordinator.drafting.auto.report import Segment, Switch
-from coordinator.drafting.base import CatchesUp, DraftSource, Outcome, offer_processing
+from coordinator.drafting.base import CatchesUp, DraftSource, Outcome, close_soon, offer_processing
 from coordinator.drafting.failover import abandon
 from coordinator.planning.planner import session_of
 from coordinator.planning.setups import Setup
@@ -260,8 +260,9 @@ class Moves:
         log.warning("lost worker %s (%s)%s: %s", worker, err.code, how, err)
 
     def _leave(self, park: bool = False) -> None:
-        """End the current session; ``park``: a set-up on this machine is kept instead, and caught up if
-        the generation comes back to it (its draft model holds the context: no prefill again)."""
+        """End the current session; ``park`` (a move mid-generation): a set-up on this machine is kept
+        instead, and caught up if the generation comes back to it (its draft model holds the context: no
+        prefill again), and a worker's session is closed without waiting for the worker."""
         if self.segments:
             self.segments[-1].last_round = self.round - 1
         if self.source is not None:
@@ -269,7 +270,7 @@ class Moves:
             if park and not self.current.remote:  # it has not seen its last round's verdict
                 self._parked[session_of(self.current)] = (source, len(self.context) - self._last_tokens)
                 return
-            _close(source)
+            _close(source, soon=park)
 
     def _close_parked(self) -> None:
         for source, _ in self._parked.values():
@@ -289,8 +290,13 @@ class Moves:
         log.info("drafting: %s -> %s (%s)", switch.from_setup or "start", switch.to_setup, reason)
 
 
-def _close(source: DraftSource) -> None:
+def _close(source: DraftSource, soon: bool = False) -> None:
+    """End ``source``'s session; ``soon``: without waiting for its worker to end it (a move away from it,
+    whose next round goes on meanwhile)."""
     try:
-        source.close()
+        if soon:
+            close_soon(source)
+        else:
+            source.close()
     except SpecwireError as err:  # a worker gone at the end loses nothing already verified
         log.info("closing %s: %s", source.name, err)

@@ -10,8 +10,10 @@ clear error naming the worker.
 
 from __future__ import annotations
 
+import functools
 import time
 
+import anyio
 import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
@@ -19,7 +21,7 @@ from coordinator.drafting.local_tree import VerifyCurve
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
-from coordinator.workers.connection import connect
+from coordinator.workers.connection import connect, refresh_hello
 from coordinator.workers.stream_call import CLOSE_TIMEOUT_S
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError
@@ -129,6 +131,37 @@ async def test_a_session_closed_before_its_first_round_ends_at_once(
                 started = time.perf_counter()
                 await runtime.compute.run(source.close)
                 assert time.perf_counter() - started < CLOSE_TIMEOUT_S / 2
+        finally:
+            await connection.close()
+
+
+@pytest.mark.anyio
+async def test_a_session_closed_soon_is_ended_on_the_worker_and_its_local_draft_never_prefilled(
+    tiny_worker: WorkerProcess, tiny: LoadedModel
+) -> None:
+    # auto's moves close the session they leave without waiting for the worker (``close_soon``), and a
+    # session whose misses verify the verdict's token alone never starts its local draft.
+    prompt = tiny.tokenizer.encode(PROMPTS[0])
+    async with coordinator_runtime() as runtime:
+        connection = await connect(tiny_worker.address, credentials())
+        try:
+            before = int((await refresh_hello(connection)).counters.sessions_active)
+            remote = StreamDraftSource(
+                runtime.portal, connection, tiny.fingerprint, prespec=TREE, tree_nodes=24
+            )
+            source = RemoteTreeDraftSource(remote, load_model("tiny"), FLAT, miss="ar")
+            decoder = SpeculativeDecoder(tiny, source)
+            decoding = await runtime.compute.run(
+                functools.partial(decoder.begin, prompt, max_tokens=48, k=6, params=SamplingParams())
+            )
+            for _ in range(3):
+                assert await runtime.compute.run(decoding.round)
+            assert int((await refresh_hello(connection)).counters.sessions_active) == before + 1
+            assert source.filled > 0 and not source.local_started  # rounds missed: a lone token each
+            await runtime.compute.run(source.close_soon)
+            with anyio.fail_after(30):
+                while int((await refresh_hello(connection)).counters.sessions_active) != before:
+                    await anyio.sleep(0.05)
         finally:
             await connection.close()
 
