@@ -40,11 +40,9 @@ async def test_a_paced_worker_says_so(paced_worker: WorkerProcess) -> None:
         assert pace.draft_tokens_per_second == pytest.approx(86.6)
         assert 60 < connection.hello.draft_tokens_per_second < 90  # measured through the pacing
         # Its tree passes are measured up to the widest a coordinator may ask for, through the pacing:
-        # the M1 Max's 32-row pass is held as long as its 16-row one (11.5 ms), not twice as long,
-        # and its 64-row pass 20.8 ms (64 rows at its 3,080 tok/s prompt rate).
+        # its 64-row pass takes at least 20.8 ms (64 rows at its 3,080 tok/s prompt rate).
         curve = {p.rows: p.seconds for p in connection.hello.pass_curve}
         assert sorted(curve) == [1, 2, 4, 8, 16, 32, 64]
-        assert curve[32] < 1.5 * curve[16]
         assert curve[64] >= 0.99 * 64 / 3079.8
     finally:
         await connection.close()
@@ -52,6 +50,21 @@ async def test_a_paced_worker_says_so(paced_worker: WorkerProcess) -> None:
     out = run_cli("coordinator", "discover", "--interface", "127.0.0.1", "--discover-timeout", "5", "--json")
     mine = [w for w in json.loads(out.stdout)["workers"] if w["name"] == paced_worker.name]
     assert len(mine) == 1 and mine[0]["pace"] == "paper:m1-max"
+
+
+@pytest.mark.serial
+async def test_a_paced_workers_32_row_pass_is_held_as_long_as_its_16_row_one(
+    paced_worker: WorkerProcess,
+) -> None:
+    # The M1 Max reads its weights whatever the rows until 35: its 32-row pass is held as long as its
+    # 16-row one (11.5 ms), not twice as long. Timing: with the other test processes beside it, a busy
+    # slow hour's 32-row pass of the tiny draft overran its pace (19.4 ms against 12.4), so it runs alone.
+    connection = await connect(paced_worker.address, credentials())
+    try:
+        curve = {p.rows: p.seconds for p in connection.hello.pass_curve}
+        assert curve[32] < 1.5 * curve[16]
+    finally:
+        await connection.close()
 
 
 async def test_a_paced_worker_drafts_what_an_unpaced_one_drafts(
