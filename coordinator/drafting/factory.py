@@ -175,7 +175,10 @@ class DraftSources:
         by_title = dict(zip((w.title for w in planner.measured.workers), connections, strict=True))
         # Every set-up drafting on the local model shares its prompt cache, through which a move hands the
         # draft's context over (``keep_context``): serve's, else one of this generation's own.
-        handover = None if local is None else self._prefix_cache(local) or PrefixCache(HANDOVER_ENTRIES)
+        handover = None
+        if local is not None:  # (a PrefixCache with no entries is falsy: no ``or`` here)
+            handover = self._prefix_cache(local)
+            handover = PrefixCache(HANDOVER_ENTRIES) if handover is None else handover
         return planner, functools.partial(self._build, by_title, local, handover)
 
     async def _auto_workers(self, spec: DraftSpec) -> list[WorkerConnection]:
