@@ -40,6 +40,7 @@ class LoopPortal:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._loop_thread = threading.get_ident()
+        self._submitted: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
     def call(self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(*args, **kwargs)`` on the loop and return its result (or raise its exception)."""
@@ -61,7 +62,13 @@ class LoopPortal:
         """Start ``fn(*args, **kwargs)`` on the loop and return at once (one wake-up of the loop, none
         of the caller): for work whose outcome the loop itself collects later."""
         coro = fn(*args, **kwargs)
-        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(coro))  # type: ignore[arg-type]
+
+        def start() -> None:
+            task: asyncio.Task[None] = self.loop.create_task(coro)  # type: ignore[arg-type]
+            self._submitted.add(task)
+            task.add_done_callback(self._submitted.discard)
+
+        self.loop.call_soon_threadsafe(start)
 
 
 @dataclass
