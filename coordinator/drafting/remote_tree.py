@@ -17,9 +17,9 @@ here, and when), so it times its passes to end by the verdict.
 When the worker has nothing ready under the verdict, the round verifies the
 verdict's token alone (``miss`` "ar"), which a worker that makes two passes
 in such a round turns into an entry for the next verdict; a slower worker
-has a tree drafted here instead ("tree": ``LocalTreeDraftSource``, started on
-the context so far at the first such round, which then sees every verdict,
-so its context stays the target's). ``planning.ahead.tree_verify``
+has a tree drafted here instead ("tree": ``LocalTreeDraftSource``, which sees
+every verdict, so its context stays the target's; a session whose misses
+verify the lone token starts it only if it ever drafts here). ``planning.ahead.tree_verify``
 says which.
 
 At every temperature the target verifies a tree by its own draws: a node
@@ -69,9 +69,10 @@ class RemoteTreeDraftSource:
         self.filled = 0  # rounds the local draft model drafted, the worker having nothing ready
         self.trimmed = 0  # nodes the worker sent that did not pay to verify
         self._last: list[int] = []  # the drafts of a chain round (the first), whose verdict names none
-        # The local draft starts at the first round it drafts (never, when a miss verifies the verdict's
-        # token alone): until then only the context is kept. Prefilling it at the session's start stalled
-        # a round of auto's by 9 ms on the paper's test bed, for a draft a miss "ar" never uses.
+        # Where a miss verifies the verdict's token alone, the local draft starts only at the first round it
+        # drafts (never, unless the miss shape changes): until then only the context is kept. Prefilling it
+        # at the session's start stalled a round of auto's by 9 ms on the paper's test bed, for a draft
+        # such a session never uses. Where a miss drafts a tree here, it starts with the session.
         self._context: list[int] = []
         self._start: tuple[SamplingParams, int] | None = None  # the local draft's start, while deferred
 
@@ -91,13 +92,15 @@ class RemoteTreeDraftSource:
         self.local.use_processing(processing)
 
     def start(self, prompt: Sequence[int], params: SamplingParams, k: int) -> None:
-        """Open the worker's session (it prefills meanwhile); the local draft model starts when first
-        needed."""
+        """Open the worker's session (it prefills meanwhile); then prefill the local draft model, or, where
+        a miss verifies the verdict's token alone, leave it until it is first needed."""
         self.filled = self.trimmed = 0
         self._last = []
         self.remote.start(prompt, params, min(k, FIRST_K))
         self.local.close()
         self._context, self._start = list(prompt), (params, k)
+        if self.miss == "tree":  # it drafts here at every miss: started now, not mid-round
+            self._start_local()
 
     def propose(self, k: int, outcome: Outcome | None) -> DraftBlock:
         """Send the verdict; verify the worker's tree, or one drafted here if it has none ready."""
@@ -126,11 +129,14 @@ class RemoteTreeDraftSource:
 
     def _local_tree(self, k: int) -> DraftBlock:
         """A tree drafted here, the local draft started on the context so far if it has not been."""
-        if self._start is not None:
-            params, start_k = self._start
-            self._start = None
-            self.local.start(self._context, params, start_k)
+        self._start_local()
         return self.local.draft_tree(k)
+
+    def _start_local(self) -> None:
+        if self._start is not None:
+            params, k = self._start
+            self._start = None
+            self.local.start(self._context, params, k)
 
     def _verifying(
         self, reply_nodes: int, came_ns: int, tokens: Sequence[int] = (), parents: Sequence[int] = ()

@@ -21,7 +21,7 @@ from coordinator.drafting.local_tree import VerifyCurve
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
-from coordinator.workers.connection import connect, refresh_hello
+from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
 from coordinator.workers.stream_call import CLOSE_TIMEOUT_S
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError
@@ -145,7 +145,7 @@ async def test_a_session_closed_soon_is_ended_on_the_worker_and_its_local_draft_
     async with coordinator_runtime() as runtime:
         connection = await connect(tiny_worker.address, credentials())
         try:
-            before = int((await refresh_hello(connection)).counters.sessions_active)
+            await sessions_drained(connection)  # sessions of earlier tests end as their workers see it
             remote = StreamDraftSource(
                 runtime.portal, connection, tiny.fingerprint, prespec=TREE, tree_nodes=24
             )
@@ -156,14 +156,19 @@ async def test_a_session_closed_soon_is_ended_on_the_worker_and_its_local_draft_
             )
             for _ in range(3):
                 assert await runtime.compute.run(decoding.round)
-            assert int((await refresh_hello(connection)).counters.sessions_active) == before + 1
+            assert int((await refresh_hello(connection)).counters.sessions_active) == 1
             assert source.filled > 0 and not source.local_started  # rounds missed: a lone token each
             await runtime.compute.run(source.close_soon)
-            with anyio.fail_after(30):
-                while int((await refresh_hello(connection)).counters.sessions_active) != before:
-                    await anyio.sleep(0.05)
+            await sessions_drained(connection)
         finally:
             await connection.close()
+
+
+async def sessions_drained(connection: WorkerConnection) -> None:
+    """Wait until the worker has no session open."""
+    with anyio.fail_after(30):
+        while int((await refresh_hello(connection)).counters.sessions_active) != 0:
+            await anyio.sleep(0.05)
 
 
 def _open(source: RemoteTreeDraftSource, prompt: list[int], read_ahead: bool) -> bool:
