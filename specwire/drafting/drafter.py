@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import KVCache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
 from specwire.drafting.choices import likeliest, top_choices
 from specwire.drafting.draft_block import DraftBlock
@@ -216,14 +216,11 @@ class Drafter:
         return time.perf_counter_ns() - t0
 
     def keep(self, prefix_cache: PrefixCache, scope: str = "") -> None:
-        """Keep the cache at the context it holds in ``prefix_cache``, so that a drafter taking over on the
-        same model prefills only what follows. Drafts fed after the context are left out: KV rows are
-        cut to the context, and a recurrent layer's state, which is after the drafts, is not kept."""
-        held = shared_prefix(self.cached, self.context)
-        if held == len(self.cached):
-            prefix_cache.store(self.cached, self.cache, scope)
-        elif all(type(layer) is KVCache for layer in self.cache):
-            prefix_cache.store(self.cached[:held], self.cache, scope)
+        """Keep the cache at the context in ``prefix_cache``, so that a drafter taking over on the same model
+        prefills only what follows; drafts fed after the context are rolled back first (``_reuse``, as the
+        next pass would)."""
+        self._reuse(self.context)
+        prefix_cache.store(self.cached, self.cache, scope)
 
     def apply(self, accepted: int, token: int, appended: Sequence[int] | None = None) -> list[int]:
         """Record the target's verdict on the last block: ``accepted`` drafts, then ``token``.
