@@ -7,11 +7,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import anyio
+
 from coordinator.decoding.engine import GenerationResult, SpeculativeDecoder
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
-from coordinator.workers.connection import connect
+from coordinator.workers.connection import connect, refresh_hello
 from specwire.drafting.sampling import SamplingParams
 from specwire.models.loading import LoadedModel
 from specwire.v1 import draft_pb2 as pb
@@ -119,3 +121,19 @@ def _pause(seconds: float) -> Callable[[list[int]], None] | None:
     if seconds <= 0:
         return None
     return lambda tokens: time.sleep(seconds)
+
+
+async def sessions_active(address: str) -> int:
+    """The sessions the worker at ``address`` has open now (its Hello's counters)."""
+    connection = await connect(address, credentials())
+    try:
+        return int((await refresh_hello(connection)).counters.sessions_active)
+    finally:
+        await connection.close()
+
+
+async def sessions_drained(address: str, timeout_s: float = 30.0) -> None:
+    """Wait until the worker at ``address`` has no session open (a closed one ends as the worker sees it)."""
+    with anyio.fail_after(timeout_s):
+        while await sessions_active(address) != 0:
+            await anyio.sleep(0.05)

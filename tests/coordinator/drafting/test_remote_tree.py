@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import time
 
-import anyio
 import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
@@ -21,7 +20,7 @@ from coordinator.drafting.local_tree import VerifyCurve
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
-from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
+from coordinator.workers.connection import connect
 from coordinator.workers.stream_call import CLOSE_TIMEOUT_S
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import RemoteWorkerError
@@ -32,6 +31,7 @@ from tests.support.messages import fields_of
 from tests.support.models.tiny_models import disagreeing_pair
 from tests.support.processes.workers import WorkerProcess
 from tests.support.prompts import PROMPTS
+from tests.support.remote import sessions_active, sessions_drained
 from tests.support.session_source import SessionSource
 
 TREE = pb.PreSpeculation(enabled=True, fill=True, tree=True, batch=4, fanout=2)
@@ -145,7 +145,7 @@ async def test_a_session_closed_soon_is_ended_on_the_worker_and_its_local_draft_
     async with coordinator_runtime() as runtime:
         connection = await connect(tiny_worker.address, credentials())
         try:
-            await sessions_drained(connection)  # sessions of earlier tests end as their workers see it
+            await sessions_drained(tiny_worker.address)  # sessions of earlier tests end as the worker sees it
             remote = StreamDraftSource(
                 runtime.portal, connection, tiny.fingerprint, prespec=TREE, tree_nodes=24
             )
@@ -156,19 +156,12 @@ async def test_a_session_closed_soon_is_ended_on_the_worker_and_its_local_draft_
             )
             for _ in range(3):
                 assert await runtime.compute.run(decoding.round)
-            assert int((await refresh_hello(connection)).counters.sessions_active) == 1
+            assert await sessions_active(tiny_worker.address) == 1
             assert source.filled > 0 and not source.local_started  # rounds missed: a lone token each
             await runtime.compute.run(source.close_soon)
-            await sessions_drained(connection)
+            await sessions_drained(tiny_worker.address)
         finally:
             await connection.close()
-
-
-async def sessions_drained(connection: WorkerConnection) -> None:
-    """Wait until the worker has no session open."""
-    with anyio.fail_after(30):
-        while int((await refresh_hello(connection)).counters.sessions_active) != 0:
-            await anyio.sleep(0.05)
 
 
 def _open(source: RemoteTreeDraftSource, prompt: list[int], read_ahead: bool) -> bool:

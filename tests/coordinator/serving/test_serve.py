@@ -19,19 +19,17 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 
-import anyio
 import mlx.core as mx
 import numpy as np
 import openai
 import pytest
 
 from coordinator.prompts import encode_prompt
-from coordinator.workers.connection import connect, refresh_hello
 from specwire.models.loading import LoadedModel
-from tests.support.credentials import credentials
 from tests.support.processes.cli import one_error_line, run_cli
 from tests.support.processes.servers import ServerProcess, running_server
 from tests.support.processes.workers import WorkerProcess, running_worker, unique_name
+from tests.support.remote import sessions_active, sessions_drained
 from tests.support.rounding import assert_lossless
 
 PROMPT = "Name three colors of the rainbow."
@@ -425,14 +423,6 @@ def test_auto_serves_the_target_alone_and_says_what_it_chose(
         assert "drafting" not in server.health()  # not for callers without the key
 
 
-async def sessions_active(worker: WorkerProcess) -> int:
-    connection = await connect(worker.address, credentials())
-    try:
-        return int((await refresh_hello(connection)).counters.sessions_active)
-    finally:
-        await connection.close()
-
-
 @pytest.mark.anyio
 async def test_a_client_that_leaves_mid_stream_frees_its_worker_session(tiny_worker: WorkerProcess) -> None:
     with running_server(*TINY, "--draft", "remote", "--worker", tiny_worker.name) as server:
@@ -440,11 +430,9 @@ async def test_a_client_that_leaves_mid_stream_frees_its_worker_session(tiny_wor
         stream = chat(client, stream=True, max_tokens=LONG)  # type: ignore[call-overload]
         chunks = iter(stream)
         next(chunks), next(chunks)  # the role, then text: the generation is drafting on the worker
-        assert await sessions_active(tiny_worker) == 1
+        assert await sessions_active(tiny_worker.address) == 1
         stream.close()  # type: ignore[attr-defined]
-        with anyio.fail_after(30):
-            while await sessions_active(tiny_worker) != 0:
-                await anyio.sleep(0.05)
+        await sessions_drained(tiny_worker.address)
         assert chat(client).choices[0].finish_reason == "length"  # type: ignore[attr-defined]
 
 
