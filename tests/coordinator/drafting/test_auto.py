@@ -368,6 +368,26 @@ def test_a_setup_predicted_within_the_planners_error_is_tried_once_and_kept_if_i
     assert auto.switches[0].reason.endswith("as measured before")
 
 
+@pytest.mark.parametrize(("target_tok_s", "worker_tried"), [(42.4, False), (28.0, True)])
+def test_a_workers_set_up_is_tried_only_where_a_window_at_the_planners_error_would_keep_it(
+    target_tok_s: float, worker_tried: bool
+) -> None:
+    """Measured on the paper's preset (test bed, 2026-11-29): auto tried the M1 Max's tree, expected at 61.7
+    tok/s against local tree SD's 61.9, then tree verification, and its first generation made 0.94 of local
+    tree SD's. A worker's set-up is kept only where it measures MARGIN ahead of the set-up without one, so
+    it is tried only where a window at the top of the planner's error (PROBE) would be: here the paper's
+    M2 Ultra, whose workers are predicted 2-9% below local SD k=2, and a slower target (28 tok/s), where
+    the M1 Max's tree is predicted 2% ahead of this machine's best."""
+    planner = Planner(replace(paper_setup(), target=PassCurve(target_tok_s), trees=True))
+    auto = AutoDraftSource(planner, lambda setup: None)
+    _decode(auto, planner, lambda label: 1.0, 120)  # every set-up measures as predicted
+    assert not auto.switches[0].to_setup.startswith(("tree", "stream")), auto.switches  # starts here
+    tried = [s.to_setup for s in auto.switches if s.reason.startswith("trying")]
+    assert any("→" in label for label in tried) == worker_tried, auto.switches
+    if not worker_tried:  # a set-up on this machine within PROBE is still tried (the test above)
+        assert "local tree SD" in tried, auto.switches
+
+
 def test_a_try_measured_on_easier_text_is_not_kept() -> None:
     """Measured on the paper's preset once tries opened ahead: a try's window, 13 rounds into a tiny
     model's looping text, measured 13% above local tree SD's first window, and auto kept the worker, which
