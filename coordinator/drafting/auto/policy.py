@@ -25,7 +25,9 @@ within a session to the k predicted fastest. A session never measured and
 expected within ``PROBE`` of the current one (the planner's error) is tried
 for one window: the planner cannot rank set-ups closer than its own error,
 and each try is paid once per ``FORGET_ROUNDS`` of the planner, not per
-generation. Where to be, at a generation's start as after a try, is the
+generation. A worker's set-up is tried only where a window at the top of
+that error would be kept (below), since any other try costs its window and
+changes nothing. Where to be, at a generation's start as after a try, is the
 best set-up without a worker unless a worker's is expected ahead of it by
 ``START_MARGIN`` (``MARGIN`` once measured): close set-ups measure apart by
 their text as much as by their speed, so a worker is kept only where it
