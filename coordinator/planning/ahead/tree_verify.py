@@ -240,15 +240,18 @@ def curve_tree_rows(curve: PassCurve) -> int:
 def miss_shape(worker_pass_s: float, ar_round_s: float) -> str:
     """What a tree-verifying round verifies when the worker has nothing ready under the verdict.
 
-    The verdict's token alone ("ar") when the worker makes two passes within such a round: the first
-    expands the verdict, the second its children, among which the next verdict lands, so the worker
-    is ready again a round later. Otherwise a tree drafted here ("tree"): a worker that cannot catch
-    up in one round would leave every round to a lone token. On the paced test bed (2026-11-26, the
-    M1 Max, 16 rows a pass) the lone token made 72.05 tok/s, a one-level local tree 65.72 and a full
-    local tree 66.97: after a local tree the verdict lands two levels below what the worker expanded,
-    and it misses again.
+    The verdict's token alone ("ar") when the worker makes two passes within such a round even after
+    finishing the pass the verdict came in the middle of: the first expands the verdict, the second its
+    children, among which the next verdict lands, so the worker is ready again a round later. A worker's
+    passes are not in step with the verdicts (a host's latency moves each by more than the worker's
+    clock allows for), so one is on average half done when the verdict comes, and the round must hold
+    two and a half passes. Otherwise a tree drafted here ("tree"). On the paper's preset the M1 Max has
+    2.4 ms to spare for two passes (11.55 ms each, a 26.7 ms round): on the test bed on 2026-11-26 the
+    lone token made 72.05 tok/s against a local tree's 66.97, but on 2026-11-29 the same commit (c295e6a)
+    found the worker ready in 36% of rounds and made 49.80 against local tree SD's 64.09, and in one run
+    at 2af51df the lone token made 54.34 against a local tree's 61.70.
     """
-    return "ar" if 2 * worker_pass_s + WORKER_SETTLE_S <= ar_round_s else "tree"
+    return "ar" if 2.5 * worker_pass_s + WORKER_SETTLE_S <= ar_round_s else "tree"
 
 
 def _ready(root: RankNode, most: int, depth: int) -> list[RankNode]:

@@ -11,6 +11,7 @@ from coordinator.planning.ahead.tree_verify import (
     best_size,
     curve_tree_rows,
     local_tree,
+    miss_shape,
     remote_tree,
     tree_rows,
 )
@@ -43,6 +44,16 @@ def test_local_tree_sd_grows_where_verification_is_flat_and_shrinks_to_a_chain_w
     best_chain = max(predict_setup(steep, Setup("local", k)) for k in range(1, 9))
     assert small.tok_s == pytest.approx(best_chain, rel=0.1)  # a chain's size, a chain's speed
     assert flat.tok_s > max(predict_setup(paper, Setup("local", k)) for k in range(1, 9))
+
+
+def test_a_miss_verifies_the_lone_token_only_where_the_round_holds_two_passes_after_one_in_flight() -> None:
+    """The paper's M1 Max (11.55 ms passes, a 26.65 ms round) had 2.4 ms to spare for two passes, and on
+    the test bed on 2026-11-29 its lone-token misses made 49.8-56 tok/s against a local tree's 61.7 on
+    the same commit: the verdict comes in the middle of a pass. On the 27B (a 55.24 ms round) four fit."""
+    assert miss_shape(11.55e-3, 26.65e-3) == "tree"  # paper: 2 passes fit, 2.5 do not
+    assert miss_shape(11.55e-3, 55.24e-3) == "ar"  # m2-ultra-27b
+    assert miss_shape(15.90e-3, 55.24e-3) == "ar"  # the M2 Pro there
+    assert miss_shape(11.55e-3, 30.08e-3) == "ar" and miss_shape(11.55e-3, 30.0e-3) == "tree"
 
 
 def test_a_worker_too_slow_to_have_a_tree_ready_leaves_local_trees_and_pays_the_link() -> None:
