@@ -16,7 +16,8 @@ here, and when), so it times its passes to end by the verdict.
 
 When the worker has nothing ready under the verdict, the round verifies the
 verdict's token alone (``miss`` "ar"), which a worker that makes two passes
-in such a round turns into an entry for the next verdict; a slower worker
+in such a round, after the one the verdict comes in the middle of, turns
+into an entry for the next verdict; a slower worker
 has a tree drafted here instead ("tree": ``LocalTreeDraftSource``, which sees
 every verdict, so its context stays the target's; a session whose misses
 verify the lone token starts it only if it ever drafts here). ``planning.ahead.tree_verify``

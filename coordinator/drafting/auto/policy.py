@@ -260,11 +260,15 @@ class AutoDraftSource:
                 return
             chosen = self._choice([replace(p, tok_s=expected(p)) for p in heads])
             incumbent = self._tries.before[0] if tried is not None and self._tries.before else self.current
-            against = chosen.tok_s if tried is not None else now  # mid-run: the next try against the choice
+            at = (  # the incumbent's expected tok/s: a try is kept only over it (``_settle_look``)
+                now
+                if tried is None
+                else next((expected(p) for p in heads if session_of(p.setup) == session_of(incumbent)), now)
+            )
             untried = [
                 p
                 for p in others
-                if self._expect.untried(p) and self._worth_trying(p.setup, expected(p), against, incumbent)
+                if self._expect.untried(p) and self._could_be_kept(p.setup, expected(p), at, incumbent)
             ]
             probe = max(untried, key=expected, default=None)
             if probe is not None and expected(probe) < chosen.tok_s * (1 - PROBE):
@@ -294,7 +298,7 @@ class AutoDraftSource:
                     ahead=True,
                 )
                 return
-            if tried is None and probe is not None:
+            if tried is None and probe is not None and expected(probe) >= now * (1 - PROBE):
                 self._tries.begin(self.current, measured)
                 self._try(probe.setup, expected(probe), replace(mine[0], setup=self.current, tok_s=now), seen)
                 return
@@ -302,19 +306,19 @@ class AutoDraftSource:
         if self.source is not None and mine and mine[0].tok_s > at_k * (1 + K_GAIN):
             self._switch_k(mine[0].setup)
 
-    def _worth_trying(self, setup: Setup, expected: float, against: float, incumbent: Setup) -> bool:
-        """Whether to try ``setup``, never measured and expected at ``expected`` tok/s: within ``PROBE`` (the
-        planner's error) of ``against``, and, for a worker's set-up, only if a window at the top of that
-        error would be kept over ``incumbent``, the set-up the tries leave (``_settle_look``'s margin).
-        Any other try costs its window and can change nothing: on the paper's preset (2026-11-29) auto
-        tried the M1 Max's tree expected at 61.7 tok/s against local tree SD's 61.9, which a worker needs
-        to lead by ``MARGIN``, and its first generation made 0.94 of local tree SD's."""
-        if expected < against * (1 - PROBE):
-            return False
-        if not setup.remote:  # kept within MARGIN of a worker's set-up as the simpler (``_choice``)
+    def _could_be_kept(self, setup: Setup, expected: float, incumbent_tok_s: float, incumbent: Setup) -> bool:
+        """Whether a try of ``setup``, never measured and expected at ``expected`` tok/s, could be kept over
+        ``incumbent``, the set-up the tries leave (expected at ``incumbent_tok_s``): for a worker's set-up,
+        a window at the top of the planner's error (``PROBE``) would lead it by ``_settle_look``'s margin.
+        Any other try of a worker costs its window and changes nothing: on the paper's preset (2026-11-29)
+        auto tried the M1 Max's tree, expected at 61.7 tok/s against local tree SD's 61.9, which a worker
+        needs to lead by ``MARGIN``, and its first generation made 0.94 of local tree SD's. A set-up
+        without a worker keeps the ``PROBE`` band alone: ``_choice`` keeps one measured within ``MARGIN``
+        of a worker's as the simpler."""
+        if not setup.remote:
             return True
         margin = MARGIN if not incumbent.remote else START_MARGIN
-        return expected * (1 + PROBE) > against * (1 + margin)
+        return expected * (1 + PROBE) > incumbent_tok_s * (1 + margin)
 
     def _try(self, setup: Setup, expected: float, against: Predicted, seen: str) -> None:
         """Try ``setup``, never measured, for a window: it is expected within ``PROBE`` of ``against``."""

@@ -22,13 +22,21 @@ from coordinator.bench.runner import verify
 from coordinator.decoding.engine import SpeculativeDecoder
 from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto.expected import Expectations
-from coordinator.drafting.auto.policy import AUTO_K, SETTLE, TRY_ROUNDS, WINDOW, AutoDraftSource
+from coordinator.drafting.auto.policy import (
+    AUTO_K,
+    MARGIN,
+    PROBE,
+    SETTLE,
+    TRY_ROUNDS,
+    WINDOW,
+    AutoDraftSource,
+)
 from coordinator.drafting.auto.tries import Tries
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.spec import DraftSpec
 from coordinator.pacing import CoordinatorPace
-from coordinator.planning.planner import Planner, session_of
+from coordinator.planning.planner import START_MARGIN, Planner, session_of
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.sampling import SamplingParams
@@ -153,10 +161,11 @@ async def test_auto_on_this_machine_alone_is_lossless_and_says_why(tiny: LoadedM
 
 async def test_a_move_to_a_worker_does_not_wait_for_its_prefill(tiny: LoadedModel) -> None:
     """The paper's preset, as the test bed runs it: auto starts on local tree SD and tries the M1 Max's
-    set-ups predicted within the planner's error. Each try's session opens ahead (the worker prefills
-    the context while local tree SD goes on) and is caught up on the tokens decoded since, as local
-    tree SD's own session is when auto comes back to it; the output stays the target's, and the
-    worker's counters match what the coordinator asked of it, the Open's superseded drafts included."""
+    set-ups expected ahead of it (on this machine, idle, the M1 Max's tree: 64.1 tok/s expected). Each
+    try's session opens ahead (the worker prefills the context while local tree SD goes on) and is
+    caught up on the tokens decoded since, as local tree SD's own session is when auto comes back to
+    it; the output stays the target's, and the worker's counters match what the coordinator asked of
+    it, the Open's superseded drafts included."""
     pace = CoordinatorPace.of(parse_pace("paper:M2 Ultra"))
     access = WorkerAccess(credentials(), ["127.0.0.1"], 1.0, 20.0)
     args = ["--model", "tiny-draft", "--name", unique_name("ahead"), "--label", "M1 Max"]
@@ -177,12 +186,13 @@ async def test_a_move_to_a_worker_does_not_wait_for_its_prefill(tiny: LoadedMode
     assert result.tokens == ar_tokens(tiny, prompt, AHEAD_TOKENS)
     # Every move to the worker was opened ahead. On a loaded machine (a full make test, 2026-11-29) this
     # coordinator measured its own paced draft slow and auto started on the worker instead: a start opens
-    # its session before the first round, so only the moves after it are checked, and the tries (and the
-    # return to local tree SD's kept session) only where auto started on local tree SD.
+    # its session before the first round, so only the moves after it are checked; or it expected the
+    # worker below local tree SD and tried nothing (a worker is tried only where it could be kept). The
+    # return to local tree SD's kept session is checked where auto started there and tried the worker.
     moves = [s for s in source.switches[1:] if "→ M1 Max" in s.to_setup]
     ahead = [s for s in source.segments[1:] if s.setup.remote]
     assert all("opened ahead" in s.reason for s in moves) and all(s.opened is not None for s in ahead)
-    if not source.segments[0].setup.remote:
+    if not source.segments[0].setup.remote and any(s.reason.startswith("trying") for s in source.switches):
         assert ahead, source.switches
         here = [s for s in source.segments if s.setup.label == "local tree SD"]  # back after the tries
         assert len(here) >= 2 and all(s.source is here[0].source for s in here), source.switches  # kept
@@ -386,6 +396,15 @@ def test_a_workers_set_up_is_tried_only_where_a_window_at_the_planners_error_wou
     assert any("→" in label for label in tried) == worker_tried, auto.switches
     if not worker_tried:  # a set-up on this machine within PROBE is still tried (the test above)
         assert "local tree SD" in tried, auto.switches
+    # The margin a try must be able to lead by: MARGIN over a set-up without a worker, START_MARGIN over
+    # another worker's (``_settle_look``), each at the top of the planner's error (PROBE).
+    (here,) = [p.setup for p in planner.ranking(0.0, 0.7) if p.setup.label == "local tree SD"]
+    worker = next(p.setup for p in planner.ranking(0.0, 0.7) if p.setup.remote)
+    for incumbent, margin in ((here, MARGIN), (worker, START_MARGIN)):
+        bar = 100.0 * (1 + margin) / (1 + PROBE)
+        assert auto._could_be_kept(worker, bar * 1.001, 100.0, incumbent)
+        assert not auto._could_be_kept(worker, bar * 0.999, 100.0, incumbent)
+    assert auto._could_be_kept(here, 50.0, 100.0, worker)  # without a worker: the PROBE band alone
 
 
 def test_a_try_measured_on_easier_text_is_not_kept() -> None:
