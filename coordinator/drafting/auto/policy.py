@@ -63,7 +63,7 @@ from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto.expected import Expectations
 from coordinator.drafting.auto.moves import Moves
 from coordinator.drafting.auto.report import Decision, Segment, Switch
-from coordinator.drafting.auto.tries import Tries
+from coordinator.drafting.auto.tries import Tries, kept_after_look
 from coordinator.drafting.auto.window import RoundWindow
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.planning.planner import (
@@ -347,23 +347,22 @@ class AutoDraftSource:
         return True
 
     def _settle_look(self, ranking: list[Predicted], measured: float) -> None:
-        """The incumbent measured again after the tries: the best try is moved to if its ratio to the
-        incumbent's windows on both sides leads by ``MARGIN`` for a worker's set-up over one without (as
-        ``_choice``), else by ``START_MARGIN``."""
+        """The incumbent measured again after the tries: move to the try ``kept_after_look`` keeps."""
         look = self._tries.look
         assert look is not None
         before = look.before[1]
-        for setup, ratio in self._tries.settle(self.current, ranking, measured):
-            margin = MARGIN if setup.remote and not self.current.remote else START_MARGIN
-            if ratio > 1 + margin and setup.worker not in self._moves.lost:
-                tok_s = look.tried[session_of(setup)][1]
-                self._moves.enter(
-                    setup,
-                    f"{setup.label} measured {tok_s:.1f} tok/s, {ratio - 1:.0%} ahead of "
-                    f"{self.current.label}'s windows around the tries ({before:.1f}, {measured:.1f})",
-                    ahead=True,
-                )
-                return
+        ratios = self._tries.settle(self.current, ranking, measured)
+        kept = kept_after_look(ratios, self.current, self._moves.lost, MARGIN, START_MARGIN)
+        if kept is not None:
+            setup, ratio = kept
+            tok_s = look.tried[session_of(setup)][1]
+            self._moves.enter(
+                setup,
+                f"{setup.label} measured {tok_s:.1f} tok/s, {ratio - 1:.0%} ahead of "
+                f"{self.current.label}'s windows around the tries ({before:.1f}, {measured:.1f})",
+                ahead=True,
+            )
+            return
         log.info(
             "drafting: staying on %s, measured %.1f and %.1f tok/s around the tries (%s)",
             self.current.label,

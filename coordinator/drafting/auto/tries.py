@@ -20,6 +20,7 @@ prompt was harder, the incumbent read as slower, and the tries were kept.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator.planning.planner import Planner, Session, session_of
@@ -107,3 +108,34 @@ class Tries:
     def drop(self) -> None:
         """A worker was lost mid-run: the run ends unjudged."""
         self.before, self.tried, self.look = None, {}, None
+
+
+def kept_after_look(
+    ratios: Sequence[tuple[Setup, float]],
+    incumbent: Setup,
+    lost: set[str],
+    margin: float,
+    start_margin: float,
+) -> tuple[Setup, float] | None:
+    """Of the tries' ratios to the incumbent's windows around them (best first), the one to move to.
+
+    The best that leads by ``margin`` for a worker's set-up over an incumbent without one, else by
+    ``start_margin`` (the policy's ``MARGIN`` and ``START_MARGIN``); but a try without a worker that also
+    leads, if within ``margin`` of a worker's, as the policy's start keeps it (``_choice``). None: stay.
+    On the paper's preset (test bed, 2026-11-29) auto left tree verification, tried the M1 Max's tree
+    (1.10) and local tree SD (1.06), and kept the worker's tree, where the next generation's start went
+    to local tree SD.
+    """
+    leading = [
+        (setup, ratio)
+        for setup, ratio in ratios
+        if ratio > 1 + (margin if setup.remote and not incumbent.remote else start_margin)
+        and setup.worker not in lost
+    ]
+    if not leading:
+        return None
+    best = leading[0]
+    here = next((w for w in leading if not w[0].remote), None)
+    if best[0].remote and here is not None and here[1] * (1 + margin) >= best[1]:
+        return here
+    return best

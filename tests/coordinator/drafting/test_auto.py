@@ -31,12 +31,13 @@ from coordinator.drafting.auto.policy import (
     WINDOW,
     AutoDraftSource,
 )
-from coordinator.drafting.auto.tries import Tries
+from coordinator.drafting.auto.tries import Tries, kept_after_look
 from coordinator.drafting.factory import DraftSources, WorkerAccess
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.spec import DraftSpec
 from coordinator.pacing import CoordinatorPace
 from coordinator.planning.planner import START_MARGIN, Planner, session_of
+from coordinator.planning.setups import Setup
 from coordinator.runtime import coordinator_runtime
 from specwire.drafting.draft_block import DraftBlock
 from specwire.drafting.sampling import SamplingParams
@@ -454,6 +455,31 @@ def test_a_try_that_led_only_the_mean_of_the_incumbents_windows_is_not_expected_
     assert ratio == pytest.approx(58.9 / ((46.5 + 60.0) / 2))  # the keep rule's ratio: above one
     expect = Expectations(planner)
     assert expect.expected(tree, 0) == pytest.approx(expect.expected(verify, 0) * 58.9 / 60.0)
+
+
+def test_after_tries_leaving_a_worker_one_without_is_kept_unless_a_worker_led_it_by_the_margin() -> None:
+    """Measured on the paper's preset (test bed, 2026-11-29, 366f15c): auto left tree verification → M1
+    Max, tried the M1 Max's tree (1.10 of the windows around the tries) and local tree SD (1.06), and kept
+    the worker's tree; the next generation's start, which keeps a worker only where it leads the best
+    set-up without one by MARGIN, went to local tree SD. The second look now chooses as the start does."""
+    ranking = Planner(replace(paper_setup(), trees=True)).ranking(0.0, 0.7)
+    by_label = {p.setup.label: p.setup for p in ranking}
+    verify, tree, here = (
+        by_label["tree-verify → M1 Max"],
+        by_label["tree → M1 Max k=2"],
+        by_label["local tree SD"],
+    )
+
+    def kept(ratios: list[tuple[Setup, float]], incumbent: Setup) -> Setup | None:
+        chosen = kept_after_look(ratios, incumbent, set(), MARGIN, START_MARGIN)
+        return chosen[0] if chosen is not None else None
+
+    assert kept([(tree, 1.10), (here, 1.06)], verify) == here  # within MARGIN of the worker's
+    assert kept([(tree, 1.20), (here, 1.06)], verify) == tree  # the worker's clearly ahead
+    assert kept([(tree, 1.10), (here, 1.02)], verify) == tree  # local tree SD did not lead the incumbent
+    assert kept([(tree, 1.08)], here) is None  # a worker must lead one without by MARGIN
+    assert kept([(tree, 1.12)], here) == tree
+    assert kept_after_look([(tree, 1.12)], here, {tree.worker}, MARGIN, START_MARGIN) is None  # lost
 
 
 def test_between_set_ups_on_this_machine_the_faster_is_kept_however_simple_the_other() -> None:
