@@ -63,7 +63,7 @@ from coordinator.decoding.results import RoundRecord
 from coordinator.drafting.auto.expected import Expectations
 from coordinator.drafting.auto.moves import Moves
 from coordinator.drafting.auto.report import Decision, Segment, Switch
-from coordinator.drafting.auto.tries import Tries, kept_after_look
+from coordinator.drafting.auto.tries import Tries, kept_after_look, lead_needed
 from coordinator.drafting.auto.window import RoundWindow
 from coordinator.drafting.base import DraftSource, Outcome
 from coordinator.planning.planner import (
@@ -317,8 +317,9 @@ class AutoDraftSource:
         of a worker's as the simpler."""
         if not setup.remote:
             return True
-        margin = MARGIN if not incumbent.remote else START_MARGIN
-        return expected * (1 + PROBE) > incumbent_tok_s * (1 + margin)
+        return expected * (1 + PROBE) > incumbent_tok_s * (
+            1 + lead_needed(setup, incumbent, MARGIN, START_MARGIN)
+        )
 
     def _try(self, setup: Setup, expected: float, against: Predicted, seen: str) -> None:
         """Try ``setup``, never measured, for a window: it is expected within ``PROBE`` of ``against``."""

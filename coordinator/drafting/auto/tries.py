@@ -110,6 +110,12 @@ class Tries:
         self.before, self.tried, self.look = None, {}, None
 
 
+def lead_needed(setup: Setup, incumbent: Setup, margin: float, start_margin: float) -> float:
+    """How far ``setup`` must lead ``incumbent`` to be kept: ``margin`` (the policy's ``MARGIN``) for a
+    worker's set-up over one without a worker, else ``start_margin`` (``START_MARGIN``)."""
+    return margin if setup.remote and not incumbent.remote else start_margin
+
+
 def kept_after_look(
     ratios: Sequence[tuple[Setup, float]],
     incumbent: Setup,
@@ -129,8 +135,7 @@ def kept_after_look(
     leading = [
         (setup, ratio)
         for setup, ratio in ratios
-        if ratio > 1 + (margin if setup.remote and not incumbent.remote else start_margin)
-        and setup.worker not in lost
+        if ratio > 1 + lead_needed(setup, incumbent, margin, start_margin) and setup.worker not in lost
     ]
     if not leading:
         return None
