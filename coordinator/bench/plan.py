@@ -150,19 +150,6 @@ def plan_rows(
                 skipped.append(
                     SkippedRow(row.label, row.worker, row.backend, reason, row.granularity, row.mode)
                 )
-    both = [
-        w
-        for w in workers
-        if cannot_serve(w, RowSpec("", "remote", BACKEND_STREAM, mode="tree-verify")) is None
-    ]
-    if BACKEND_TREE_VERIFY in backends and len(both) == 2:  # the experiment: both workers' caches at once
-        label = " + ".join(worker_label(w) for w in both)
-        for n in tree_rows:
-            named = f"{BACKEND_TREE_VERIFY} ×{n}" if len(tree_rows) > 1 else BACKEND_TREE_VERIFY
-            names = "+".join(w.name for w in both)
-            rows.append(
-                RowSpec(f"{named} → {label}", "remote", BACKEND_STREAM, "", names, "tree-verify", rows=n)
-            )
     return rows, skipped
 
 
@@ -264,7 +251,7 @@ def row_draft(row: RowSpec, workers: dict[str, RemoteWorker], remote: DraftSpec,
         kind="remote",
         rows=row.rows or remote.rows,
         local=local,
-        workers=tuple(workers[name].connection.address for name in row.worker.split("+")),
+        workers=(workers[row.worker].connection.address,),
         backend=row.backend,
         granularity=row.granularity or "op",
         mode=row.mode or "stream",

@@ -91,7 +91,6 @@ def row_record(s: RowSummary) -> dict[str, Any]:
         "prespec": s.spec.prespec,
         "fill": s.spec.fill,
         "tree": s.spec.tree,
-        "multi": "+" in s.spec.worker,  # the experiment: both workers' caches (the planner: the best of them)
         "decode_tok_s": s.decode_tps if s.measured else None,  # no figure for a row a worker failed
         "measured": s.measured,
         "measured_share": s.measured_share,

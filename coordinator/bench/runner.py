@@ -25,7 +25,6 @@ from coordinator.drafting.factory import DraftSources
 from coordinator.drafting.failover import FailoverDraftSource
 from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
-from coordinator.drafting.pair_tree import PairedTrees
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.spec import DraftSpec
 from coordinator.drafting.stream import StreamDraftSource
@@ -80,10 +79,6 @@ def verify(
     if isinstance(source, FilledDraftSource):
         ok, counters, identity = verify(source.remote, result)
         return ok, {**counters, "coordinator_filled": source.filled}, identity
-    if isinstance(source, RemoteTreeDraftSource) and isinstance(source.remote, PairedTrees):
-        ok, counters, identity = verify_pair(source.remote)
-        extra = {"coordinator_tree_rounds": source.filled, "trimmed_nodes": source.trimmed}
-        return ok, {**counters, **extra}, identity
     if isinstance(source, RemoteTreeDraftSource):
         ok, counters, identity = verify(source.remote, result)
         extra = {"coordinator_tree_rounds": source.filled, "trimmed_nodes": source.trimmed}
@@ -152,42 +147,6 @@ def verify(
         {"name": ident.name, "host": ident.host, "pid": ident.pid, "boot_id": ident.boot_id} if ident else {}
     )
     return ok, counters, identity
-
-
-def verify_pair(pair: PairedTrees) -> tuple[bool, dict[str, Any], dict[str, Any]]:
-    """Each worker of the pair against what this side sent it and read from it: messages, rounds and
-    draft tokens (every reply is read, the verified one or not). Counters and identities by worker."""
-    ok, by_worker, identities = True, {}, []
-    for stream in pair.streams:
-        w = stream.worker_counters
-        counters = {
-            "client_messages_sent": stream.sent_by_reply,
-            "worker_messages_received": w.messages_received,
-            "client_messages_received": stream.received,
-            "worker_messages_sent": w.messages_sent + 1,
-            "client_rounds": stream.rounds_received,
-            "worker_rounds": w.rounds,
-            "client_draft_tokens": stream.drafts_received,
-            "worker_draft_tokens": w.draft_tokens,
-            "worker_forward_passes": w.forward_passes,
-            **_paced(w, stream.pace_headroom),
-        }
-        ok = ok and (
-            stream.sent_by_reply == w.messages_received
-            and stream.received == w.messages_sent + 1
-            and stream.rounds_received == w.rounds
-            and stream.drafts_received == w.draft_tokens
-            and stream.opened is not None
-        )
-        ident = stream.opened.identity if stream.opened is not None else None
-        identity = (
-            {"name": ident.name, "host": ident.host, "pid": ident.pid, "boot_id": ident.boot_id}
-            if ident
-            else {}
-        )
-        by_worker[identity.get("name", stream.worker)] = counters
-        identities.append(identity)
-    return ok, {"workers": by_worker, "rounds_won": list(pair.wins)}, {"sessions": identities}
 
 
 def verify_auto(

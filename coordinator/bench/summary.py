@@ -242,22 +242,12 @@ def summarize_row(
         rollback=rollback_figures(runs),
     )
     counters = _sum_counters(runs)
-    pair = spec.kind == "remote" and "+" in spec.worker  # the experiment: both workers' caches at once
-    per_worker = counters.get("workers", {}) if spec.kind == "auto" or pair else {spec.worker: counters}
+    per_worker = counters.get("workers", {}) if spec.kind == "auto" else {spec.worker: counters}
     summary.pace = pace_figures(runs, per_worker)
     if spec.kind == "auto":
         sessions = [
             s["identity"] for run in runs for s in run.identity.get("sessions", []) if "identity" in s
         ]
-        summary.verified = all(run.verified for run in runs)
-        summary.counters = counters
-        summary.identity = {
-            "workers": sorted({s.get("name", "") for s in sessions}),
-            "sessions": len(sessions),
-            "session_identities_match": all(_served_by_hello(s, workers) for s in sessions),
-        }
-    if pair:
-        sessions = [s for run in runs for s in run.identity.get("sessions", [])]
         summary.verified = all(run.verified for run in runs)
         summary.counters = counters
         summary.identity = {

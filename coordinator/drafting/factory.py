@@ -30,7 +30,6 @@ from coordinator.drafting.fill import FilledDraftSource
 from coordinator.drafting.ggml_rpc.source import PerOpDraftSource
 from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.local_tree import LocalTreeDraftSource, VerifyCurve, measure_verify_curve
-from coordinator.drafting.pair_tree import PairedTrees
 from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.spec import FILLED, TREE_VERIFY, DraftSpec, prespec_for
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
@@ -136,15 +135,6 @@ class DraftSources:
             return AutoDraftSource(planner, build)
         if spec.mode in FILLED:
             filler = await self.local_model(spec.local)
-            if spec.mode == TREE_VERIFY and len(spec.workers) == 2:  # the experiment: both workers' caches
-                first, second = [
-                    self._remote(await self.connection(a, spec.backend), spec) for a in spec.workers
-                ]
-                assert isinstance(first, StreamDraftSource) and isinstance(second, StreamDraftSource)
-                curve = await self.verify_curve()
-                pair = PairedTrees(self.runtime.portal, first, second)
-                miss = _miss_shape(first, curve)
-                return RemoteTreeDraftSource(pair, filler, curve, miss, self._prefix_cache(filler))
             remote = await self._failover(spec)
             if spec.mode == TREE_VERIFY:
                 curve = await self.verify_curve()

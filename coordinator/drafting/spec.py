@@ -86,11 +86,7 @@ class DraftSpec:
             )
         if self.mode in FILLED and not self.local:
             raise InvalidArgumentError(f"remote:{self.mode} drafts what the worker has not on --local-draft")
-        if (
-            self.kind == "remote"
-            and len(self.workers) > 1
-            and not (self.mode == "tree-verify" and len(self.workers) == 2)
-        ):
+        if self.kind == "remote" and len(self.workers) > 1:
             raise InvalidArgumentError(
                 "--draft remote drafts on one worker; with several, --draft auto picks the fastest"
             )

@@ -63,9 +63,6 @@ def _topology(args: argparse.Namespace) -> tuple[Topology, str]:
     # 1 ms on this project's 2-core VM (a 1-row pass after a 5 ms hold: p50 1.6 ms, pinned 1.2).
     if args.cpus or getattr(args, "profile", None):
         sets, note = cpu_sets(len(names), sorted(os.sched_getaffinity(0)))
-        if os.environ.get("TESTBED_CPUS"):  # the experiment: CPUs by host, comma-separated
-            sets = os.environ["TESTBED_CPUS"].split(",")
-            note = f"pinned by TESTBED_CPUS: {dict(zip(names, sets, strict=True))}"
     else:
         sets, note = [""] * len(names), "not pinned (--cpus not given)"
     commands.rate_bits(args.rate)
