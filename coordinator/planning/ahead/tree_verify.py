@@ -154,7 +154,9 @@ def remote_tree(
     workers = [Worker(m.draft.pass_s, rows) for m in machines if m.draft is not None]
     if miss is None:
         slowest = max(w.pass_s(rows) for w in workers)
-        miss = miss_shape(slowest, fixed_s + target.verify_s(1))
+        # as the coordinator decides it (``drafting.factory``): a verification of one position, the host's
+        # and the protocol's time a round, the link's own left out
+        miss = miss_shape(slowest, target.verify_s(1) + REMOTE_HOST_S + profile.stream_per_round_s)
     rng = random.Random(seed)
     tree = RankTree(outcomes, width=width)
     clocks = [0.0] * len(workers)

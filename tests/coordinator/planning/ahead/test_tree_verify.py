@@ -8,6 +8,8 @@ import pytest
 
 from coordinator.planning import profile as planned
 from coordinator.planning.ahead.tree_verify import (
+    REMOTE_HOST_S,
+    WORKER_SETTLE_S,
     best_size,
     curve_tree_rows,
     local_tree,
@@ -54,6 +56,23 @@ def test_a_miss_verifies_the_lone_token_only_where_the_round_holds_two_passes_af
     assert miss_shape(11.55e-3, 55.24e-3) == "ar"  # m2-ultra-27b
     assert miss_shape(15.90e-3, 55.24e-3) == "ar"  # the M2 Pro there
     assert miss_shape(11.55e-3, 30.08e-3) == "ar" and miss_shape(11.55e-3, 30.0e-3) == "tree"
+
+
+def test_the_planner_decides_a_miss_as_the_coordinator_does_with_the_links_time_left_out() -> None:
+    """A worker whose two and a half passes fit a lone-token round only with the link's round trip
+    counted: the coordinator (``drafting.factory``) leaves the link out and drafts a tree on a miss, and
+    so must the plan. At the round trip's worth less, the link's absence changes nothing."""
+    base = load_profile("m2-ultra-27b")
+    link_s = planned.link(base).rtt_s
+    slack = 0.15e-3  # less than the link's round trip: the worker fits only with it counted
+    assert link_s > slack
+    round_s = planned.target(base).verify_s(1) + REMOTE_HOST_S + base.stream_per_round_s
+    pass_s = (round_s + slack - WORKER_SETTLE_S) / 2.5
+    worker = Machine("edge", PassCurve(decode_tok_s=1 / pass_s))
+    assert miss_shape(pass_s, round_s + link_s) == "ar"  # with the link counted it would fit
+    assert remote_tree(base, [worker], 8, 1, 50).miss == "tree"
+    quicker = Machine("quicker", PassCurve(decode_tok_s=1 / (pass_s - slack)))
+    assert remote_tree(base, [quicker], 8, 1, 50).miss == "ar"
 
 
 def test_a_worker_too_slow_to_have_a_tree_ready_leaves_local_trees_and_pays_the_link() -> None:
