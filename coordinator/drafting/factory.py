@@ -34,7 +34,7 @@ from coordinator.drafting.remote_tree import RemoteTreeDraftSource
 from coordinator.drafting.spec import FILLED, TREE_VERIFY, DraftSpec, prespec_for
 from coordinator.drafting.stream import ROUND_TIMEOUT_S, StreamDraftSource
 from coordinator.pacing import CoordinatorPace
-from coordinator.planning.ahead.tree_verify import REMOTE_HOST_S, miss_shape, tree_rows
+from coordinator.planning.ahead.tree_verify import miss_round_s, miss_shape, tree_rows
 from coordinator.planning.measured import MeasuredSetup, measure_here, titled
 from coordinator.planning.planner import Planner
 from coordinator.planning.setups import Setup
@@ -369,13 +369,11 @@ class DraftSources:
 def _miss_shape(remote: DraftSource, curve: VerifyCurve) -> str:
     """What a tree-verifying round verifies when the worker has nothing ready (``tree_verify.miss_shape``),
     from the worker's advertised pass at its tree rows (at most 16: it sizes a pass to the window) and a
-    round verifying one position here (the link's own time left out: a worker that fits only with it
-    is taken not to)."""
+    round verifying one position here (``tree_verify.miss_round_s``)."""
     stream = getattr(remote, "current", remote)  # a failover source: the worker it drafts on
     connection = getattr(stream, "connection", None)
     if connection is None:
         return "tree"
     prespec = getattr(stream, "prespec", None)
     rows = min(prespec.batch, TREE_ROWS) if prespec is not None and prespec.batch else TREE_ROWS
-    round_s = curve.at(1) + REMOTE_HOST_S + STREAM_PER_ROUND_S
-    return miss_shape(pass_seconds(connection, rows), round_s)
+    return miss_shape(pass_seconds(connection, rows), miss_round_s(curve.at(1), STREAM_PER_ROUND_S))

@@ -154,9 +154,7 @@ def remote_tree(
     workers = [Worker(m.draft.pass_s, rows) for m in machines if m.draft is not None]
     if miss is None:
         slowest = max(w.pass_s(rows) for w in workers)
-        # as the coordinator decides it (``drafting.factory``): a verification of one position, the host's
-        # and the protocol's time a round, the link's own left out
-        miss = miss_shape(slowest, target.verify_s(1) + REMOTE_HOST_S + profile.stream_per_round_s)
+        miss = miss_shape(slowest, miss_round_s(target.verify_s(1), profile.stream_per_round_s))
     rng = random.Random(seed)
     tree = RankTree(outcomes, width=width)
     clocks = [0.0] * len(workers)
@@ -237,6 +235,13 @@ def curve_tree_rows(curve: PassCurve) -> int:
     """``tree_rows`` for a machine known by its curve (a profile's, or one fitted to a worker's Hello):
     read at the rows a worker measures (``CURVE_ROWS``), as its Hello would give them."""
     return tree_rows([(rows, curve.pass_s(rows)) for rows in CURVE_ROWS])
+
+
+def miss_round_s(verify_one_s: float, per_round_s: float) -> float:
+    """A round verifying the verdict's token alone, as ``miss_shape`` weighs it, in the plan as in the
+    coordinator (``drafting.factory``): a verification of one position, and the host's and the protocol's
+    time a round. The link's own time is left out: a worker that fits only with it is taken not to."""
+    return verify_one_s + REMOTE_HOST_S + per_round_s
 
 
 def miss_shape(worker_pass_s: float, ar_round_s: float) -> str:

@@ -8,11 +8,11 @@ import pytest
 
 from coordinator.planning import profile as planned
 from coordinator.planning.ahead.tree_verify import (
-    REMOTE_HOST_S,
     WORKER_SETTLE_S,
     best_size,
     curve_tree_rows,
     local_tree,
+    miss_round_s,
     miss_shape,
     remote_tree,
     tree_rows,
@@ -66,7 +66,7 @@ def test_the_planner_decides_a_miss_as_the_coordinator_does_with_the_links_time_
     link_s = planned.link(base).rtt_s
     slack = 0.15e-3  # less than the link's round trip: the worker fits only with it counted
     assert link_s > slack
-    round_s = planned.target(base).verify_s(1) + REMOTE_HOST_S + base.stream_per_round_s
+    round_s = miss_round_s(planned.target(base).verify_s(1), base.stream_per_round_s)  # as the coordinator
     pass_s = (round_s + slack - WORKER_SETTLE_S) / 2.5
     worker = Machine("edge", PassCurve(decode_tok_s=1 / pass_s))
     assert miss_shape(pass_s, round_s + link_s) == "ar"  # with the link counted it would fit
