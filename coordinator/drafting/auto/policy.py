@@ -260,11 +260,9 @@ class AutoDraftSource:
                 return
             chosen = self._choice([replace(p, tok_s=expected(p)) for p in heads])
             incumbent = self._tries.before[0] if tried is not None and self._tries.before else self.current
-            at = (  # the incumbent's expected tok/s: a try is kept only over it (``_settle_look``)
-                now
-                if tried is None
-                else next((expected(p) for p in heads if session_of(p.setup) == session_of(incumbent)), now)
-            )
+            # the incumbent's expected tok/s (its session's head; ``now`` where it is the current one): a
+            # try is kept only over it (``_settle_look``)
+            at = next((expected(p) for p in heads if session_of(p.setup) == session_of(incumbent)), now)
             untried = [
                 p
                 for p in others
