@@ -30,6 +30,7 @@ SUITE_SIZE = pytest.StashKey[int]()
 # The default model loaded in the test process: the files that take it run in one process (loadfile).
 DEFAULT_MODEL_FIXTURES = frozenset({"default_q4", "default_f32"})
 DEFAULT_MODEL = re.compile(r"\bdefault_(q4|f32)\b")
+SERIAL = re.compile(r"\bpytest\.mark\.serial\b")  # how a file marks its timing tests
 PARALLEL_PROCESSES = 3  # on 2 cores: most tests wait on worker processes, and timing tests run alone
 
 
@@ -55,6 +56,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = item.nodeid.split("::", 1)[0]
         if DEFAULT_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and path not in grouped:
             raise pytest.UsageError(f"{path} uses the default model but does not name it ({DEFAULT_MODEL})")
+        if item.get_closest_marker("serial") and not SERIAL.search(item.path.read_text()):
+            raise pytest.UsageError(f"{path} marks a test serial without writing {SERIAL.pattern}")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m serial`` (make test's timing tests) imports only the test files that mark a test serial;
+    the others hold none, and importing them costs about 10 s of CPU."""
+    if config.getoption("markexpr") != "serial" or not collection_path.name.startswith("test_"):
+        return None
+    return collection_path.suffix == ".py" and not SERIAL.search(collection_path.read_text())
 
 
 @functools.cache

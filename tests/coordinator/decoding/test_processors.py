@@ -144,13 +144,13 @@ def test_sampled_sd_under_penalties_is_distributed_as_the_processed_target(
 ) -> None:
     params = SamplingParams(**SAMPLING)  # type: ignore[arg-type]
     tree = kind == "local-tree"
-    counts = sd_joint_counts(pair, 2, RUNS // 2, tree=tree, penalties=PENALTIES, **SAMPLING)
+    counts = sd_joint_counts(pair, 2, RUNS, tree=tree, penalties=PENALTIES, **SAMPLING)
     assert chi_square_p(counts, exact_joint(pair[0], params, PENALTIES)) >= P_VALUE_FLOOR
 
 
 def test_the_check_fails_when_verification_ignores_the_penalties(
     pair: tuple[LoadedModel, LoadedModel],
 ) -> None:
-    counts = sd_joint_counts(pair, 2, RUNS // 2, **SAMPLING)
+    counts = sd_joint_counts(pair, 2, RUNS, **SAMPLING)
     expected = exact_joint(pair[0], SamplingParams(**SAMPLING), PENALTIES)  # type: ignore[arg-type]
     assert chi_square_p(counts, expected) < P_VALUE_FLOOR
