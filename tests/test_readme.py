@@ -216,7 +216,7 @@ def test_plan_measures_the_pair_and_the_worker(
 ) -> None:
     out = sh(command(".venv/bin/coordinator plan"), env)
     assert out.returncode == 0, out.stderr
-    assert f"worker M1 Max (127.0.0.1:7070, {DRAFT_ID})" in out.stdout, out.stdout
+    assert f"worker M1 Max (127.0.0.1:7070, {DRAFT_ID})" in out.stdout, (out.stdout, out.stderr)
     assert "stream → M1 Max" in out.stdout and "auto would choose" in out.stdout
 
 

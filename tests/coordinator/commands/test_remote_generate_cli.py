@@ -34,7 +34,10 @@ def test_remote_picks_discovered_worker_and_is_lossless(
     assert remote.returncode == 0, remote.stderr
     assert json.loads(remote.stdout)["token_ids"] == text_ar_tokens(tiny, PROMPTS[5], MAX_TOKENS)
     stats = json.loads(remote.stdout)["stats"]
-    assert stats["acceptance_rate"] == 1.0 and stats["worker"]["pid"] == tiny_worker.pid
+    assert stats["acceptance_rate"] == 1.0 and stats["worker"]["pid"] == tiny_worker.pid, (
+        stats,
+        remote.stderr,
+    )
 
 
 def test_named_worker_that_does_not_exist() -> None:
