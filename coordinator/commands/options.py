@@ -102,7 +102,7 @@ def add_drafting_arguments(p: argparse.ArgumentParser, k_default: int = 4) -> No
         "--workers",
         metavar="NAMES",
         help="workers to draft on: Bonjour names or HOST:PORT, comma-separated, or none (default: every "
-        "compatible one discovered; --draft remote takes the fastest)",
+        "compatible one discovered; --draft remote takes the fastest that accepts this machine's token)",
     )
     add_interface_argument(p)
     add_discover_timeout_argument(p)

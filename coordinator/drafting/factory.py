@@ -42,7 +42,7 @@ from coordinator.runtime import Runtime
 from coordinator.workers.connection import WorkerConnection, connect, refresh_hello
 from coordinator.workers.credentials import Credentials
 from coordinator.workers.discovery import WorkerDirectory
-from coordinator.workers.selection import check_worker, find_addresses, find_worker, ranked_workers
+from coordinator.workers.selection import check_worker, find_addresses, find_workers, ranked_workers
 from coordinator.workers.speed import pass_points, pass_seconds, worker_speed
 from specwire.drafting.ahead.prespec_config import TREE_ROWS
 from specwire.drafting.prefix_cache import PrefixCache, PromptCaches
@@ -144,8 +144,9 @@ class DraftSources:
         return await self._failover(spec)
 
     async def _failover(self, spec: DraftSpec) -> FailoverDraftSource:
-        """A remote source on the fastest compatible worker (or the one named), wrapped for its loss."""
-        address = await find_worker(
+        """A remote source on the fastest compatible worker that takes this machine's token and passes its
+        Hello (or the one named), wrapped for its loss."""
+        addresses = await find_workers(
             spec.workers[0] if spec.workers else None,
             self.target.fingerprint,
             spec.backend,
@@ -154,9 +155,23 @@ class DraftSources:
             self.access.credentials,
             live=self.access.live,
         )
-        first = self._remote(await self.connection(address, spec.backend), spec)
+        first = self._remote(await self._first_usable(addresses, spec.backend), spec)
         local = functools.partial(self._local_now, spec.local) if spec.local else None
         return FailoverDraftSource(first, spec.on_loss, functools.partial(self._replacement, spec), local)
+
+    async def _first_usable(self, addresses: list[str], backend: str) -> WorkerConnection:
+        """A connection to the first of ``addresses`` that answers and can draft for this target over
+        ``backend``. Each one passed over is logged with why (an advert that outlived its worker,
+        another token, an unfit Hello); if none can, the first one's error is raised."""
+        errors: list[SpecwireError] = []
+        for address in addresses:
+            try:
+                return await self.connection(address, backend)
+            except SpecwireError as err:
+                if address != addresses[-1]:
+                    log.warning("leaving out the worker at %s, trying the next fastest: %s", address, err)
+                errors.append(err)
+        raise errors[0]
 
     async def auto(self, spec: DraftSpec) -> tuple[Planner, Callable[[Setup], DraftSource | None]]:
         """The drafting policy's planner for this machine and the workers ``spec`` allows, and the

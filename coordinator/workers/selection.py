@@ -14,6 +14,7 @@ has been open for the timeout (after that it is current).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -33,7 +34,13 @@ from specwire.models.vocab import ensure_same_vocabulary
 from specwire.wire.bonjour import WorkerAdvert
 from specwire.wire.protocol import BACKEND_PER_OP, BACKEND_STREAM, PROTOCOL_VERSION
 
-SETTLE_S = 0.5
+SETTLE_S = 0.5  # after the first compatible answer
+# A fresh browser's first query may go unanswered where several Bonjour stacks share port 5353 on one
+# machine (each answer is unicast to the port, and only one of the sockets there receives it); python-
+# zeroconf asks again after a second, and that query's answers are multicast. Measured on this project's
+# VM with four workers on 127.0.0.1, twelve fresh browsers: the first answer came at 0.21 s in one and the
+# others at 1.06-1.25 s in all. So choosing waits until this long after browsing began, within its timeout.
+SECOND_QUERY_ANSWERED_S = 1.5
 _HOST_PORT = re.compile(r"^\[?[\w.:-]+\]?:\d+$")
 
 
@@ -121,7 +128,7 @@ def is_address(selector: str) -> bool:
     return bool(_HOST_PORT.match(selector))
 
 
-async def find_worker(
+async def find_workers(
     selector: str | None,
     fingerprint: str,
     backend: str,
@@ -129,13 +136,14 @@ async def find_worker(
     timeout: float,
     credentials: Credentials | None = None,
     live: WorkerDirectory | None = None,
-) -> str:
-    """The address to use: ``selector`` itself if it is HOST:PORT, else a discovered worker's."""
+) -> list[str]:
+    """The addresses to try, in order: ``selector`` itself if it is HOST:PORT, the worker it names, else
+    every compatible worker discovered, fastest first (``NoWorkerError`` with every reason if none)."""
     if selector and is_address(selector):
-        return selector
+        return [selector]
     if selector is None:
         ranked, seen = await ranked_workers(fingerprint, backend, interfaces, timeout, credentials, live=live)
-        return ranked[0].address if ranked else choose(seen, fingerprint, backend, None, credentials).address
+        return [w.address for w in ranked] or [choose(seen, fingerprint, backend, None, credentials).address]
 
     def found(workers: list[WorkerAdvert]) -> bool:
         return any(
@@ -145,7 +153,7 @@ async def find_worker(
 
     async with _browsing(interfaces, live) as (directory, _):
         await directory.wait_until(found, directory.wait_budget(timeout))
-        return choose(directory.workers(), fingerprint, backend, selector, credentials).address
+        return [choose(directory.workers(), fingerprint, backend, selector, credentials).address]
 
 
 async def ranked_workers(
@@ -159,7 +167,8 @@ async def ranked_workers(
 ) -> tuple[list[WorkerAdvert], list[WorkerAdvert]]:
     """Compatible workers not named in ``exclude``, fastest first, and every worker that answered.
 
-    Waits for the first compatible answer, then ``SETTLE_S`` more, so the
+    Waits for the first compatible answer, then ``SETTLE_S`` more and until the browser's second query
+    has been answered (``SECOND_QUERY_ANSWERED_S`` after browsing began, within ``timeout``), so the
     fastest is chosen rather than the first to answer.
     """
 
@@ -172,7 +181,8 @@ async def ranked_workers(
 
     async with _browsing(interfaces, live) as (directory, fresh):
         if await directory.wait_until(lambda ws: bool(usable(ws)), directory.wait_budget(timeout)) and fresh:
-            await anyio.sleep(SETTLE_S)
+            second = directory.opened_at + SECOND_QUERY_ANSWERED_S - time.monotonic()
+            await anyio.sleep(max(SETTLE_S, min(second, directory.wait_budget(timeout))))
         seen = directory.workers()
     return sorted(usable(seen), key=lambda w: -w.draft_tps), seen
 

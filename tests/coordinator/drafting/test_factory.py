@@ -6,6 +6,10 @@ built and which connection it uses is the point, not the model's text.
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from coordinator.decoding.engine import SpeculativeDecoder
@@ -16,13 +20,19 @@ from coordinator.drafting.local import LocalDraftSource
 from coordinator.drafting.spec import DraftSpec, prespec_for
 from coordinator.drafting.stream import StreamDraftSource
 from coordinator.runtime import coordinator_runtime
+from coordinator.workers.discovery import WorkerDirectory
 from specwire.drafting.sampling import SamplingParams
 from specwire.errors import InvalidArgumentError, NoWorkerError, VocabularyMismatchError
 from specwire.models.loading import LoadedModel
+from specwire.wire.bonjour import WorkerAdvert
+from specwire.wire.protocol import BACKEND_STREAM, PROTOCOL_VERSION
+from tests.coordinator.workers.unfit import other_token_worker
 from tests.support.credentials import credentials
 from tests.support.models.tiny_models import disagreeing_pair
-from tests.support.processes.workers import WorkerProcess
+from tests.support.processes.relay import free_port
+from tests.support.processes.workers import WorkerProcess, unique_name
 from tests.support.prompts import PROMPTS, ar_tokens
+from worker.server.advertise import Advertiser
 
 
 def access() -> WorkerAccess:
@@ -99,6 +109,54 @@ async def test_every_kind_opens_and_a_worker_has_one_connection(
             connection = stream.current.connection
         assert not sources.connections
     assert connection.channel.get_state() == connection.channel.get_state().SHUTDOWN
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("why", ["its advert outlived it", "it holds another token"])
+async def test_the_fastest_worker_that_cannot_draft_is_passed_over(
+    tiny_worker: WorkerProcess, tiny: LoadedModel, tmp_path: Path, caplog: pytest.LogCaptureFixture, why: str
+) -> None:
+    """An advert ranked above every worker (a million tokens a second) at a dead port, as a worker that
+    died without its goodbye leaves in browsers' caches for two minutes, or at a live worker holding
+    another token: ``--draft remote`` says why it left it out and drafts on the next fastest. A directory
+    kept open (as ``serve`` keeps one) holds both adverts first, so the ranking is known."""
+    prompt = tiny.tokenizer.encode(PROMPTS[4])
+    with contextlib.ExitStack() as stack:
+        refusing = stack.enter_context(other_token_worker(tmp_path)) if why.endswith("token") else None
+        port = refusing.port if refusing is not None else free_port()
+        fastest = WorkerAdvert(
+            unique_name("fastest"),
+            ("127.0.0.1",),
+            port,
+            PROTOCOL_VERSION,
+            (BACKEND_STREAM,),
+            "tiny",
+            tiny.fingerprint,
+            draft_tps=1e6,
+            extra={"auth": "token"},
+        )
+        async with Advertiser(fastest, ["127.0.0.1"]), WorkerDirectory(["127.0.0.1"]) as live:
+            names = {fastest.name, tiny_worker.name}
+            assert await live.wait_until(lambda ws: names <= {w.name for w in ws}, 20.0)
+            async with (
+                coordinator_runtime() as runtime,
+                DraftSources(runtime, tiny, replace(access(), live=live)) as sources,
+            ):
+                source = await sources.open(DraftSpec("remote", on_loss="fail"))
+                assert isinstance(source, FailoverDraftSource)
+                result = await runtime.compute.run(
+                    SpeculativeDecoder(tiny, source).generate,
+                    prompt,
+                    max_tokens=8,
+                    k=3,
+                    params=SamplingParams(),
+                )
+                assert isinstance(source.current, StreamDraftSource)
+                used = source.current.connection.address
+                drafted = source.current.worker_counters.draft_tokens
+    assert f"leaving out the worker at 127.0.0.1:{port}, trying the next fastest" in caplog.text
+    assert used != f"127.0.0.1:{port}" and result.tokens == ar_tokens(tiny, prompt, 8)
+    assert drafted == result.drafted > 0  # the worker it moved on to drafted
 
 
 @pytest.mark.anyio
