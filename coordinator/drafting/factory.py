@@ -368,13 +368,15 @@ class DraftSources:
         for advert in candidates:  # a fresh connection: the worker may have restarted on a known address
             try:
                 connection = await connect(advert.address, creds)
-            except Exception:  # unreachable: try the next one
+            except Exception as err:  # unreachable, or another token: try the next one
+                log.warning("failover: leaving out the worker at %s: %s", advert.address, err)
                 lost.add(advert.name)
                 continue
             self._replacements.append(connection)
             try:
                 check_worker(connection, self.target, spec.backend)
-            except Exception:  # unfit: try the next one
+            except Exception as err:  # unfit: try the next one
+                log.warning("failover: leaving out the worker at %s: %s", advert.address, err)
                 lost.add(advert.name)
                 continue
             return self._remote(connection, spec)
