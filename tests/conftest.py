@@ -52,29 +52,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.args_source is pytest.Config.ArgsSource.TESTPATHS:
         config.stash[SUITE_SIZE] = len(items)
     grouped = default_model_files(config.rootpath)
+    serial = files_naming(config.rootpath, SERIAL)
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         if DEFAULT_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and path not in grouped:
             raise pytest.UsageError(f"{path} uses the default model but does not name it ({DEFAULT_MODEL})")
-        if item.get_closest_marker("serial") and not SERIAL.search(item.path.read_text()):
+        if item.get_closest_marker("serial") and path not in serial:
             raise pytest.UsageError(f"{path} marks a test serial without writing {SERIAL.pattern}")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """``-m serial`` (make test's timing tests) imports only the test files that mark a test serial;
     the others hold none, and importing them costs about 10 s of CPU."""
-    if config.getoption("markexpr") != "serial" or not collection_path.name.startswith("test_"):
+    if config.getoption("markexpr") != "serial" or not collection_path.is_file():
         return None
-    return collection_path.suffix == ".py" and not SERIAL.search(collection_path.read_text())
+    path = collection_path.relative_to(config.rootpath).as_posix()
+    return collection_path.name.startswith("test_") and path not in files_naming(config.rootpath, SERIAL)
+
+
+def default_model_files(root: Path) -> frozenset[str]:
+    """The test files (paths as in node ids) that name the default model's fixtures."""
+    return files_naming(root, DEFAULT_MODEL)
 
 
 @functools.cache
-def default_model_files(root: Path) -> frozenset[str]:
-    """The test files (paths as in node ids) that name the default model's fixtures."""
+def files_naming(root: Path, pattern: re.Pattern[str]) -> frozenset[str]:
+    """The test files (paths as in node ids) whose text matches ``pattern``."""
     return frozenset(
         path.relative_to(root).as_posix()
         for path in (root / "tests").rglob("test_*.py")
-        if DEFAULT_MODEL.search(path.read_text())
+        if pattern.search(path.read_text())
     )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from coordinator.drafting.auto.policy import AutoDraftSource
@@ -155,23 +155,11 @@ class DraftSources:
             self.access.credentials,
             live=self.access.live,
         )
-        first = self._remote(await self._first_usable(addresses, spec.backend), spec)
+        first = self._remote(
+            await _first_to_open(addresses, lambda a: self.connection(a, spec.backend)), spec
+        )
         local = functools.partial(self._local_now, spec.local) if spec.local else None
         return FailoverDraftSource(first, spec.on_loss, functools.partial(self._replacement, spec), local)
-
-    async def _first_usable(self, addresses: list[str], backend: str) -> WorkerConnection:
-        """A connection to the first of ``addresses`` that answers and can draft for this target over
-        ``backend``. Each one passed over is logged with why (an advert that outlived its worker,
-        another token, an unfit Hello); if none can, the first one's error is raised."""
-        errors: list[SpecwireError] = []
-        for address in addresses:
-            try:
-                return await self.connection(address, backend)
-            except SpecwireError as err:
-                if address != addresses[-1]:
-                    log.warning("leaving out the worker at %s, trying the next fastest: %s", address, err)
-                errors.append(err)
-        raise errors[0]
 
     async def auto(self, spec: DraftSpec) -> tuple[Planner, Callable[[Setup], DraftSource | None]]:
         """The drafting policy's planner for this machine and the workers ``spec`` allows, and the
@@ -365,22 +353,41 @@ class DraftSources:
             exclude=lost,
             live=access.live,
         )
-        for advert in candidates:  # a fresh connection: the worker may have restarted on a known address
+        names: dict[str, list[str]] = {}  # the adverts at each address, fastest first
+        for advert in candidates:
+            names.setdefault(advert.address, []).append(advert.name)
+        if not names:
+            raise NoWorkerError("no other compatible worker answered on Bonjour")
+
+        async def fresh(address: str) -> WorkerConnection:
+            """A fresh connection: the worker may have restarted on a known address."""
             try:
-                connection = await connect(advert.address, creds)
-            except Exception as err:  # unreachable, or another token: try the next one
-                log.warning("failover: leaving out the worker at %s: %s", advert.address, err)
-                lost.add(advert.name)
-                continue
-            self._replacements.append(connection)
-            try:
+                connection = await connect(address, creds)
+                self._replacements.append(connection)
                 check_worker(connection, self.target, spec.backend)
-            except Exception as err:  # unfit: try the next one
-                log.warning("failover: leaving out the worker at %s: %s", advert.address, err)
-                lost.add(advert.name)
-                continue
-            return self._remote(connection, spec)
-        raise NoWorkerError("no other compatible worker answered on Bonjour")
+            except SpecwireError:
+                lost.update(names[address])
+                raise
+            return connection
+
+        try:
+            return self._remote(await _first_to_open(list(names), fresh), spec)
+        except SpecwireError as err:
+            raise NoWorkerError(f"no other compatible worker could draft (the last: {err})") from err
+
+
+async def _first_to_open(
+    addresses: Sequence[str], open_one: Callable[[str], Awaitable[WorkerConnection]]
+) -> WorkerConnection:
+    """The connection ``open_one`` makes to the first of ``addresses`` (fastest first) it can open: each
+    one before it that it cannot (unreachable, an advert that outlived its worker, another token, an
+    unfit Hello) is logged with why; if none opens, the last one's error is raised."""
+    for address in addresses[:-1]:
+        try:
+            return await open_one(address)
+        except SpecwireError as err:
+            log.warning("leaving out the worker at %s, trying the next fastest: %s", address, err)
+    return await open_one(addresses[-1])
 
 
 def _miss_shape(remote: DraftSource, curve: VerifyCurve) -> str:

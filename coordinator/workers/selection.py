@@ -143,7 +143,10 @@ async def find_workers(
         return [selector]
     if selector is None:
         ranked, seen = await ranked_workers(fingerprint, backend, interfaces, timeout, credentials, live=live)
-        return [w.address for w in ranked] or [choose(seen, fingerprint, backend, None, credentials).address]
+        # each address once: adverts that outlived a worker may share its address with its new one
+        return list(dict.fromkeys(w.address for w in ranked)) or [
+            choose(seen, fingerprint, backend, None, credentials).address
+        ]
 
     def found(workers: list[WorkerAdvert]) -> bool:
         return any(

@@ -178,7 +178,7 @@ def test_two_generations_sampled_together_are_each_distributed_as_target(
     target, draft = pair
     sampling = {"temperature": 1.0, "draft_top_k": 4}
     counts = np.zeros((target.vocab_size, target.vocab_size))
-    for seed in range(0, TREE_RUNS, 2):  # TREE_RUNS outputs
+    for seed in range(0, RUNS, 2):  # RUNS outputs
         together = [
             SpeculativeDecoder(target, LocalDraftSource(draft)).begin(
                 PROMPT,
